@@ -1,0 +1,358 @@
+//! A registered memory region: word-addressed memory touched only through atomic
+//! 8-byte loads, stores, CAS and FAA.
+//!
+//! READ and WRITE move words one at a time in increasing address order, so a READ that
+//! races a WRITE sees any mixture of old and new words (DESIGN §2). The stall knob
+//! ([`Region::arm_stall`]) stops a READ or WRITE before a chosen word until a test
+//! releases it, so every tear shape can be produced on purpose.
+//!
+//! The region is shared by the `mem` transport and (later) the memory-node server, so
+//! both tear in exactly the same way.
+
+use std::alloc::{self, Layout};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// Why the region refused an access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegionError {
+    /// Outside `[0, region_bytes)`.
+    OutOfRange {
+        /// The region's size.
+        region_bytes: u64,
+    },
+    /// An atomic on an address that is not 8-byte aligned.
+    Misaligned,
+}
+
+/// Which side of a race a stall holds up.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum StallKind {
+    /// A READ (a verb READ, or the read half of a FLUSH).
+    Read,
+    /// A WRITE.
+    Write,
+}
+
+/// Word-addressed memory of one memory node.
+pub struct Region {
+    words: Box<[AtomicU64]>,
+    stalls: Arc<Stalls>,
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region").field("bytes", &self.bytes()).finish()
+    }
+}
+
+impl Region {
+    /// A zeroed region of `bytes` (rounded up to whole words). Pages are zeroed lazily by
+    /// the OS, so an untouched region costs no resident memory.
+    pub fn new(bytes: u64) -> Self {
+        let n = (bytes.div_ceil(8)).max(1) as usize;
+        let layout = Layout::array::<AtomicU64>(n).expect("region size overflows the address space");
+        // SAFETY: `layout` has non-zero size; zeroed memory is a valid `AtomicU64` array;
+        // the pointer is handed to a `Box` with the same layout, which frees it.
+        let words = unsafe {
+            let p = alloc::alloc_zeroed(layout) as *mut AtomicU64;
+            if p.is_null() {
+                alloc::handle_alloc_error(layout);
+            }
+            Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n))
+        };
+        Self {
+            words,
+            stalls: Arc::new(Stalls::default()),
+        }
+    }
+
+    /// Size in bytes.
+    #[inline]
+    pub fn bytes(&self) -> u64 {
+        self.words.len() as u64 * 8
+    }
+
+    #[inline]
+    fn check(&self, offset: u64, len: u64) -> Result<(), RegionError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.bytes() => Ok(()),
+            _ => Err(RegionError::OutOfRange {
+                region_bytes: self.bytes(),
+            }),
+        }
+    }
+
+    #[inline]
+    fn word(&self, offset: u64) -> Result<&AtomicU64, RegionError> {
+        if offset % 8 != 0 {
+            return Err(RegionError::Misaligned);
+        }
+        self.check(offset, 8)?;
+        Ok(&self.words[(offset / 8) as usize])
+    }
+
+    /// READ `dst.len()` bytes at `offset`, word by word in increasing address order.
+    pub fn read(&self, offset: u64, dst: &mut [u8]) -> Result<(), RegionError> {
+        self.check(offset, dst.len() as u64)?;
+        let stalls = self.stalls.armed.load(Ordering::Relaxed) != 0;
+        let mut pos = 0usize;
+        let mut addr = offset;
+        while pos < dst.len() {
+            let w = (addr / 8) as usize;
+            let skip = (addr % 8) as usize;
+            let take = (8 - skip).min(dst.len() - pos);
+            if stalls {
+                self.stalls.pass(StallKind::Read, w as u64);
+            }
+            let word = self.words[w].load(Ordering::Acquire).to_le_bytes();
+            dst[pos..pos + take].copy_from_slice(&word[skip..skip + take]);
+            pos += take;
+            addr += take as u64;
+        }
+        Ok(())
+    }
+
+    /// WRITE `src` at `offset`, word by word in increasing address order. A partial word
+    /// at either end is merged atomically with the bytes around it.
+    pub fn write(&self, offset: u64, src: &[u8]) -> Result<(), RegionError> {
+        self.check(offset, src.len() as u64)?;
+        let stalls = self.stalls.armed.load(Ordering::Relaxed) != 0;
+        let mut pos = 0usize;
+        let mut addr = offset;
+        while pos < src.len() {
+            let w = (addr / 8) as usize;
+            let skip = (addr % 8) as usize;
+            let take = (8 - skip).min(src.len() - pos);
+            if stalls {
+                self.stalls.pass(StallKind::Write, w as u64);
+            }
+            if take == 8 {
+                let v = u64::from_le_bytes(src[pos..pos + 8].try_into().unwrap());
+                self.words[w].store(v, Ordering::Release);
+            } else {
+                let _ = self.words[w].fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
+                    let mut b = old.to_le_bytes();
+                    b[skip..skip + take].copy_from_slice(&src[pos..pos + take]);
+                    Some(u64::from_le_bytes(b))
+                });
+            }
+            pos += take;
+            addr += take as u64;
+        }
+        Ok(())
+    }
+
+    /// Atomic compare-and-swap; returns the old word.
+    #[inline]
+    pub fn cas(&self, offset: u64, expect: u64, swap: u64) -> Result<u64, RegionError> {
+        let w = self.word(offset)?;
+        Ok(match w.compare_exchange(expect, swap, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(v) | Err(v) => v,
+        })
+    }
+
+    /// Atomic fetch-and-add (wrapping); returns the old word.
+    #[inline]
+    pub fn faa(&self, offset: u64, add: u64) -> Result<u64, RegionError> {
+        Ok(self.word(offset)?.fetch_add(add, Ordering::AcqRel))
+    }
+
+    /// Load one aligned word.
+    #[inline]
+    pub fn load(&self, offset: u64) -> Result<u64, RegionError> {
+        Ok(self.word(offset)?.load(Ordering::Acquire))
+    }
+
+    /// Test knob: stop the next `kind` access just before it touches the word at byte
+    /// `offset` (rounded down to its word), until the returned gate is released or
+    /// dropped. Several stalls may be armed at once; each fires once.
+    pub fn arm_stall(&self, kind: StallKind, offset: u64) -> StallGate {
+        let mut st = self.stalls.slots.lock().unwrap();
+        st.next_id += 1;
+        let id = st.next_id;
+        st.slots.push(StallSlot {
+            id,
+            kind,
+            word: offset / 8,
+            state: SlotState::Armed,
+        });
+        self.stalls.armed.fetch_add(1, Ordering::SeqCst);
+        StallGate {
+            stalls: Arc::clone(&self.stalls),
+            id,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Stalls {
+    armed: AtomicUsize,
+    slots: Mutex<StallState>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct StallState {
+    next_id: u64,
+    slots: Vec<StallSlot>,
+}
+
+struct StallSlot {
+    id: u64,
+    kind: StallKind,
+    word: u64,
+    state: SlotState,
+}
+
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum SlotState {
+    Armed,
+    Stalled,
+    Released,
+}
+
+/// How long a stalled op or a test waiting on one blocks before giving up; a test that
+/// forgets to release must fail, not hang CI.
+const STALL_WAIT_MAX: Duration = Duration::from_secs(20);
+
+impl Stalls {
+    fn pass(&self, kind: StallKind, word: u64) {
+        let mut st = self.slots.lock().unwrap();
+        let Some(i) = st
+            .slots
+            .iter()
+            .position(|s| s.kind == kind && s.word == word && s.state == SlotState::Armed)
+        else {
+            return;
+        };
+        let id = st.slots[i].id;
+        st.slots[i].state = SlotState::Stalled;
+        self.cv.notify_all();
+        let (mut st, timeout) = self
+            .cv
+            .wait_timeout_while(st, STALL_WAIT_MAX, |st| {
+                st.slots.iter().any(|s| s.id == id && s.state == SlotState::Stalled)
+            })
+            .unwrap();
+        assert!(!timeout.timed_out(), "stalled {kind:?} at word {word} was never released");
+        st.slots.retain(|s| s.id != id);
+        self.armed.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Holds a stalled READ or WRITE (see [`Region::arm_stall`]). Dropping it releases.
+pub struct StallGate {
+    stalls: Arc<Stalls>,
+    id: u64,
+}
+
+impl StallGate {
+    /// Block until the armed op has reached its word and stopped there.
+    pub fn wait_stalled(&self) {
+        let st = self.stalls.slots.lock().unwrap();
+        let (_st, timeout) = self
+            .stalls
+            .cv
+            .wait_timeout_while(st, STALL_WAIT_MAX, |st| {
+                !st.slots.iter().any(|s| s.id == self.id && s.state == SlotState::Stalled)
+            })
+            .unwrap();
+        assert!(!timeout.timed_out(), "no op reached the armed stall");
+    }
+
+    /// True once the armed op has stopped at its word.
+    pub fn is_stalled(&self) -> bool {
+        let st = self.stalls.slots.lock().unwrap();
+        st.slots.iter().any(|s| s.id == self.id && s.state == SlotState::Stalled)
+    }
+
+    /// Let the stalled op go on (or disarm the stall if nothing reached it yet).
+    pub fn release(self) {}
+}
+
+impl Drop for StallGate {
+    fn drop(&mut self) {
+        let mut st = self.stalls.slots.lock().unwrap();
+        if let Some(i) = st.slots.iter().position(|s| s.id == self.id) {
+            match st.slots[i].state {
+                SlotState::Armed => {
+                    st.slots.remove(i);
+                    self.stalls.armed.fetch_sub(1, Ordering::SeqCst);
+                }
+                SlotState::Stalled => st.slots[i].state = SlotState::Released,
+                SlotState::Released => {}
+            }
+        }
+        self.stalls.cv.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn out_of_range_and_misaligned_are_errors() {
+        let r = Region::new(64);
+        assert_eq!(
+            r.read(60, &mut [0; 8]),
+            Err(RegionError::OutOfRange { region_bytes: 64 })
+        );
+        assert!(r.write(u64::MAX - 2, &[1]).is_err());
+        assert_eq!(r.cas(4, 0, 1), Err(RegionError::Misaligned));
+        assert_eq!(r.faa(64, 1), Err(RegionError::OutOfRange { region_bytes: 64 }));
+        assert_eq!(r.cas(56, 0, 1), Ok(0));
+    }
+
+    proptest! {
+        /// Unaligned reads and writes behave like a byte array.
+        #[test]
+        fn matches_byte_array(ops in prop::collection::vec((0u64..120, prop::collection::vec(any::<u8>(), 0..24)), 1..40)) {
+            let r = Region::new(128);
+            let mut model = vec![0u8; 128];
+            for (off, bytes) in ops {
+                let end = off as usize + bytes.len();
+                if end > 128 {
+                    prop_assert!(r.write(off, &bytes).is_err());
+                    continue;
+                }
+                r.write(off, &bytes).unwrap();
+                model[off as usize..end].copy_from_slice(&bytes);
+                let mut got = vec![0u8; 128];
+                r.read(0, &mut got).unwrap();
+                prop_assert_eq!(&got, &model);
+            }
+        }
+    }
+
+    #[test]
+    fn alternating_tear_shape() {
+        // R reads word 0 old; W writes words 0-3; R reads 1-3 new; W stalls; R reads 4-7 old.
+        let r = Arc::new(Region::new(64));
+        let rs = r.arm_stall(StallKind::Read, 8);
+        let ws = r.arm_stall(StallKind::Write, 32);
+        let reader = {
+            let r = Arc::clone(&r);
+            std::thread::spawn(move || {
+                let mut b = [0u8; 64];
+                r.read(0, &mut b).unwrap();
+                b
+            })
+        };
+        rs.wait_stalled();
+        let writer = {
+            let r = Arc::clone(&r);
+            std::thread::spawn(move || r.write(0, &[0xff; 64]).unwrap())
+        };
+        ws.wait_stalled();
+        rs.release();
+        let seen = reader.join().unwrap();
+        ws.release();
+        writer.join().unwrap();
+        let words: Vec<u8> = seen.chunks(8).map(|w| w[0]).collect();
+        assert_eq!(words, [0, 0xff, 0xff, 0xff, 0, 0, 0, 0]);
+    }
+}
