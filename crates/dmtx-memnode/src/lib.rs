@@ -1,0 +1,31 @@
+//! Memory nodes (DESIGN §3).
+//!
+//! A [`MemNode`] owns one registered [`Region`](dmtx_verbs::Region), a bump allocator
+//! over it and a catalog of [`TableMeta`]. Before a run, compute nodes talk to it
+//! through the [`Control`] interface: allocate space, bulk-load bytes, publish and fetch
+//! table metadata, allocate per-coordinator log areas. During a run the node only
+//! serves verbs; it never runs concurrency control, walks an index or installs a log.
+//!
+//! [`LocalCluster`] is a set of in-process nodes with their [`MemFabric`](dmtx_verbs::MemFabric).
+//! The TCP server (`dmtx memnode`) serves the same [`Control`] calls over the network.
+//!
+//! Depends only on `dmtx-verbs`.
+//!
+//! ```
+//! use dmtx_memnode::{Control, LocalCluster};
+//! use dmtx_verbs::MnId;
+//!
+//! let cluster = LocalCluster::new(2, 1 << 20);
+//! let at = cluster.alloc(MnId(1), 4096, 64).unwrap();
+//! cluster.load(MnId(1), at, b"hello, world").unwrap();
+//! ```
+
+#![warn(missing_docs)]
+
+mod control;
+mod local;
+mod node;
+
+pub use control::{Control, ControlError, Result, TableMeta};
+pub use local::LocalCluster;
+pub use node::MemNode;

@@ -1,0 +1,159 @@
+//! Address arithmetic and bucket search.
+
+use dmtx_memnode::TableMeta;
+
+/// Bytes before bucket 0.
+pub const TABLE_HEADER_BYTES: u64 = 64;
+/// Table-relative offset of the overflow cursor: the number of overflow buckets handed
+/// out (an FAA on it reserves the next one, FORD's RS-Ptr).
+pub const OVERFLOW_CURSOR_OFFSET: u64 = 0;
+/// Bytes before slot 0 of a bucket.
+pub const BUCKET_HEADER_BYTES: u32 = 16;
+/// Bucket-relative offset of the insert lock (taken by inserters only).
+pub const BUCKET_LOCK_OFFSET: u64 = 0;
+/// Bucket-relative offset of the `next` link (overflow index + 1; 0 = end of chain).
+pub const BUCKET_NEXT_OFFSET: u64 = 8;
+
+/// How a protocol lays a record out in a slot.
+pub trait SlotLayout: Send + Sync + 'static {
+    /// Bytes of a slot for values of `value_bytes` (a multiple of 8).
+    fn slot_bytes(&self, value_bytes: u32) -> u32;
+    /// Encode a committed record for bulk loading into a zeroed slot.
+    fn encode(&self, table: u32, key: u64, value: &[u8], slot: &mut [u8]);
+    /// The key of an occupied slot, `None` for a free one.
+    fn key(&self, slot: &[u8]) -> Option<u64>;
+    /// The value bytes of an occupied slot.
+    fn value<'a>(&self, slot: &'a [u8], value_bytes: u32) -> &'a [u8];
+}
+
+/// The 64-bit finalizer of MurmurHash3: cheap, and every key bit moves every hash bit.
+#[inline]
+pub fn key_hash(key: u64) -> u64 {
+    let mut h = key;
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+/// The geometry of one table; all offsets are table-relative.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Hashed buckets.
+    pub bucket_count: u64,
+    /// Overflow buckets.
+    pub overflow_count: u64,
+    /// Bytes per bucket.
+    pub bucket_bytes: u32,
+    /// Bytes per slot.
+    pub slot_bytes: u32,
+    /// Slots per bucket.
+    pub slots: u32,
+}
+
+impl Shape {
+    /// The shape described by table metadata.
+    pub fn of(meta: &TableMeta) -> Self {
+        Self {
+            bucket_count: meta.bucket_count,
+            overflow_count: meta.overflow_bucket_count,
+            bucket_bytes: meta.bucket_bytes,
+            slot_bytes: meta.slot_bytes,
+            slots: meta.slots_per_bucket,
+        }
+    }
+
+    /// Bytes the whole table occupies on a replica.
+    pub fn table_bytes(&self) -> u64 {
+        TABLE_HEADER_BYTES + (self.bucket_count + self.overflow_count) * self.bucket_bytes as u64
+    }
+
+    /// The hashed bucket of `key` (FORD §5.1 S1).
+    #[inline]
+    pub fn home_bucket(&self, key: u64) -> u64 {
+        key_hash(key) % self.bucket_count
+    }
+
+    /// Offset of bucket `idx` (hashed buckets first, then overflow) (S2, S6).
+    #[inline]
+    pub fn bucket_off(&self, idx: u64) -> u64 {
+        debug_assert!(idx < self.bucket_count + self.overflow_count);
+        TABLE_HEADER_BYTES + idx * self.bucket_bytes as u64
+    }
+
+    /// Index of overflow bucket `n`.
+    #[inline]
+    pub fn overflow_bucket(&self, n: u64) -> u64 {
+        self.bucket_count + n
+    }
+
+    /// Offset of slot `slot` of bucket `idx`.
+    #[inline]
+    pub fn slot_off(&self, idx: u64, slot: u32) -> u64 {
+        self.bucket_off(idx) + BUCKET_HEADER_BYTES as u64 + slot as u64 * self.slot_bytes as u64
+    }
+
+    /// The bucket that holds the slot at table-relative offset `slot_off`.
+    #[inline]
+    pub fn bucket_of_slot(&self, slot_off: u64) -> u64 {
+        (slot_off - TABLE_HEADER_BYTES) / self.bucket_bytes as u64
+    }
+}
+
+/// What one bucket says about a key.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub struct BucketScan {
+    /// Slot holding the key.
+    pub found: Option<u32>,
+    /// First free slot.
+    pub free: Option<u32>,
+    /// The next bucket of the chain.
+    pub next: Option<u64>,
+}
+
+/// Search a fetched bucket for `key` (FORD §5.1 S4–S5).
+pub fn scan_bucket(shape: &Shape, layout: &dyn SlotLayout, bucket: &[u8], key: u64) -> BucketScan {
+    debug_assert_eq!(bucket.len(), shape.bucket_bytes as usize);
+    let next = u64::from_le_bytes(bucket[8..16].try_into().unwrap());
+    let mut scan = BucketScan {
+        next: (next != 0).then(|| shape.overflow_bucket(next - 1)),
+        ..Default::default()
+    };
+    for i in 0..shape.slots {
+        let at = BUCKET_HEADER_BYTES as usize + i as usize * shape.slot_bytes as usize;
+        let slot = &bucket[at..at + shape.slot_bytes as usize];
+        match layout.key(slot) {
+            Some(k) if k == key => {
+                scan.found = Some(i);
+                break;
+            }
+            Some(_) => {}
+            None => {
+                scan.free.get_or_insert(i);
+            }
+        }
+    }
+    scan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_spreads_sequential_keys() {
+        let shape = Shape {
+            bucket_count: 1024,
+            overflow_count: 0,
+            bucket_bytes: 16,
+            slot_bytes: 0,
+            slots: 0,
+        };
+        let mut hits = vec![0u32; 1024];
+        for k in 0..1024 * 8 {
+            hits[shape.home_bucket(k) as usize] += 1;
+        }
+        assert!(*hits.iter().max().unwrap() < 30, "sequential keys cluster");
+    }
+}
