@@ -278,7 +278,8 @@ impl Post {
     pub fn read_dst(&mut self, index: usize) -> &mut [u8] {
         match self.ops[index] {
             Op::Read { dst, len, .. } => {
-                let all: &mut [u8] = bytemuck::cast_slice_mut(&mut self.read_buf[..self.read_words]);
+                let all: &mut [u8] =
+                    bytemuck::cast_slice_mut(&mut self.read_buf[..self.read_words]);
                 &mut all[dst as usize..dst as usize + len as usize]
             }
             op => panic!("op {index} is a {:?}, not a READ", op.kind()),

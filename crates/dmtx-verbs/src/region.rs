@@ -43,7 +43,9 @@ pub struct Region {
 
 impl std::fmt::Debug for Region {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Region").field("bytes", &self.bytes()).finish()
+        f.debug_struct("Region")
+            .field("bytes", &self.bytes())
+            .finish()
     }
 }
 
@@ -52,7 +54,8 @@ impl Region {
     /// the OS, so an untouched region costs no resident memory.
     pub fn new(bytes: u64) -> Self {
         let n = (bytes.div_ceil(8)).max(1) as usize;
-        let layout = Layout::array::<AtomicU64>(n).expect("region size overflows the address space");
+        let layout =
+            Layout::array::<AtomicU64>(n).expect("region size overflows the address space");
         // SAFETY: `layout` has non-zero size; zeroed memory is a valid `AtomicU64` array;
         // the pointer is handed to a `Box` with the same layout, which frees it.
         let words = unsafe {
@@ -148,9 +151,11 @@ impl Region {
     #[inline]
     pub fn cas(&self, offset: u64, expect: u64, swap: u64) -> Result<u64, RegionError> {
         let w = self.word(offset)?;
-        Ok(match w.compare_exchange(expect, swap, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(v) | Err(v) => v,
-        })
+        Ok(
+            match w.compare_exchange(expect, swap, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(v) | Err(v) => v,
+            },
+        )
     }
 
     /// Atomic fetch-and-add (wrapping); returns the old word.
@@ -233,10 +238,15 @@ impl Stalls {
         let (mut st, timeout) = self
             .cv
             .wait_timeout_while(st, STALL_WAIT_MAX, |st| {
-                st.slots.iter().any(|s| s.id == id && s.state == SlotState::Stalled)
+                st.slots
+                    .iter()
+                    .any(|s| s.id == id && s.state == SlotState::Stalled)
             })
             .unwrap();
-        assert!(!timeout.timed_out(), "stalled {kind:?} at word {word} was never released");
+        assert!(
+            !timeout.timed_out(),
+            "stalled {kind:?} at word {word} was never released"
+        );
         st.slots.retain(|s| s.id != id);
         self.armed.fetch_sub(1, Ordering::SeqCst);
     }
@@ -256,7 +266,9 @@ impl StallGate {
             .stalls
             .cv
             .wait_timeout_while(st, STALL_WAIT_MAX, |st| {
-                !st.slots.iter().any(|s| s.id == self.id && s.state == SlotState::Stalled)
+                !st.slots
+                    .iter()
+                    .any(|s| s.id == self.id && s.state == SlotState::Stalled)
             })
             .unwrap();
         assert!(!timeout.timed_out(), "no op reached the armed stall");
@@ -265,7 +277,9 @@ impl StallGate {
     /// True once the armed op has stopped at its word.
     pub fn is_stalled(&self) -> bool {
         let st = self.stalls.slots.lock().unwrap();
-        st.slots.iter().any(|s| s.id == self.id && s.state == SlotState::Stalled)
+        st.slots
+            .iter()
+            .any(|s| s.id == self.id && s.state == SlotState::Stalled)
     }
 
     /// Let the stalled op go on (or disarm the stall if nothing reached it yet).
@@ -303,7 +317,10 @@ mod tests {
         );
         assert!(r.write(u64::MAX - 2, &[1]).is_err());
         assert_eq!(r.cas(4, 0, 1), Err(RegionError::Misaligned));
-        assert_eq!(r.faa(64, 1), Err(RegionError::OutOfRange { region_bytes: 64 }));
+        assert_eq!(
+            r.faa(64, 1),
+            Err(RegionError::OutOfRange { region_bytes: 64 })
+        );
         assert_eq!(r.cas(56, 0, 1), Ok(0));
     }
 

@@ -1,0 +1,288 @@
+//! FORD: fast one-sided RDMA-based distributed transactions for disaggregated
+//! persistent memory (Zhang et al., FAST'22 / ACM TOS 2023), §4.2–4.6 and the §4.8
+//! rollback path. Isolation: **serializable**.
+//!
+//! # Phases (Fig. 9)
+//!
+//! 1. **Execution** ([`execute`]): read-write objects are locked and read in one
+//!    doorbell batch per primary, `CAS(vlock, 0 → me)` then `READ(slot)` (hitchhiked
+//!    locking, §4.2). Read-only objects are plain READs, from a backup when
+//!    `backup_read` is on (§4.4). On an address-cache miss the home bucket is read
+//!    first; a read-only object is taken straight out of that bucket, a read-write one
+//!    is locked in the next round (§4.2, last paragraph).
+//! 2. **Validation** ([`validate`]): one READ of `vlock`+`version` (16 B) per read-only
+//!    object, skipped when the transaction read a single object and writes nothing.
+//! 3. **Commit** ([`commit`]): one round trip to all replicas (coalescent commit, §4.3).
+//!    Per memory node the batch is: the undo log WRITE, then per record on a primary
+//!    `CAS(vlock, me → me|INVISIBLE)` + `WRITE(bytes 8..)`, on a backup
+//!    `WRITE(INVISIBLE|me, bytes 8..)`, and on a backup a final FLUSH (selective remote
+//!    flush, §4.5).
+//! 4. **Release** (background, never waited for, §4.3.2): `WRITE(vlock, 0)` on
+//!    primaries, `CAS(vlock, INVISIBLE|me → 0)` on backups, undo-log status `committed`.
+//!
+//! # Round trips per transaction (asserted in `tests/ford_rtt.rs` of the `dmtx` crate)
+//!
+//! | kind | RTTs | verbs (address cache warm, f = 1) |
+//! | --- | --- | --- |
+//! | read-only, 1 object | 1 | 1 READ |
+//! | read-only, n objects | 2 | n READ + n READ(16 B) |
+//! | read-write, no RO data | 2 (+ release) | per object: CAS+READ, CAS+WRITE, WRITE, per MN log WRITE, FLUSH |
+//! | read-write with RO data | 3 (+ release) | the above + RO READs and validation READs |
+//! | address-cache miss | +1 for a locked object, +0 for a read-only one (its bucket READ returns the record) |
+//! | insert | lookup round (bucket lock CAS + bucket READ) + lock round + commit |
+//! | abort | no extra RTT: locks are released in the background |
+//!
+//! # Record layout and tear detection
+//!
+//! See [`layout`]: `vlock | version | key | meta | checksum | value`. A read covered by
+//! a validation round is protected by it (a writer's lock or version bump makes
+//! validation fail); every unlocked read also checks the checksum, which catches every
+//! mixture of old and new words, so a read-only transaction of one object never
+//! returns a torn record (8 B per record).
+//!
+//! # Deviations from the paper
+//!
+//! - **Validation checks the lock, not only the version** (read-write transactions).
+//!   FORD's Fig. 9 and its code compare versions only, which admits write skew: T1
+//!   locks B and reads A, T2 locks A and reads B, both validate before either commits,
+//!   both see unchanged versions, both commit. dmtx reads the `vlock` word in the same
+//!   16-byte validation READ and fails if another transaction holds it, at no extra
+//!   round trip. The published rule is kept as [`FordVariant::VersionOnlyValidation`],
+//!   a test-only broken variant. A pure read-only transaction checks versions only,
+//!   which is sufficient for it.
+//! - **Undo logs ride in the commit batch.** Instead of a separate post during
+//!   execution, each memory node's undo log WRITE is placed first in that node's
+//!   commit batch; batches execute in order, so the log is in place before any
+//!   in-place update on that node, and no wait is added to the critical path. This
+//!   also needs no completion check between log and commit (FORD §4.3.1 waits for log
+//!   ACKs before updating). Each node's log covers the records on that node.
+//! - **Backups carry the committer's id in `vlock`** (`INVISIBLE | owner`) and are
+//!   released by CAS, so a late release of an earlier transaction can never clear the
+//!   invisible bit of a later one.
+//! - **Inserts lock the home bucket** (a per-bucket lock word taken only by inserters)
+//!   so two transactions can never insert the same key into different free slots.
+//! - **Tear detector**: a checksum rather than FORD's reliance on the invisible bit,
+//!   which only protects reads that start after the commit's CAS.
+//!
+//! # Failures (§4.8)
+//!
+//! - A verb fails before commit: abort, release locks.
+//! - A verb fails during the commit post: the coordinator writes the old images (kept
+//!   locally, and in the undo logs for recovery by others) back to every reachable
+//!   replica, in the same batch as the release, and aborts with `fault`.
+//! - A verb fails during release: the transaction is already committed; a node that
+//!   missed its release is repaired by recovery.
+
+mod commit;
+mod execute;
+pub mod layout;
+mod validate;
+
+use dmtx_memnode::Control;
+use dmtx_runtime::{Abort, CoordCtx, KnobError, KnobSpec, Knobs, Protocol, Result, Txn};
+use dmtx_store::SlotLayout;
+use dmtx_verbs::{AtomicId, MnId, Post, ReadId};
+
+pub use layout::FordLayout;
+
+/// Test-only protocol variants (the isolation checker must catch the broken ones).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum FordVariant {
+    /// dmtx's FORD: validation checks versions and locks.
+    #[default]
+    Fixed,
+    /// The paper's rule: read-write transactions validate versions only (admits write skew).
+    VersionOnlyValidation,
+}
+
+/// FORD's settings.
+#[derive(Clone, Debug)]
+pub struct FordConfig {
+    /// Read read-only data from backups (§4.4).
+    pub backup_read: bool,
+    /// Re-reads of an invisible or torn record before aborting.
+    pub reread_max: u32,
+    /// Bytes of each coordinator's undo-log area on each memory node.
+    pub log_bytes: u32,
+    /// Test-only variant.
+    pub variant: FordVariant,
+}
+
+impl Default for FordConfig {
+    fn default() -> Self {
+        Self {
+            backup_read: true,
+            reread_max: 4,
+            log_bytes: 64 << 10,
+            variant: FordVariant::Fixed,
+        }
+    }
+}
+
+const BACKUP_READ: KnobSpec = KnobSpec {
+    name: "backup_read",
+    default: "true",
+    help: "read read-only data from backups (FORD §4.4)",
+};
+const REREAD_MAX: KnobSpec = KnobSpec {
+    name: "reread_max",
+    default: "4",
+    help: "re-reads of an invisible or torn record before the transaction aborts",
+};
+const LOG_BYTES: KnobSpec = KnobSpec {
+    name: "log_bytes",
+    default: "65536",
+    help: "undo-log bytes per coordinator per memory node",
+};
+
+/// The FORD protocol.
+#[derive(Debug, Clone)]
+pub struct Ford {
+    cfg: FordConfig,
+    layout: FordLayout,
+}
+
+impl Ford {
+    /// Command-line name.
+    pub const NAME: &'static str = "ford";
+    /// One-line description.
+    pub const ABOUT: &'static str =
+        "FORD (FAST'22/TOS'23): hitchhiked locking, coalescent commit, backup reads, selective flush";
+    /// `--set` knobs.
+    pub const KNOBS: &'static [KnobSpec] = &[BACKUP_READ, REREAD_MAX, LOG_BYTES];
+
+    /// FORD with `cfg`.
+    pub fn new(cfg: FordConfig) -> Self {
+        Self {
+            cfg,
+            layout: FordLayout,
+        }
+    }
+
+    /// FORD configured from `--set` values.
+    pub fn from_knobs(knobs: &Knobs) -> std::result::Result<Self, KnobError> {
+        Ok(Self::new(FordConfig {
+            backup_read: knobs.get(&BACKUP_READ)?,
+            reread_max: knobs.get(&REREAD_MAX)?,
+            log_bytes: knobs.get_checked(&LOG_BYTES, |v: u32| {
+                if v >= 4096 && v % 8 == 0 {
+                    Ok(())
+                } else {
+                    Err("must be a multiple of 8, at least 4096".into())
+                }
+            })?,
+            variant: FordVariant::Fixed,
+        }))
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &FordConfig {
+        &self.cfg
+    }
+}
+
+/// Where an object is in the execution phase.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+enum Stage {
+    /// Not started: look in the address cache.
+    #[default]
+    New,
+    /// Read bucket `0` of the key's chain.
+    Lookup(u64),
+    /// Read (and, for writers, lock) the slot at `rel`.
+    Fetch,
+    /// Fetched.
+    Done,
+}
+
+/// FORD's per-object state.
+#[derive(Debug, Default)]
+pub struct FordObj {
+    stage: Stage,
+    /// Table-relative slot offset once known.
+    rel: u64,
+    /// Replica the object is read from (0 = primary).
+    replica: u8,
+    /// Holds the primary's lock.
+    locked: bool,
+    /// Backups' `vlock` were set to `INVISIBLE | me` by a commit batch.
+    backups_marked: bool,
+    /// Holds the insert lock of this bucket (table-relative offset).
+    bucket_lock: Option<u64>,
+    /// Version read.
+    version: u64,
+    /// Re-reads so far (invisible or torn).
+    rereads: u32,
+    /// Offset of the old image in `FordCoord::undo`.
+    undo_at: u32,
+    /// Free slot found for an insert while walking the chain.
+    free_rel: Option<u64>,
+    /// Last bucket of the chain (for linking an overflow bucket).
+    last_bucket: u64,
+    /// Overflow bucket reserved by FAA, to be linked.
+    new_overflow: Option<u64>,
+    read: Option<ReadId>,
+    cas: Option<AtomicId>,
+}
+
+/// FORD's per-coordinator state.
+pub struct FordCoord {
+    /// This coordinator's lock word (`global id + 1`, never 0, bit 63 clear).
+    lock: u64,
+    post: Post,
+    bg: Post,
+    /// Undo-log area base per memory node.
+    log_base: Vec<u64>,
+    log_bytes: u32,
+    /// Old images of locked objects (bytes 8.. of each slot).
+    undo: Vec<u8>,
+    /// Scratch: memory nodes touched by the commit.
+    mns: Vec<MnId>,
+    /// Scratch: one encoded record.
+    undo_scratch: Vec<u8>,
+}
+
+impl Protocol for Ford {
+    type CoordState = FordCoord;
+    type ObjState = FordObj;
+
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn layout(&self) -> &dyn SlotLayout {
+        &self.layout
+    }
+
+    fn coord_state(&self, ctx: &CoordCtx, control: &dyn Control) -> Result<FordCoord> {
+        let mut log_base = Vec::with_capacity(control.mn_count());
+        for mn in 0..control.mn_count() {
+            log_base.push(control.alloc(MnId(mn as u16), self.cfg.log_bytes as u64, 64)?);
+        }
+        let lock = ctx.id.global() + 1;
+        assert!(lock & layout::INVISIBLE == 0);
+        Ok(FordCoord {
+            lock,
+            post: Post::new(),
+            bg: Post::new(),
+            log_base,
+            log_bytes: self.cfg.log_bytes,
+            undo: Vec::new(),
+            mns: Vec::new(),
+            undo_scratch: Vec::new(),
+        })
+    }
+
+    async fn execute(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+        execute::execute(txn).await
+    }
+
+    async fn commit(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+        validate::validate(txn).await?;
+        commit::commit(txn).await
+    }
+
+    fn abort(txn: &mut Txn<'_, Self>) {
+        commit::release(txn, false);
+    }
+}

@@ -1,0 +1,15 @@
+//! The protocols of dmtx, one module per protocol, each implementing
+//! [`dmtx_runtime::Protocol`].
+//!
+//! | module | paper | isolation |
+//! | --- | --- | --- |
+//! | [`ford`] | FORD (ACM TOS 2023; FAST'22), §4.2–4.6, §4.8 | serializable |
+//!
+//! Each module's doc gives its record layout, its round-trip budget per transaction
+//! kind and its deviations from the paper. Protocols never name a transport or a
+//! workload: they speak verbs through `dmtx-runtime`.
+
+#![warn(missing_docs)]
+#![allow(async_fn_in_trait)]
+
+pub mod ford;

@@ -1,0 +1,123 @@
+//! What every coordinator carries: its identity, its thread's transport, clock and
+//! caches, and its counters.
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use dmtx_store::Catalog;
+use dmtx_verbs::{MnCounters, Post, PostCounters, Submitted, Transport, VerbError};
+
+use crate::{yield_now, AddrCache, Clock};
+
+/// A coordinator's id: unique in the cluster, never 0 when used as a lock owner.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CoordId {
+    /// Compute node.
+    pub cn: u16,
+    /// Worker thread within the CN.
+    pub thread: u16,
+    /// Coroutine within the thread.
+    pub coroutine: u16,
+}
+
+impl CoordId {
+    /// A dense cluster-wide number, `< 2^48`.
+    #[inline]
+    pub fn global(self) -> u64 {
+        ((self.cn as u64) << 32) | ((self.thread as u64) << 16) | self.coroutine as u64
+    }
+}
+
+impl std::fmt::Display for CoordId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cn{}/t{}/c{}", self.cn, self.thread, self.coroutine)
+    }
+}
+
+/// The runtime side of a coordinator, shared by every protocol.
+pub struct CoordCtx {
+    /// Who this is.
+    pub id: CoordId,
+    /// The worker thread's connections.
+    pub transport: Rc<dyn Transport>,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+    /// Table metadata.
+    pub catalog: Arc<Catalog>,
+    /// Slot addresses.
+    pub cache: Rc<AddrCache>,
+    /// Counters of the current transaction attempt.
+    pub txn_counters: PostCounters,
+    /// Load sent to each memory node, over the coordinator's life.
+    pub per_mn: Vec<MnCounters>,
+    /// The last verb error seen, for reporting faults.
+    pub last_fault: Option<VerbError>,
+}
+
+impl CoordCtx {
+    /// A context on the given thread resources.
+    pub fn new(
+        id: CoordId,
+        transport: Rc<dyn Transport>,
+        clock: Arc<dyn Clock>,
+        catalog: Arc<Catalog>,
+        cache: Rc<AddrCache>,
+    ) -> Self {
+        let per_mn = vec![MnCounters::default(); transport.mn_count()];
+        Self {
+            id,
+            transport,
+            clock,
+            catalog,
+            cache,
+            txn_counters: PostCounters::default(),
+            per_mn,
+            last_fault: None,
+        }
+    }
+
+    #[inline]
+    fn count(&mut self, post: &Post, critical: bool) {
+        self.txn_counters.count(post, critical);
+        for op in post.ops() {
+            if let Some(mn) = self.per_mn.get_mut(op.ptr().mn.index()) {
+                mn.ops[op.kind() as usize] += 1;
+                mn.bytes_in += op.bytes_out();
+                mn.bytes_out += op.bytes_in();
+            }
+        }
+    }
+
+    /// Post and wait: one round trip on the critical path. Yields to the thread's other
+    /// coordinators even when the transport completed the post at once.
+    pub async fn post(&mut self, post: &mut Post) -> Result<(), VerbError> {
+        debug_assert!(
+            !post.is_empty(),
+            "an empty post would count a round trip for nothing"
+        );
+        self.count(post, true);
+        let res = match self.transport.submit(post) {
+            Submitted::Done(res) => {
+                yield_now().await;
+                res
+            }
+            Submitted::Pending(ticket) => {
+                let transport = Rc::clone(&self.transport);
+                std::future::poll_fn(|cx| transport.poll(ticket, post, cx)).await
+            }
+        };
+        if let Err(e) = &res {
+            self.last_fault = Some(e.clone());
+        }
+        res
+    }
+
+    /// Post without waiting (background release); counted apart from round trips.
+    pub fn post_background(&mut self, post: &mut Post) {
+        if post.is_empty() {
+            return;
+        }
+        self.count(post, false);
+        self.transport.submit_detached(post);
+    }
+}

@@ -1,0 +1,19 @@
+//! Runtime setup errors.
+
+/// Why a compute node, worker or coordinator could not be set up.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// Table metadata or placement.
+    #[error(transparent)]
+    Store(#[from] dmtx_store::StoreError),
+    /// The memory pool's control interface.
+    #[error(transparent)]
+    Control(#[from] dmtx_memnode::ControlError),
+    /// A verb failed during setup.
+    #[error(transparent)]
+    Verb(#[from] dmtx_verbs::VerbError),
+}
+
+/// `Result` with a [`RuntimeError`].
+pub type Result<T> = std::result::Result<T, RuntimeError>;

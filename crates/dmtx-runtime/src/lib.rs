@@ -1,0 +1,48 @@
+//! The compute-node runtime of dmtx (DESIGN §4).
+//!
+//! A compute node ([`Cn`]) runs `threads × coroutines` coordinators. Each worker thread
+//! ([`Worker`]) has its own [`Transport`](dmtx_verbs::Transport) and runs a
+//! [`LocalExecutor`]; each [`Coordinator`] is an async task on it that runs one
+//! transaction after another through the [`Txn`] API and yields at every post. The
+//! [`Protocol`] trait is what a concurrency-control protocol implements to plug in;
+//! workloads see only [`Txn`], [`Table`] and [`ObjRef`]. Coordinators count every post
+//! ([`CoordCtx::post`]); a [`TxnObserver`] receives every finished transaction (the
+//! isolation checker's hook). The [`AddrCache`] maps keys to slot addresses per CN.
+//! Time comes from a [`Clock`], so the simulator can supply virtual time.
+//!
+//! Depends on `dmtx-verbs`, `dmtx-memnode` and `dmtx-store`; never names a transport.
+//!
+//! ```
+//! use dmtx_runtime::{block_on, yield_now};
+//! let v = block_on(async { yield_now().await; 7 });
+//! assert_eq!(v, 7);
+//! ```
+
+#![warn(missing_docs)]
+#![allow(async_fn_in_trait)]
+
+mod abort;
+mod cache;
+mod clock;
+mod ctx;
+mod error;
+mod executor;
+mod knobs;
+mod protocol;
+mod scan;
+mod txn;
+mod worker;
+
+pub use abort::{Abort, AbortReason};
+pub use cache::{AddrCache, SharedAddrCache};
+pub use clock::{Clock, RealClock};
+pub use ctx::{CoordCtx, CoordId};
+pub use error::{Result, RuntimeError};
+pub use executor::{block_on, yield_now, LocalExecutor};
+pub use knobs::{KnobError, KnobSpec, Knobs};
+pub use protocol::Protocol;
+pub use scan::scan_table;
+pub use txn::{
+    Access, Coordinator, Obj, ObjRef, Phase, Table, Txn, TxnObserver, TxnSet, TxnSummary,
+};
+pub use worker::{Cn, Worker};

@@ -1,0 +1,42 @@
+//! The protocol abstraction: what a concurrency-control protocol plugs into.
+
+use std::future::Future;
+
+use dmtx_memnode::Control;
+use dmtx_store::SlotLayout;
+
+use crate::{Abort, CoordCtx, Result, Txn};
+
+/// A distributed transaction protocol over one-sided verbs.
+///
+/// A protocol owns its record layout ([`SlotLayout`]) and its per-transaction state
+/// machine. Workloads never see either: they speak the [`Txn`] API, which calls
+/// [`execute`](Protocol::execute) to fetch what was added since the last call and
+/// [`commit`](Protocol::commit) to finish. When either returns `Err`, the `Txn` calls
+/// [`abort`](Protocol::abort) to release whatever the transaction still holds, so a
+/// protocol's `execute`/`commit` only undo what they themselves made visible.
+pub trait Protocol: Send + Sync + Sized + 'static {
+    /// Per-coordinator resources (post buffers, log areas).
+    type CoordState: 'static;
+    /// Per-object scratch state (addresses, lock state).
+    type ObjState: Default + 'static;
+
+    /// The protocol's name as used on the command line.
+    fn name(&self) -> &'static str;
+
+    /// How records look in a slot; tables are created with it.
+    fn layout(&self) -> &dyn SlotLayout;
+
+    /// Set up one coordinator (allocate its log areas through `control`, ...).
+    fn coord_state(&self, ctx: &CoordCtx, control: &dyn Control) -> Result<Self::CoordState>;
+
+    /// Fetch every object added since the last call, in as few round trips as the
+    /// protocol allows. Must leave `set.fetched == set.objs.len()` on success.
+    fn execute(txn: &mut Txn<'_, Self>) -> impl Future<Output = std::result::Result<(), Abort>>;
+
+    /// Validate and commit. On `Err`, nothing the transaction wrote may remain visible.
+    fn commit(txn: &mut Txn<'_, Self>) -> impl Future<Output = std::result::Result<(), Abort>>;
+
+    /// Release every lock the transaction holds (in the background).
+    fn abort(txn: &mut Txn<'_, Self>);
+}

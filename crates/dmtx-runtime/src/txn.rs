@@ -1,0 +1,423 @@
+//! The Txn API (FORD §5.2 FLib: TxBegin / AddRO / AddRW / TxExecute / TxCommit).
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use bytemuck::Pod;
+
+use crate::{Abort, AbortReason, CoordCtx, CoordId, Protocol};
+
+/// A table, typed by the record `T` its values hold (`[u8]` for raw bytes).
+pub struct Table<T: ?Sized = [u8]> {
+    id: u32,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: ?Sized> Table<T> {
+    /// The table with id `id`.
+    pub const fn new(id: u32) -> Self {
+        Self {
+            id,
+            _t: PhantomData,
+        }
+    }
+
+    /// Its id.
+    pub const fn id(&self) -> u32 {
+        self.id
+    }
+}
+
+impl<T: ?Sized> Clone for Table<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T: ?Sized> Copy for Table<T> {}
+impl<T: ?Sized> std::fmt::Debug for Table<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Table({})", self.id)
+    }
+}
+
+/// A handle to an object added to a transaction.
+pub struct ObjRef<T: ?Sized = [u8]> {
+    idx: u32,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: ?Sized> ObjRef<T> {
+    /// Position in the transaction's object list.
+    pub fn index(&self) -> usize {
+        self.idx as usize
+    }
+}
+impl<T: ?Sized> Clone for ObjRef<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T: ?Sized> Copy for ObjRef<T> {}
+impl<T: ?Sized> std::fmt::Debug for ObjRef<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ObjRef({})", self.idx)
+    }
+}
+
+/// How a transaction uses an object.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// Read only (AddRO).
+    ReadOnly,
+    /// Read, then written back (AddRW).
+    ReadWrite,
+    /// Created by this transaction.
+    Insert,
+    /// Read, then removed.
+    Delete,
+}
+
+impl Access {
+    /// True for accesses that lock and write.
+    #[inline]
+    pub fn writes(self) -> bool {
+        !matches!(self, Access::ReadOnly)
+    }
+}
+
+/// One object of a transaction's read/write set.
+#[derive(Debug)]
+pub struct Obj<S> {
+    /// Table id.
+    pub table: u32,
+    /// Key.
+    pub key: u64,
+    /// How it is used.
+    pub access: Access,
+    /// Start of its value in the arena, in words.
+    pub value_word: u32,
+    /// Value length in bytes.
+    pub value_len: u32,
+    /// The version this transaction read (set by the protocol, for histories).
+    pub version_read: Option<u64>,
+    /// The version this transaction installed (set by the protocol at commit).
+    pub version_written: Option<u64>,
+    /// Protocol scratch state.
+    pub proto: S,
+}
+
+/// Where a transaction is in its life.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Between begin and commit/abort.
+    Active,
+    /// Committed.
+    Committed,
+    /// Aborted.
+    Aborted(AbortReason),
+}
+
+/// The read/write set of the current transaction and its values. Buffers are reused
+/// from one transaction to the next.
+#[derive(Debug)]
+pub struct TxnSet<S> {
+    /// Objects in the order added.
+    pub objs: Vec<Obj<S>>,
+    /// Values, word-aligned so records can be viewed in place.
+    pub arena: Vec<u64>,
+    /// Objects before this index have been fetched by `execute`.
+    pub fetched: usize,
+    /// Per-coordinator transaction sequence number.
+    pub txn_seq: u64,
+    /// Life cycle.
+    pub phase: Phase,
+}
+
+impl<S> Default for TxnSet<S> {
+    fn default() -> Self {
+        Self {
+            objs: Vec::new(),
+            arena: Vec::new(),
+            fetched: 0,
+            txn_seq: 0,
+            phase: Phase::Committed,
+        }
+    }
+}
+
+impl<S> TxnSet<S> {
+    /// The value bytes of object `i`.
+    #[inline]
+    pub fn value(&self, i: usize) -> &[u8] {
+        let o = &self.objs[i];
+        let words = &self.arena[o.value_word as usize..];
+        &bytemuck::cast_slice::<u64, u8>(words)[..o.value_len as usize]
+    }
+
+    /// The value bytes of object `i`, writable.
+    #[inline]
+    pub fn value_mut(&mut self, i: usize) -> &mut [u8] {
+        let o = &self.objs[i];
+        let len = o.value_len as usize;
+        let words = &mut self.arena[o.value_word as usize..];
+        &mut bytemuck::cast_slice_mut::<u64, u8>(words)[..len]
+    }
+}
+
+/// What an observer (history recorder) learns about each finished transaction.
+#[derive(Debug)]
+pub struct TxnSummary<'a> {
+    /// Coordinator.
+    pub coord: CoordId,
+    /// Per-coordinator sequence number.
+    pub txn_seq: u64,
+    /// Clock reading at begin.
+    pub start_ns: u64,
+    /// Clock reading at the outcome.
+    pub end_ns: u64,
+    /// Outcome.
+    pub outcome: Phase,
+    /// (table, key, access, version read, version written) per object.
+    pub objs: &'a [(u32, u64, Access, Option<u64>, Option<u64>)],
+}
+
+/// Receives every finished transaction of a coordinator (the isolation checker's hook).
+pub trait TxnObserver {
+    /// Called once per transaction, after its outcome is known.
+    fn on_finish(&mut self, txn: &TxnSummary<'_>);
+}
+
+/// A coordinator: one async task that runs transactions one after another.
+pub struct Coordinator<P: Protocol> {
+    /// Runtime resources and counters.
+    pub ctx: CoordCtx,
+    /// The protocol (shared by all coordinators).
+    pub proto: Arc<P>,
+    /// Protocol resources of this coordinator.
+    pub state: P::CoordState,
+    /// The current transaction.
+    pub set: TxnSet<P::ObjState>,
+    observer: Option<Box<dyn TxnObserver>>,
+    start_ns: u64,
+    summary_buf: Vec<(u32, u64, Access, Option<u64>, Option<u64>)>,
+}
+
+impl<P: Protocol> Coordinator<P> {
+    /// A coordinator with its protocol state.
+    pub fn new(ctx: CoordCtx, proto: Arc<P>, state: P::CoordState) -> Self {
+        Self {
+            ctx,
+            proto,
+            state,
+            set: TxnSet::default(),
+            observer: None,
+            start_ns: 0,
+            summary_buf: Vec::new(),
+        }
+    }
+
+    /// Report every finished transaction to `observer`.
+    pub fn set_observer(&mut self, observer: Box<dyn TxnObserver>) {
+        self.observer = Some(observer);
+    }
+
+    /// Take the observer back.
+    pub fn take_observer(&mut self) -> Option<Box<dyn TxnObserver>> {
+        self.observer.take()
+    }
+
+    /// Start a transaction (TxBegin).
+    pub fn begin(&mut self) -> Txn<'_, P> {
+        assert!(
+            self.set.phase != Phase::Active,
+            "begin while a transaction is active"
+        );
+        self.set.objs.clear();
+        self.set.arena.clear();
+        self.set.fetched = 0;
+        self.set.txn_seq += 1;
+        self.set.phase = Phase::Active;
+        self.ctx.txn_counters = Default::default();
+        if self.observer.is_some() {
+            self.start_ns = self.ctx.clock.now_ns();
+        }
+        Txn { coord: self }
+    }
+
+    fn finish(&mut self, phase: Phase) {
+        self.set.phase = phase;
+        if let Some(obs) = self.observer.as_mut() {
+            self.summary_buf.clear();
+            self.summary_buf.extend(
+                self.set
+                    .objs
+                    .iter()
+                    .map(|o| (o.table, o.key, o.access, o.version_read, o.version_written)),
+            );
+            obs.on_finish(&TxnSummary {
+                coord: self.ctx.id,
+                txn_seq: self.set.txn_seq,
+                start_ns: self.start_ns,
+                end_ns: self.ctx.clock.now_ns(),
+                outcome: phase,
+                objs: &self.summary_buf,
+            });
+        }
+    }
+}
+
+/// A transaction in progress. Dropping it without `commit` aborts it.
+pub struct Txn<'c, P: Protocol> {
+    /// The coordinator running it (protocols reach their state through this).
+    pub coord: &'c mut Coordinator<P>,
+}
+
+impl<'c, P: Protocol> Txn<'c, P> {
+    /// The coordinator's id and this transaction's sequence number.
+    pub fn id(&self) -> (CoordId, u64) {
+        (self.coord.ctx.id, self.coord.set.txn_seq)
+    }
+
+    fn add<T: ?Sized>(&mut self, table: u32, key: u64, access: Access) -> ObjRef<T> {
+        assert_eq!(
+            self.coord.set.phase,
+            Phase::Active,
+            "add to a finished transaction"
+        );
+        let value_len = match self.coord.ctx.catalog.get(table) {
+            Ok(t) => t.meta.value_bytes,
+            Err(e) => panic!("{e}: the workload names a table it did not create"),
+        };
+        let set = &mut self.coord.set;
+        debug_assert!(
+            !set.objs.iter().any(|o| o.table == table && o.key == key),
+            "table {table} key {key} added twice to one transaction"
+        );
+        let value_word = set.arena.len();
+        set.arena
+            .resize(value_word + (value_len as usize).div_ceil(8), 0);
+        set.objs.push(Obj {
+            table,
+            key,
+            access,
+            value_word: value_word as u32,
+            value_len,
+            version_read: None,
+            version_written: None,
+            proto: P::ObjState::default(),
+        });
+        ObjRef {
+            idx: set.objs.len() as u32 - 1,
+            _t: PhantomData,
+        }
+    }
+
+    /// Add a record to read (AddRO).
+    pub fn add_ro<T: ?Sized>(&mut self, table: Table<T>, key: u64) -> ObjRef<T> {
+        self.add(table.id, key, Access::ReadOnly)
+    }
+
+    /// Add a record to read and update (AddRW).
+    pub fn add_rw<T: ?Sized>(&mut self, table: Table<T>, key: u64) -> ObjRef<T> {
+        self.add(table.id, key, Access::ReadWrite)
+    }
+
+    /// Add a record to create; its value starts zeroed, fill it before commit.
+    pub fn add_insert<T: ?Sized>(&mut self, table: Table<T>, key: u64) -> ObjRef<T> {
+        self.add(table.id, key, Access::Insert)
+    }
+
+    /// Add a record to delete.
+    pub fn add_delete<T: ?Sized>(&mut self, table: Table<T>, key: u64) -> ObjRef<T> {
+        self.add(table.id, key, Access::Delete)
+    }
+
+    /// Fetch everything added since the last call (TxExecute). May be called several
+    /// times. On `Err` the transaction is over and its locks are being released.
+    pub async fn execute(&mut self) -> Result<(), Abort> {
+        match self.coord.set.phase {
+            Phase::Active => {}
+            Phase::Aborted(reason) => return Err(Abort::new(reason)),
+            Phase::Committed => panic!("execute after commit"),
+        }
+        if self.coord.set.fetched == self.coord.set.objs.len() {
+            return Ok(());
+        }
+        let res = P::execute(self).await;
+        match res {
+            Ok(()) => {
+                debug_assert_eq!(self.coord.set.fetched, self.coord.set.objs.len());
+                Ok(())
+            }
+            Err(abort) => Err(self.fail(abort)),
+        }
+    }
+
+    fn fail(&mut self, abort: Abort) -> Abort {
+        P::abort(self);
+        self.coord.finish(Phase::Aborted(abort.reason));
+        abort
+    }
+
+    fn check_fetched(&self, i: usize) {
+        assert!(
+            i < self.coord.set.fetched,
+            "object {i} read before execute() fetched it"
+        );
+    }
+
+    /// The value of a fetched object as raw bytes.
+    pub fn bytes<T: ?Sized>(&self, obj: ObjRef<T>) -> &[u8] {
+        self.check_fetched(obj.index());
+        self.coord.set.value(obj.index())
+    }
+
+    /// The value of a fetched read-write or inserted object, writable.
+    pub fn bytes_mut<T: ?Sized>(&mut self, obj: ObjRef<T>) -> &mut [u8] {
+        self.check_fetched(obj.index());
+        let access = self.coord.set.objs[obj.index()].access;
+        assert!(
+            matches!(access, Access::ReadWrite | Access::Insert),
+            "object {} is {access:?}; only read-write and inserted objects can be written",
+            obj.index()
+        );
+        self.coord.set.value_mut(obj.index())
+    }
+
+    /// The fetched record, viewed in place.
+    pub fn get<T: Pod>(&self, obj: ObjRef<T>) -> &T {
+        let b = self.bytes(obj);
+        bytemuck::from_bytes(&b[..std::mem::size_of::<T>()])
+    }
+
+    /// The fetched record, writable in place.
+    pub fn get_mut<T: Pod>(&mut self, obj: ObjRef<T>) -> &mut T {
+        let b = self.bytes_mut(obj);
+        bytemuck::from_bytes_mut(&mut b[..std::mem::size_of::<T>()])
+    }
+
+    /// Validate and commit (TxCommit). Fetches anything still pending first.
+    pub async fn commit(mut self) -> Result<(), Abort> {
+        self.execute().await?;
+        match P::commit(&mut self).await {
+            Ok(()) => {
+                self.coord.finish(Phase::Committed);
+                Ok(())
+            }
+            Err(abort) => Err(self.fail(abort)),
+        }
+    }
+
+    /// Give up (the workload's own decision); returns the abort to hand back.
+    pub fn abort(mut self) -> Abort {
+        self.fail(Abort::new(AbortReason::User))
+    }
+}
+
+impl<P: Protocol> Drop for Txn<'_, P> {
+    fn drop(&mut self) {
+        if self.coord.set.phase == Phase::Active {
+            self.fail(Abort::new(AbortReason::User));
+        }
+    }
+}

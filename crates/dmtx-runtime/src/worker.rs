@@ -1,0 +1,104 @@
+//! Compute nodes and their worker threads.
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use dmtx_memnode::Control;
+use dmtx_store::Catalog;
+use dmtx_verbs::{Fabric, Transport};
+
+use crate::{AddrCache, Clock, CoordCtx, CoordId, Coordinator, Protocol, Result, SharedAddrCache};
+
+/// A compute node: its view of the cluster and the caches its threads share.
+#[derive(Clone)]
+pub struct Cn {
+    /// Compute-node id.
+    pub id: u16,
+    /// How its threads reach memory nodes.
+    pub fabric: Arc<dyn Fabric>,
+    /// The memory pool's init-time interface.
+    pub control: Arc<dyn Control>,
+    /// Table metadata fetched at connect.
+    pub catalog: Arc<Catalog>,
+    /// The CN-wide level of the address cache.
+    pub cache: Arc<SharedAddrCache>,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Cn {
+    /// Join the cluster: fetch every table's metadata (FORD §4.1 ❷).
+    pub fn connect(
+        id: u16,
+        fabric: Arc<dyn Fabric>,
+        control: Arc<dyn Control>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self> {
+        let catalog = Arc::new(Catalog::fetch(control.as_ref())?);
+        Ok(Self {
+            id,
+            fabric,
+            control,
+            catalog,
+            cache: Arc::new(SharedAddrCache::new()),
+            clock,
+        })
+    }
+
+    /// Set up worker thread `thread`; call this on that thread.
+    pub fn worker(&self, thread: u16) -> Result<Worker> {
+        let transport: Rc<dyn Transport> = Rc::from(self.fabric.endpoint(thread as u32)?);
+        Ok(Worker {
+            cn: self.clone(),
+            thread,
+            transport,
+            cache: Rc::new(AddrCache::new(Arc::clone(&self.cache))),
+        })
+    }
+}
+
+/// One worker thread of a compute node: its transport and its level of the cache.
+pub struct Worker {
+    cn: Cn,
+    thread: u16,
+    transport: Rc<dyn Transport>,
+    cache: Rc<AddrCache>,
+}
+
+impl Worker {
+    /// The thread's transport (give it to the executor for progress).
+    pub fn transport(&self) -> &Rc<dyn Transport> {
+        &self.transport
+    }
+
+    /// The compute node.
+    pub fn cn(&self) -> &Cn {
+        &self.cn
+    }
+
+    /// A bare context for coroutine `coroutine` (setup work, scans).
+    pub fn ctx(&self, coroutine: u16) -> CoordCtx {
+        CoordCtx::new(
+            CoordId {
+                cn: self.cn.id,
+                thread: self.thread,
+                coroutine,
+            },
+            Rc::clone(&self.transport),
+            Arc::clone(&self.cn.clock),
+            Arc::clone(&self.cn.catalog),
+            Rc::clone(&self.cache),
+        )
+    }
+
+    /// A coordinator running `proto` as coroutine `coroutine` of this thread.
+    pub fn coordinator<P: Protocol>(
+        &self,
+        proto: &Arc<P>,
+        coroutine: u16,
+    ) -> Result<Coordinator<P>> {
+        let ctx = self.ctx(coroutine);
+        let state = proto.coord_state(&ctx, self.cn.control.as_ref())?;
+        Ok(Coordinator::new(ctx, Arc::clone(proto), state))
+    }
+}

@@ -1,0 +1,65 @@
+//! The workload abstraction.
+
+use std::future::Future;
+
+use dmtx_runtime::{Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, Protocol};
+use dmtx_store::{StoreError, TableSpec};
+
+use crate::Snapshot;
+
+/// A benchmark: its tables, their initial records, its transaction mix and the
+/// invariants that must hold after any run.
+///
+/// Workloads are protocol-agnostic: they speak only the `Txn` API.
+pub trait Workload: Send + Sync + Sized + 'static {
+    /// Per-coordinator state: RNG, and whatever the invariants need (committed deltas).
+    type Local: Send + 'static;
+
+    /// Name used on the command line.
+    const NAME: &'static str;
+    /// One-line description for `dmtx list`.
+    const ABOUT: &'static str;
+    /// Knobs accepted with `--set`.
+    const KNOBS: &'static [KnobSpec];
+
+    /// Build from `--set` values (unknown keys are refused before this is called).
+    fn from_knobs(knobs: &Knobs) -> Result<Self, KnobError>;
+
+    /// Names of the transaction types, indexed as `run_one` reports them.
+    fn txn_types(&self) -> &'static [&'static str];
+
+    /// The tables to create.
+    fn tables(&self) -> Vec<TableSpec>;
+
+    /// Produce the initial records of `table`, handing each to `insert`.
+    fn load(
+        &self,
+        table: u32,
+        insert: &mut dyn FnMut(u64, &[u8]) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError>;
+
+    /// Per-coordinator state; `seed` is derived from the run seed and `coord`.
+    fn local(&self, coord: CoordId, seed: u64) -> Self::Local;
+
+    /// Pick and run one transaction; report its type index and outcome. Retrying an
+    /// aborted transaction is the driver's business, not the workload's.
+    fn run_one<P: Protocol>(
+        &self,
+        local: &mut Self::Local,
+        coord: &mut Coordinator<P>,
+    ) -> impl Future<Output = (usize, Result<(), Abort>)>;
+
+    /// Check the invariants on the quiesced database, given every coordinator's local
+    /// state. `Ok` carries a one-line description of what was checked.
+    fn check(&self, locals: &[Self::Local], snapshot: &Snapshot) -> Result<String, InvariantError>;
+}
+
+/// An invariant that failed after a run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invariant `{invariant}` violated: {detail}")]
+pub struct InvariantError {
+    /// Short name (`money_conservation`).
+    pub invariant: &'static str,
+    /// What was expected and what was found.
+    pub detail: String,
+}
