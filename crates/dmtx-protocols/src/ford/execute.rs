@@ -8,7 +8,7 @@ use dmtx_runtime::{Abort, AbortReason, Access, Txn};
 use dmtx_store::{scan_bucket, BUCKET_LOCK_OFFSET, BUCKET_NEXT_OFFSET, OVERFLOW_CURSOR_OFFSET};
 
 use super::layout::{SlotView, INVISIBLE, VLOCK};
-use super::{Ford, Stage};
+use super::{Ford, FordVariant, Stage};
 
 /// Rounds one `execute` may take before something is wrong (a chain longer than the
 /// overflow space, or a livelock).
@@ -25,10 +25,10 @@ enum Seen {
     Torn,
 }
 
-fn check_unlocked_read(v: SlotView<'_>, value_len: usize) -> Seen {
+fn check_unlocked_read(v: SlotView<'_>, value_len: usize, detector: bool) -> Seen {
     if v.vlock() & INVISIBLE != 0 {
         Seen::Invisible
-    } else if !v.intact(value_len) {
+    } else if detector && !v.intact(value_len) {
         Seen::Torn
     } else {
         Seen::Ok
@@ -63,6 +63,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
 
     let lock = c.state.lock;
     let reread_max = c.proto.config().reread_max;
+    let detector = c.proto.config().variant != FordVariant::NoTearDetector;
     for _round in 0..ROUNDS_MAX {
         let c = &mut *txn.coord;
         let post = &mut c.state.post;
@@ -160,7 +161,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                             let at = (p.rel - shape.bucket_off(b)) as usize;
                             let slot = &bucket[at..at + shape.slot_bytes as usize];
                             let v = SlotView(slot);
-                            if let Seen::Ok = check_unlocked_read(v, value_len) {
+                            if let Seen::Ok = check_unlocked_read(v, value_len, detector) {
                                 p.version = v.version();
                                 p.stage = Stage::Done;
                                 copy_from = Some(v.value(value_len));
@@ -238,7 +239,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                         p.stage = Stage::Done;
                         copy_from = Some(v.value(value_len));
                     } else {
-                        match check_unlocked_read(v, value_len) {
+                        match check_unlocked_read(v, value_len, detector) {
                             Seen::Ok => {
                                 p.version = v.version();
                                 p.stage = Stage::Done;

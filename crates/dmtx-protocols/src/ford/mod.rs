@@ -93,6 +93,9 @@ pub enum FordVariant {
     Fixed,
     /// The paper's rule: read-write transactions validate versions only (admits write skew).
     VersionOnlyValidation,
+    /// The paper's reads: trust the invisible bit and skip the checksum (returns torn
+    /// records when a READ started before the commit's CAS).
+    NoTearDetector,
 }
 
 /// FORD's settings.
