@@ -119,7 +119,12 @@ impl Race {
 }
 
 fn is_whole(a: &Acct) -> bool {
-    *a == Acct::new(OLD) || *a == Acct { writes: 1, ..Acct::new(NEW) }
+    *a == Acct::new(OLD)
+        || *a
+            == Acct {
+                writes: 1,
+                ..Acct::new(NEW)
+            }
 }
 
 type Shape = fn(&Race) -> Result<Acct, dmtx_runtime::Abort>;
@@ -155,7 +160,10 @@ fn trusting_the_invisible_bit_returns_torn_records() {
         for (name, shape) in SHAPES {
             let race = Race::new(replica, FordVariant::NoTearDetector);
             let v = shape(&race).unwrap_or_else(|a| panic!("{name}: {a}"));
-            assert!(!is_whole(&v), "{name} on replica {replica}: expected a torn record, got {v:?}");
+            assert!(
+                !is_whole(&v),
+                "{name} on replica {replica}: expected a torn record, got {v:?}"
+            );
         }
     }
 }

@@ -119,6 +119,26 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
             return Ok(());
         }
         if c.ctx.post(&mut c.state.post).await.is_err() {
+            // Which ops of a failed post ran is unknown: give back every lock this round
+            // may have taken, by CAS so a lock we never got is left alone.
+            let c = &mut *txn.coord;
+            c.state.bg.clear();
+            for o in &c.set.objs[start..n] {
+                let info = c.ctx.catalog.get(o.table).expect("table checked at add");
+                let word = match o.proto.stage {
+                    Stage::Lookup(b) if o.proto.cas.is_some() => {
+                        info.shape.bucket_off(b) + BUCKET_LOCK_OFFSET
+                    }
+                    Stage::Fetch
+                        if o.proto.cas.is_some() && o.proto.new_overflow != Some(u64::MAX) =>
+                    {
+                        o.proto.rel + VLOCK as u64
+                    }
+                    _ => continue,
+                };
+                c.state.bg.cas(info.ptr(0, word), lock, 0);
+            }
+            c.ctx.post_background(&mut c.state.bg);
             return Err(abort(AbortReason::Fault));
         }
 
