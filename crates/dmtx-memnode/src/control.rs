@@ -52,9 +52,7 @@ pub enum ControlError {
         region_bytes: u64,
     },
     /// A load touched bytes outside the region.
-    #[error(
-        "{mn}: load of {len} bytes at {offset:#x} is outside the region of {region_bytes} bytes"
-    )]
+    #[error("{mn}: load of {len} bytes at {offset:#x} is outside the region of {region_bytes} bytes")]
     OutOfRange {
         /// The node.
         mn: MnId,

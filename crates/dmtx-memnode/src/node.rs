@@ -49,15 +49,10 @@ impl MemNode {
 
     /// Reserve `bytes` aligned to `align`.
     pub fn alloc(&self, bytes: u64, align: u64) -> Result<u64> {
-        assert!(
-            align.is_power_of_two(),
-            "alignment {align} is not a power of two"
-        );
+        assert!(align.is_power_of_two(), "alignment {align} is not a power of two");
         let mut st = self.state.lock().unwrap();
         let start = st.next_free.next_multiple_of(align);
-        let end = start
-            .checked_add(bytes)
-            .filter(|&e| e <= self.region.bytes());
+        let end = start.checked_add(bytes).filter(|&e| e <= self.region.bytes());
         let Some(end) = end else {
             return Err(ControlError::OutOfMemory {
                 mn: self.id,
@@ -77,14 +72,12 @@ impl MemNode {
 
     /// Bulk-load bytes.
     pub fn load(&self, offset: u64, bytes: &[u8]) -> Result<()> {
-        self.region
-            .write(offset, bytes)
-            .map_err(|_| ControlError::OutOfRange {
-                mn: self.id,
-                offset,
-                len: bytes.len() as u64,
-                region_bytes: self.region.bytes(),
-            })
+        self.region.write(offset, bytes).map_err(|_| ControlError::OutOfRange {
+            mn: self.id,
+            offset,
+            len: bytes.len() as u64,
+            region_bytes: self.region.bytes(),
+        })
     }
 
     /// Publish table metadata.
@@ -120,13 +113,7 @@ mod tests {
         assert_eq!(b, 256);
         let e = n.alloc(8192, 8).unwrap_err();
         assert!(e.to_string().contains("mn_bytes"), "{e}");
-        assert!(matches!(
-            e,
-            ControlError::OutOfMemory {
-                requested: 8192,
-                ..
-            }
-        ));
+        assert!(matches!(e, ControlError::OutOfMemory { requested: 8192, .. }));
     }
 
     #[test]

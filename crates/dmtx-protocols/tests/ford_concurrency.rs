@@ -132,10 +132,7 @@ fn write_skew(variant: FordVariant) -> i64 {
 
 #[test]
 fn validation_with_the_lock_check_prevents_write_skew() {
-    assert!(
-        write_skew(FordVariant::Fixed) >= 0,
-        "constraint a + b >= 0 broken"
-    );
+    assert!(write_skew(FordVariant::Fixed) >= 0, "constraint a + b >= 0 broken");
 }
 
 #[test]
@@ -254,10 +251,7 @@ fn inserts_and_deletes_match_a_model_with_runtime_overflow() {
         })
     });
     let (_, _, all) = env.scan(0);
-    let mut expect: Vec<(u64, i64)> = models
-        .iter()
-        .flat_map(|m| m.lock().unwrap().clone())
-        .collect();
+    let mut expect: Vec<(u64, i64)> = models.iter().flat_map(|m| m.lock().unwrap().clone()).collect();
     expect.sort();
     let got: Vec<(u64, i64)> = all.iter().map(|(k, a)| (*k, a.balance)).collect();
     assert_eq!(got, expect);

@@ -26,10 +26,7 @@ fn read_only_one_object_is_one_rtt_warm_or_cold() {
     assert_eq!(warm.rtts, 1);
     assert_eq!(warm.ops_of(OpKind::Read), 1);
     assert_eq!(warm.background_posts, 0);
-    assert!(
-        warm.bytes_in < cold.bytes_in,
-        "warm reads one slot, cold a bucket"
-    );
+    assert!(warm.bytes_in < cold.bytes_in, "warm reads one slot, cold a bucket");
 }
 
 #[test]
@@ -91,19 +88,11 @@ fn read_write_with_ro_data_is_three_rtts() {
         })
     };
     txn(&mut c);
-    assert_eq!(
-        counters(&c).rtts,
-        4,
-        "cold cache: +1 for the locked object only"
-    );
+    assert_eq!(counters(&c).rtts, 4, "cold cache: +1 for the locked object only");
     txn(&mut c);
     let n = counters(&c);
     assert_eq!(n.rtts, 3, "execute + validation + commit");
-    assert_eq!(
-        n.ops_of(OpKind::Read),
-        2 + 1,
-        "RO READ, RW READ, validation READ"
-    );
+    assert_eq!(n.ops_of(OpKind::Read), 2 + 1, "RO READ, RW READ, validation READ");
 }
 
 #[test]
@@ -124,11 +113,7 @@ fn execute_called_twice_fetches_only_new_objects() {
         t.get_mut(b).balance += x;
         t.commit().await.unwrap();
     });
-    assert_eq!(
-        counters(&c).rtts,
-        4,
-        "two execute rounds, validation, commit"
-    );
+    assert_eq!(counters(&c).rtts, 4, "two execute rounds, validation, commit");
 }
 
 #[test]
@@ -154,10 +139,7 @@ fn lock_conflict_aborts_in_execute_and_releases_in_background() {
         .await;
         assert_eq!(res.unwrap_err().reason, AbortReason::LockConflict);
         let n = other.ctx.txn_counters;
-        assert_eq!(
-            n.background_posts, 1,
-            "abort releases key 9's lock in the background"
-        );
+        assert_eq!(n.background_posts, 1, "abort releases key 9's lock in the background");
         t.get_mut(a).balance += 1;
         t.get_mut(b).balance -= 1;
         t.commit().await.unwrap();

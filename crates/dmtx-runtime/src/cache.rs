@@ -82,11 +82,7 @@ impl AddrCache {
     #[inline]
     pub fn put(&self, table: u32, key: u64, rel: u64) {
         self.local.borrow_mut().insert((table, key), rel);
-        self.shared
-            .shard(key)
-            .lock()
-            .unwrap()
-            .insert((table, key), rel);
+        self.shared.shard(key).lock().unwrap().insert((table, key), rel);
     }
 
     /// Forget `key` if it is still cached at `stale_rel` (another thread may already
@@ -113,17 +109,9 @@ mod tests {
         let a = AddrCache::new(Arc::clone(&shared));
         let b = AddrCache::new(Arc::clone(&shared));
         a.put(1, 42, 640);
-        assert_eq!(
-            b.get(1, 42),
-            Some(640),
-            "learned by another thread of the CN"
-        );
+        assert_eq!(b.get(1, 42), Some(640), "learned by another thread of the CN");
         b.evict(1, 42, 999);
-        assert_eq!(
-            b.get(1, 42),
-            Some(640),
-            "evicting a different address is a no-op"
-        );
+        assert_eq!(b.get(1, 42), Some(640), "evicting a different address is a no-op");
         b.evict(1, 42, 640);
         assert_eq!(b.get(1, 42), None);
         assert_eq!(shared.len(), 0);

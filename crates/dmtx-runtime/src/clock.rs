@@ -18,9 +18,7 @@ pub struct RealClock {
 impl RealClock {
     /// A clock whose origin is now.
     pub fn new() -> Self {
-        Self {
-            origin: Instant::now(),
-        }
+        Self { origin: Instant::now() }
     }
 }
 

@@ -91,10 +91,7 @@ impl CoordCtx {
     /// Post and wait: one round trip on the critical path. Yields to the thread's other
     /// coordinators even when the transport completed the post at once.
     pub async fn post(&mut self, post: &mut Post) -> Result<(), VerbError> {
-        debug_assert!(
-            !post.is_empty(),
-            "an empty post would count a round trip for nothing"
-        );
+        debug_assert!(!post.is_empty(), "an empty post would count a round trip for nothing");
         self.count(post, true);
         let res = match self.transport.submit(post) {
             Submitted::Done(res) => {

@@ -56,9 +56,7 @@ impl Knobs {
     pub fn parse<'a>(pairs: impl IntoIterator<Item = &'a str>) -> Result<Self, KnobError> {
         let mut values = BTreeMap::new();
         for p in pairs {
-            let (k, v) = p
-                .split_once('=')
-                .ok_or_else(|| KnobError::Syntax(p.to_string()))?;
+            let (k, v) = p.split_once('=').ok_or_else(|| KnobError::Syntax(p.to_string()))?;
             let k = k.trim();
             if k.is_empty() {
                 return Err(KnobError::Syntax(p.to_string()));
@@ -80,10 +78,7 @@ impl Knobs {
 
     /// Refuse keys that none of `declared` names.
     pub fn check_known(&self, declared: &[&[KnobSpec]]) -> Result<(), KnobError> {
-        let all: Vec<&str> = declared
-            .iter()
-            .flat_map(|d| d.iter().map(|k| k.name))
-            .collect();
+        let all: Vec<&str> = declared.iter().flat_map(|d| d.iter().map(|k| k.name)).collect();
         for key in self.values.keys() {
             if !all.contains(&key.as_str()) {
                 let hint = all
@@ -110,11 +105,7 @@ impl Knobs {
     where
         T::Err: Display,
     {
-        let raw = self
-            .values
-            .get(spec.name)
-            .map(String::as_str)
-            .unwrap_or(spec.default);
+        let raw = self.values.get(spec.name).map(String::as_str).unwrap_or(spec.default);
         raw.parse().map_err(|e: T::Err| KnobError::Invalid {
             key: spec.name.to_string(),
             value: raw.to_string(),
@@ -152,9 +143,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, ca) in a.chars().enumerate() {
         let mut cur = vec![i + 1; b.len() + 1];
         for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
-                .min(prev[j + 1] + 1)
-                .min(cur[j] + 1);
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
         }
         prev = cur;
     }
@@ -188,21 +177,12 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.contains("did you mean `zipf_theta`"), "{msg}");
         assert!(msg.contains("keys, zipf_theta"), "{msg}");
-        let e = Knobs::parse(["keys=many"])
-            .unwrap()
-            .get::<u64>(&KEYS)
-            .unwrap_err();
+        let e = Knobs::parse(["keys=many"]).unwrap().get::<u64>(&KEYS).unwrap_err();
         assert!(e.to_string().contains("`keys` = `many`"), "{e}");
         assert!(Knobs::parse(["novalue"]).is_err());
         let e = Knobs::parse(["keys=0"])
             .unwrap()
-            .get_checked::<u64>(&KEYS, |v| {
-                if v > 0 {
-                    Ok(())
-                } else {
-                    Err("must be > 0".into())
-                }
-            })
+            .get_checked::<u64>(&KEYS, |v| if v > 0 { Ok(()) } else { Err("must be > 0".into()) })
             .unwrap_err();
         assert!(e.to_string().contains("must be > 0"));
     }

@@ -16,10 +16,7 @@ pub struct Table<T: ?Sized = [u8]> {
 impl<T: ?Sized> Table<T> {
     /// The table with id `id`.
     pub const fn new(id: u32) -> Self {
-        Self {
-            id,
-            _t: PhantomData,
-        }
+        Self { id, _t: PhantomData }
     }
 
     /// Its id.
@@ -228,10 +225,7 @@ impl<P: Protocol> Coordinator<P> {
 
     /// Start a transaction (TxBegin).
     pub fn begin(&mut self) -> Txn<'_, P> {
-        assert!(
-            self.set.phase != Phase::Active,
-            "begin while a transaction is active"
-        );
+        assert!(self.set.phase != Phase::Active, "begin while a transaction is active");
         self.set.objs.clear();
         self.set.arena.clear();
         self.set.fetched = 0;
@@ -279,11 +273,7 @@ impl<'c, P: Protocol> Txn<'c, P> {
     }
 
     fn add<T: ?Sized>(&mut self, table: u32, key: u64, access: Access) -> ObjRef<T> {
-        assert_eq!(
-            self.coord.set.phase,
-            Phase::Active,
-            "add to a finished transaction"
-        );
+        assert_eq!(self.coord.set.phase, Phase::Active, "add to a finished transaction");
         let value_len = match self.coord.ctx.catalog.get(table) {
             Ok(t) => t.meta.value_bytes,
             Err(e) => panic!("{e}: the workload names a table it did not create"),
@@ -294,8 +284,7 @@ impl<'c, P: Protocol> Txn<'c, P> {
             "table {table} key {key} added twice to one transaction"
         );
         let value_word = set.arena.len();
-        set.arena
-            .resize(value_word + (value_len as usize).div_ceil(8), 0);
+        set.arena.resize(value_word + (value_len as usize).div_ceil(8), 0);
         set.objs.push(Obj {
             table,
             key,

@@ -28,12 +28,7 @@ pub struct Cn {
 
 impl Cn {
     /// Join the cluster: fetch every table's metadata (FORD §4.1 ❷).
-    pub fn connect(
-        id: u16,
-        fabric: Arc<dyn Fabric>,
-        control: Arc<dyn Control>,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Self> {
+    pub fn connect(id: u16, fabric: Arc<dyn Fabric>, control: Arc<dyn Control>, clock: Arc<dyn Clock>) -> Result<Self> {
         let catalog = Arc::new(Catalog::fetch(control.as_ref())?);
         Ok(Self {
             id,
@@ -92,11 +87,7 @@ impl Worker {
     }
 
     /// A coordinator running `proto` as coroutine `coroutine` of this thread.
-    pub fn coordinator<P: Protocol>(
-        &self,
-        proto: &Arc<P>,
-        coroutine: u16,
-    ) -> Result<Coordinator<P>> {
+    pub fn coordinator<P: Protocol>(&self, proto: &Arc<P>, coroutine: u16) -> Result<Coordinator<P>> {
         let ctx = self.ctx(coroutine);
         let state = proto.coord_state(&ctx, self.cn.control.as_ref())?;
         Ok(Coordinator::new(ctx, Arc::clone(proto), state))

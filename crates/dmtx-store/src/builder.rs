@@ -3,9 +3,7 @@
 use dmtx_memnode::{Control, TableMeta};
 use dmtx_verbs::MnId;
 
-use crate::shape::{
-    scan_bucket, Shape, SlotLayout, BUCKET_HEADER_BYTES, BUCKET_NEXT_OFFSET, OVERFLOW_CURSOR_OFFSET,
-};
+use crate::shape::{scan_bucket, Shape, SlotLayout, BUCKET_HEADER_BYTES, BUCKET_NEXT_OFFSET, OVERFLOW_CURSOR_OFFSET};
 use crate::{Result, StoreError};
 
 /// What a workload asks for when it creates a table.
@@ -197,17 +195,11 @@ pub fn placement(table_id: u32, mn_count: usize, replicas: usize) -> Result<Vec<
         return Err(StoreError::TooManyReplicas { replicas, mn_count });
     }
     let first = table_id as usize % mn_count;
-    Ok((0..replicas)
-        .map(|i| MnId(((first + i) % mn_count) as u16))
-        .collect())
+    Ok((0..replicas).map(|i| MnId(((first + i) % mn_count) as u16)).collect())
 }
 
 /// Ship a built table to its replicas and publish its metadata on each.
-pub fn create_table(
-    control: &dyn Control,
-    table: TableBuilder<'_>,
-    replicas: &[MnId],
-) -> Result<TableMeta> {
+pub fn create_table(control: &dyn Control, table: TableBuilder<'_>, replicas: &[MnId]) -> Result<TableMeta> {
     let (spec, shape, image) = table.finish();
     let mut placed = Vec::with_capacity(replicas.len());
     for &mn in replicas {
@@ -317,10 +309,7 @@ mod tests {
         assert!(e.to_string().contains("raise the table's capacity"), "{e}");
         let (_, shape, image) = t.finish();
         let link = shape.bucket_off(0) as usize + 8;
-        assert_eq!(
-            u64::from_le_bytes(image[link..link + 8].try_into().unwrap()),
-            1
-        );
+        assert_eq!(u64::from_le_bytes(image[link..link + 8].try_into().unwrap()), 1);
         assert_eq!(
             u64::from_le_bytes(image[0..8].try_into().unwrap()),
             1,
@@ -333,9 +322,6 @@ mod tests {
         assert_eq!(placement(0, 2, 2).unwrap(), vec![MnId(0), MnId(1)]);
         assert_eq!(placement(1, 2, 2).unwrap(), vec![MnId(1), MnId(0)]);
         assert_eq!(placement(5, 3, 1).unwrap(), vec![MnId(2)]);
-        assert!(placement(0, 2, 3)
-            .unwrap_err()
-            .to_string()
-            .contains("lower `replicas`"));
+        assert!(placement(0, 2, 3).unwrap_err().to_string().contains("lower `replicas`"));
     }
 }

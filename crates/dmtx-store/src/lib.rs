@@ -30,6 +30,6 @@ pub use builder::{create_table, placement, TableBuilder, TableSpec};
 pub use catalog::{Catalog, TableInfo};
 pub use error::{Result, StoreError};
 pub use shape::{
-    key_hash, scan_bucket, BucketScan, Shape, SlotLayout, BUCKET_HEADER_BYTES, BUCKET_LOCK_OFFSET,
-    BUCKET_NEXT_OFFSET, OVERFLOW_CURSOR_OFFSET, TABLE_HEADER_BYTES,
+    key_hash, scan_bucket, BucketScan, Shape, SlotLayout, BUCKET_HEADER_BYTES, BUCKET_LOCK_OFFSET, BUCKET_NEXT_OFFSET,
+    OVERFLOW_CURSOR_OFFSET, TABLE_HEADER_BYTES,
 };

@@ -9,9 +9,7 @@
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use crate::{
-    Fabric, MnId, OpKind, Post, Region, RemotePtr, StallKind, Submitted, Transport, VerbError,
-};
+use crate::{Fabric, MnId, OpKind, Post, Region, RemotePtr, StallKind, Submitted, Transport, VerbError};
 
 /// Smallest region the suite needs on every node.
 pub const REGION_BYTES_MIN: u64 = 1 << 16;
@@ -66,11 +64,7 @@ pub fn batch_order(fabric: &dyn Fabric) {
             "READ after WRITE in a batch must see it"
         );
         assert_eq!(p.old(c), mn as u64 + 10, "CAS returns the old word");
-        assert_eq!(
-            p.bytes(r2),
-            99u64.to_le_bytes(),
-            "READ after CAS must see the swap"
-        );
+        assert_eq!(p.bytes(r2), 99u64.to_le_bytes(), "READ after CAS must see the swap");
         assert_eq!(p.old(f), 99, "FAA returns the old word");
         assert_eq!(&p.bytes(r3)[..8], 100u64.to_le_bytes(), "FAA adds");
     }
@@ -115,16 +109,8 @@ pub fn atomics_are_atomic(fabric: &(dyn Fabric + Sync)) {
     let a = p.read(counter, 8);
     let b = p.read(casword, 8);
     wait(t.as_ref(), &mut p).unwrap();
-    assert_eq!(
-        p.bytes(a),
-        (THREADS * ROUNDS).to_le_bytes(),
-        "FAA lost an update"
-    );
-    assert_eq!(
-        p.bytes(b),
-        (THREADS * ROUNDS).to_le_bytes(),
-        "CAS lost an update"
-    );
+    assert_eq!(p.bytes(a), (THREADS * ROUNDS).to_le_bytes(), "FAA lost an update");
+    assert_eq!(p.bytes(b), (THREADS * ROUNDS).to_le_bytes(), "CAS lost an update");
 }
 
 /// A READ racing a WRITE returns a word-wise mixture, alternating shapes included, and
@@ -164,11 +150,7 @@ pub fn reads_tear_by_word(fabric: &(dyn Fabric + Sync), region_of: RegionOf<'_>)
             .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
             .collect();
         let new = u64::from_le_bytes([0xab; 8]);
-        assert_eq!(
-            words,
-            [0, new, new, new, 0, 0, 0, 0],
-            "expected old, new×3, old×4"
-        );
+        assert_eq!(words, [0, new, new, new, 0, 0, 0, 0], "expected old, new×3, old×4");
     });
 }
 
@@ -178,28 +160,20 @@ pub fn bad_ops_are_errors(fabric: &dyn Fabric) {
     let mut p = Post::new();
     p.cas(RemotePtr::new(MnId(0), BASE + 3), 0, 1);
     match wait(t.as_ref(), &mut p) {
-        Err(VerbError::Misaligned {
-            kind: OpKind::Cas, ..
-        }) => {}
+        Err(VerbError::Misaligned { kind: OpKind::Cas, .. }) => {}
         other => panic!("misaligned CAS: {other:?}"),
     }
     p.clear();
     p.faa(RemotePtr::new(MnId(0), BASE + 5), 1);
     assert!(matches!(
         wait(t.as_ref(), &mut p),
-        Err(VerbError::Misaligned {
-            kind: OpKind::Faa,
-            ..
-        })
+        Err(VerbError::Misaligned { kind: OpKind::Faa, .. })
     ));
     p.clear();
     p.read(RemotePtr::new(MnId(0), u64::MAX - 4), 8);
     assert!(matches!(
         wait(t.as_ref(), &mut p),
-        Err(VerbError::OutOfRange {
-            kind: OpKind::Read,
-            ..
-        })
+        Err(VerbError::OutOfRange { kind: OpKind::Read, .. })
     ));
     p.clear();
     p.write(RemotePtr::new(MnId(0), u64::MAX / 2), &[1; 8]);
@@ -212,10 +186,7 @@ pub fn bad_ops_are_errors(fabric: &dyn Fabric) {
     ));
     p.clear();
     p.read(RemotePtr::new(MnId(fabric.mn_count() as u16), 0), 8);
-    assert!(matches!(
-        wait(t.as_ref(), &mut p),
-        Err(VerbError::UnknownNode { .. })
-    ));
+    assert!(matches!(wait(t.as_ref(), &mut p), Err(VerbError::UnknownNode { .. })));
     p.clear();
     let r = p.read(RemotePtr::new(MnId(0), BASE), 8);
     wait(t.as_ref(), &mut p).expect("the node still serves after bad ops");
@@ -238,9 +209,7 @@ mod tests {
 
     #[test]
     fn mem_transport_conforms() {
-        let regions: Vec<_> = (0..2)
-            .map(|_| Arc::new(Region::new(REGION_BYTES_MIN)))
-            .collect();
+        let regions: Vec<_> = (0..2).map(|_| Arc::new(Region::new(REGION_BYTES_MIN))).collect();
         let fabric = MemFabric::new(regions.clone());
         let of = move |mn: MnId| Arc::clone(&regions[mn.index()]);
         assert_eq!(run_all(&fabric, &of), 4);

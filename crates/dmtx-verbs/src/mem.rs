@@ -100,14 +100,7 @@ impl MemTransport {
     }
 
     #[inline]
-    fn run_op(
-        &self,
-        i: usize,
-        op: &Op,
-        wdata: &[u8],
-        rbuf: &mut [u8],
-        old: &mut [u64],
-    ) -> Result<()> {
+    fn run_op(&self, i: usize, op: &Op, wdata: &[u8], rbuf: &mut [u8], old: &mut [u64]) -> Result<()> {
         let ptr = op.ptr();
         let Some(region) = self.inner.regions.get(ptr.mn.index()) else {
             return Err(VerbError::UnknownNode {
@@ -128,10 +121,7 @@ impl MemTransport {
                 len,
                 region_bytes,
             },
-            RegionError::Misaligned => VerbError::Misaligned {
-                kind: op.kind(),
-                ptr,
-            },
+            RegionError::Misaligned => VerbError::Misaligned { kind: op.kind(), ptr },
         };
         match *op {
             Op::Read { len, dst, .. } => {
@@ -142,9 +132,7 @@ impl MemTransport {
                 .write(ptr.offset, &wdata[src as usize..(src + len) as usize])
                 .map_err(|e| map(e, len as u64)),
             Op::Cas { expect, swap, .. } => {
-                old[i] = region
-                    .cas(ptr.offset, expect, swap)
-                    .map_err(|e| map(e, 8))?;
+                old[i] = region.cas(ptr.offset, expect, swap).map_err(|e| map(e, 8))?;
                 Ok(())
             }
             Op::Faa { add, .. } => {
@@ -192,10 +180,7 @@ mod tests {
     use crate::{OpKind, RemotePtr};
 
     fn fabric() -> MemFabric {
-        MemFabric::new(vec![
-            Arc::new(Region::new(4096)),
-            Arc::new(Region::new(4096)),
-        ])
+        MemFabric::new(vec![Arc::new(Region::new(4096)), Arc::new(Region::new(4096))])
     }
 
     fn run(t: &MemTransport, p: &mut Post) -> Result<()> {
@@ -236,25 +221,13 @@ mod tests {
         p.write(RemotePtr::new(MnId(0), 0), &[1; 8]);
         p.write(RemotePtr::new(MnId(1), 0), &[2; 8]);
         let e = run(&t, &mut p).unwrap_err();
-        assert!(
-            matches!(
-                e,
-                VerbError::Misaligned {
-                    kind: OpKind::Cas,
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        assert!(matches!(e, VerbError::Misaligned { kind: OpKind::Cas, .. }), "{e}");
         assert_eq!(
             f.region(MnId(0)).load(0).unwrap(),
             0,
             "op after the failed one was skipped"
         );
-        assert_eq!(
-            f.region(MnId(1)).load(0).unwrap(),
-            u64::from_le_bytes([2; 8])
-        );
+        assert_eq!(f.region(MnId(1)).load(0).unwrap(), u64::from_le_bytes([2; 8]));
 
         p.clear();
         p.read(RemotePtr::new(MnId(1), 4090), 16);
@@ -274,10 +247,7 @@ mod tests {
 
         p.clear();
         p.read(RemotePtr::new(MnId(7), 0), 8);
-        assert!(matches!(
-            run(&t, &mut p),
-            Err(VerbError::UnknownNode { .. })
-        ));
+        assert!(matches!(run(&t, &mut p), Err(VerbError::UnknownNode { .. })));
     }
 
     #[test]
@@ -287,10 +257,7 @@ mod tests {
         f.set_down(MnId(1), true);
         let mut p = Post::new();
         p.read(RemotePtr::new(MnId(1), 0), 8);
-        assert!(matches!(
-            run(&t, &mut p),
-            Err(VerbError::Unreachable { .. })
-        ));
+        assert!(matches!(run(&t, &mut p), Err(VerbError::Unreachable { .. })));
         f.set_down(MnId(1), false);
         run(&t, &mut p).unwrap();
     }

@@ -27,13 +27,7 @@ pub enum OpKind {
 
 impl OpKind {
     /// Every kind, in counter order.
-    pub const ALL: [OpKind; 5] = [
-        OpKind::Read,
-        OpKind::Write,
-        OpKind::Cas,
-        OpKind::Faa,
-        OpKind::Flush,
-    ];
+    pub const ALL: [OpKind; 5] = [OpKind::Read, OpKind::Write, OpKind::Cas, OpKind::Faa, OpKind::Flush];
     /// Number of kinds (the length of per-kind counter arrays).
     pub const COUNT: usize = 5;
 
@@ -278,8 +272,7 @@ impl Post {
     pub fn read_dst(&mut self, index: usize) -> &mut [u8] {
         match self.ops[index] {
             Op::Read { dst, len, .. } => {
-                let all: &mut [u8] =
-                    bytemuck::cast_slice_mut(&mut self.read_buf[..self.read_words]);
+                let all: &mut [u8] = bytemuck::cast_slice_mut(&mut self.read_buf[..self.read_words]);
                 &mut all[dst as usize..dst as usize + len as usize]
             }
             op => panic!("op {index} is a {:?}, not a READ", op.kind()),

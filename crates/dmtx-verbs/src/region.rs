@@ -43,9 +43,7 @@ pub struct Region {
 
 impl std::fmt::Debug for Region {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Region")
-            .field("bytes", &self.bytes())
-            .finish()
+        f.debug_struct("Region").field("bytes", &self.bytes()).finish()
     }
 }
 
@@ -54,8 +52,7 @@ impl Region {
     /// the OS, so an untouched region costs no resident memory.
     pub fn new(bytes: u64) -> Self {
         let n = (bytes.div_ceil(8)).max(1) as usize;
-        let layout =
-            Layout::array::<AtomicU64>(n).expect("region size overflows the address space");
+        let layout = Layout::array::<AtomicU64>(n).expect("region size overflows the address space");
         // SAFETY: `layout` has non-zero size; zeroed memory is a valid `AtomicU64` array;
         // the pointer is handed to a `Box` with the same layout, which frees it.
         let words = unsafe {
@@ -238,9 +235,7 @@ impl Stalls {
         let (mut st, timeout) = self
             .cv
             .wait_timeout_while(st, STALL_WAIT_MAX, |st| {
-                st.slots
-                    .iter()
-                    .any(|s| s.id == id && s.state == SlotState::Stalled)
+                st.slots.iter().any(|s| s.id == id && s.state == SlotState::Stalled)
             })
             .unwrap();
         assert!(
@@ -317,10 +312,7 @@ mod tests {
         );
         assert!(r.write(u64::MAX - 2, &[1]).is_err());
         assert_eq!(r.cas(4, 0, 1), Err(RegionError::Misaligned));
-        assert_eq!(
-            r.faa(64, 1),
-            Err(RegionError::OutOfRange { region_bytes: 64 })
-        );
+        assert_eq!(r.faa(64, 1), Err(RegionError::OutOfRange { region_bytes: 64 }));
         assert_eq!(r.cas(56, 0, 1), Ok(0));
     }
 

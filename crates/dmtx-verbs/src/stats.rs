@@ -109,8 +109,7 @@ impl VerbStats {
     pub fn merge(&mut self, other: &VerbStats) {
         self.total.add(&other.total);
         if self.per_mn.len() < other.per_mn.len() {
-            self.per_mn
-                .resize(other.per_mn.len(), MnCounters::default());
+            self.per_mn.resize(other.per_mn.len(), MnCounters::default());
         }
         for (a, b) in self.per_mn.iter_mut().zip(&other.per_mn) {
             for (x, y) in a.ops.iter_mut().zip(b.ops) {

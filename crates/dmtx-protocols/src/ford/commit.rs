@@ -95,12 +95,8 @@ pub(super) async fn commit(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
         encode_image(&mut img[VERSION..], version, o.key, m, c.set.value(i));
         let rel = o.proto.rel;
         let o = &mut c.set.objs[i];
-        o.proto.cas = Some(
-            st.post
-                .cas(info.ptr(0, rel + VLOCK as u64), lock, INVISIBLE | lock),
-        );
-        st.post
-            .write(info.ptr(0, rel + VERSION as u64), &img[VERSION..]);
+        o.proto.cas = Some(st.post.cas(info.ptr(0, rel + VLOCK as u64), lock, INVISIBLE | lock));
+        st.post.write(info.ptr(0, rel + VERSION as u64), &img[VERSION..]);
         for r in 1..info.replica_count() {
             st.post.write(info.ptr(r, rel), &img);
         }
@@ -128,10 +124,7 @@ pub(super) async fn commit(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
     let c = &mut *txn.coord;
     for o in c.set.objs.iter().filter(|o| o.access.writes()) {
         // Pair assertion with invariant 1: nobody took our lock away.
-        let old = c
-            .state
-            .post
-            .old(o.proto.cas.expect("commit posts a CAS per record"));
+        let old = c.state.post.old(o.proto.cas.expect("commit posts a CAS per record"));
         assert_eq!(
             old, lock,
             "table {} key {}: lost the lock before commit",
@@ -151,11 +144,7 @@ pub(super) async fn commit(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
 fn push_release(txn: &mut Txn<'_, Ford>, post_is_bg: bool) {
     let c = &mut *txn.coord;
     let lock = c.state.lock;
-    let post: &mut Post = if post_is_bg {
-        &mut c.state.bg
-    } else {
-        &mut c.state.post
-    };
+    let post: &mut Post = if post_is_bg { &mut c.state.bg } else { &mut c.state.post };
     for o in c.set.objs.iter_mut() {
         let info = c.ctx.catalog.get(o.table).expect("table checked at add");
         let p = &mut o.proto;
@@ -201,10 +190,9 @@ async fn rollback(txn: &mut Txn<'_, Ford>) {
         let img = info.shape.slot_bytes as usize - VERSION;
         let u = o.proto.undo_at as usize;
         for r in 0..info.replica_count() {
-            c.state.post.write(
-                info.ptr(r, o.proto.rel + VERSION as u64),
-                &c.state.undo[u..u + img],
-            );
+            c.state
+                .post
+                .write(info.ptr(r, o.proto.rel + VERSION as u64), &c.state.undo[u..u + img]);
         }
         // A rolled-back insert or delete may have moved the key: drop the hint.
         c.ctx.cache.evict(o.table, o.key, o.proto.rel);

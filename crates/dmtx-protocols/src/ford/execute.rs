@@ -84,10 +84,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                         let at = shape.bucket_off(b) + BUCKET_LOCK_OFFSET;
                         p.cas = Some(post.cas(info.ptr(0, at), 0, lock));
                     }
-                    p.read = Some(post.read(
-                        info.ptr(r, shape.bucket_off(b)),
-                        shape.bucket_bytes as usize,
-                    ));
+                    p.read = Some(post.read(info.ptr(r, shape.bucket_off(b)), shape.bucket_bytes as usize));
                 }
                 Stage::Fetch if p.new_overflow == Some(u64::MAX) => {
                     // Reserve an overflow bucket (FORD's RS-Ptr), one FAA on the primary.
@@ -105,11 +102,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                         }
                         p.cas = Some(post.cas(info.ptr(0, p.rel + VLOCK as u64), 0, lock));
                     }
-                    let r = if o.access.writes() {
-                        0
-                    } else {
-                        p.replica as usize
-                    };
+                    let r = if o.access.writes() { 0 } else { p.replica as usize };
                     p.read = Some(post.read(info.ptr(r, p.rel), shape.slot_bytes as usize));
                 }
             }
@@ -126,12 +119,8 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
             for o in &c.set.objs[start..n] {
                 let info = c.ctx.catalog.get(o.table).expect("table checked at add");
                 let word = match o.proto.stage {
-                    Stage::Lookup(b) if o.proto.cas.is_some() => {
-                        info.shape.bucket_off(b) + BUCKET_LOCK_OFFSET
-                    }
-                    Stage::Fetch
-                        if o.proto.cas.is_some() && o.proto.new_overflow != Some(u64::MAX) =>
-                    {
+                    Stage::Lookup(b) if o.proto.cas.is_some() => info.shape.bucket_off(b) + BUCKET_LOCK_OFFSET,
+                    Stage::Fetch if o.proto.cas.is_some() && o.proto.new_overflow != Some(u64::MAX) => {
                         o.proto.rel + VLOCK as u64
                     }
                     _ => continue,
@@ -249,10 +238,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                         p.stage = Stage::Lookup(shape.home_bucket(key));
                     } else if access.writes() {
                         // Invariant 2: we took the lock from 0, so nobody is writing.
-                        debug_assert!(
-                            v.intact(value_len),
-                            "locked record of table {table} key {key} is torn"
-                        );
+                        debug_assert!(v.intact(value_len), "locked record of table {table} key {key} is torn");
                         p.version = v.version();
                         p.undo_at = c.state.undo.len() as u32;
                         c.state.undo.extend_from_slice(v.image());

@@ -123,13 +123,7 @@ impl<'a> SlotView<'a> {
     /// Whether the checksum matches (invariant 2).
     #[inline]
     pub fn intact(&self, value_bytes: usize) -> bool {
-        word(self.0, CHECKSUM)
-            == checksum(
-                self.version(),
-                self.key(),
-                word(self.0, META),
-                self.value(value_bytes),
-            )
+        word(self.0, CHECKSUM) == checksum(self.version(), self.key(), word(self.0, META), self.value(value_bytes))
     }
     /// Bytes 8.. of the slot: what a commit WRITE replaces and an undo log keeps.
     #[inline]

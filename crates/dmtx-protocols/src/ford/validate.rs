@@ -18,24 +18,14 @@ use super::{Ford, FordVariant};
 pub(super) async fn validate(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
     let c = &mut *txn.coord;
     let writes = c.set.objs.iter().any(|o| o.access.writes());
-    let reads = c
-        .set
-        .objs
-        .iter()
-        .filter(|o| o.access == Access::ReadOnly)
-        .count();
+    let reads = c.set.objs.iter().filter(|o| o.access == Access::ReadOnly).count();
     if reads == 0 || (!writes && reads == 1) {
         return Ok(());
     }
     let check_lock = writes && c.proto.config().variant != FordVariant::VersionOnlyValidation;
     let post = &mut c.state.post;
     post.clear();
-    for o in c
-        .set
-        .objs
-        .iter_mut()
-        .filter(|o| o.access == Access::ReadOnly)
-    {
+    for o in c.set.objs.iter_mut().filter(|o| o.access == Access::ReadOnly) {
         let info = c.ctx.catalog.get(o.table).expect("table checked at add");
         let r = if writes { 0 } else { o.proto.replica as usize };
         o.proto.read = Some(post.read(info.ptr(r, o.proto.rel + VLOCK as u64), 16));

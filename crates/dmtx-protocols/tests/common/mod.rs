@@ -48,8 +48,7 @@ impl Env {
         spec.slots_per_bucket = slots;
         let mut b = TableBuilder::new(spec, ford.layout());
         for k in 0..keys {
-            b.insert(k, bytemuck::bytes_of(&Acct::new(initial)))
-                .unwrap();
+            b.insert(k, bytemuck::bytes_of(&Acct::new(initial))).unwrap();
         }
         create_table(&cluster, b, &placement(0, 2, 2).unwrap()).unwrap();
         let cn = Cn::connect(
@@ -83,22 +82,12 @@ impl Env {
         let w = self.worker(900 + r as u16);
         let mut ctx = w.ctx(0);
         let mut all = Vec::new();
-        block_on(dmtx_runtime::scan_table(
-            &mut ctx,
-            0,
-            r,
-            self.ford.layout(),
-            |k, v| {
-                all.push((k, *bytemuck::from_bytes::<Acct>(v)));
-            },
-        ))
+        block_on(dmtx_runtime::scan_table(&mut ctx, 0, r, self.ford.layout(), |k, v| {
+            all.push((k, *bytemuck::from_bytes::<Acct>(v)));
+        }))
         .unwrap();
         all.sort_by_key(|(k, _)| *k);
-        (
-            all.iter().map(|(_, a)| a.balance).sum(),
-            all.len() as u64,
-            all,
-        )
+        (all.iter().map(|(_, a)| a.balance).sum(), all.len() as u64, all)
     }
 
     /// Both replicas hold the same records.
@@ -139,11 +128,7 @@ pub fn bump(c: &mut Coordinator<Ford>, key: u64, delta: i64) -> Result<(), dmtx_
 /// with its own executor; returns when every coordinator finished.
 pub fn run_parallel<F>(env: &Env, threads: u16, coros: u16, body: F)
 where
-    F: for<'a> Fn(
-            u16,
-            u16,
-            &'a mut Coordinator<Ford>,
-        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>
+    F: for<'a> Fn(u16, u16, &'a mut Coordinator<Ford>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>
         + Sync,
 {
     std::thread::scope(|s| {
