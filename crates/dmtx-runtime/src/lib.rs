@@ -42,5 +42,5 @@ pub use executor::{block_on, yield_now, LocalExecutor};
 pub use knobs::{KnobError, KnobSpec, Knobs};
 pub use protocol::Protocol;
 pub use scan::scan_table;
-pub use txn::{Access, Coordinator, Obj, ObjRef, Phase, Table, Txn, TxnObserver, TxnSet, TxnSummary};
+pub use txn::{Access, Coordinator, Obj, ObjRef, ObjSummary, Phase, Table, Txn, TxnObserver, TxnSet, TxnSummary};
 pub use worker::{Cn, Worker};

@@ -174,8 +174,23 @@ pub struct TxnSummary<'a> {
     pub end_ns: u64,
     /// Outcome.
     pub outcome: Phase,
-    /// (table, key, access, version read, version written) per object.
-    pub objs: &'a [(u32, u64, Access, Option<u64>, Option<u64>)],
+    /// What the transaction did to each object.
+    pub objs: &'a [ObjSummary],
+}
+
+/// One object of a finished transaction, for histories.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ObjSummary {
+    /// Table id.
+    pub table: u32,
+    /// Key.
+    pub key: u64,
+    /// How it was used.
+    pub access: Access,
+    /// The version read.
+    pub version_read: Option<u64>,
+    /// The version installed.
+    pub version_written: Option<u64>,
 }
 
 /// Receives every finished transaction of a coordinator (the isolation checker's hook).
@@ -196,7 +211,7 @@ pub struct Coordinator<P: Protocol> {
     pub set: TxnSet<P::ObjState>,
     observer: Option<Box<dyn TxnObserver>>,
     start_ns: u64,
-    summary_buf: Vec<(u32, u64, Access, Option<u64>, Option<u64>)>,
+    summary_buf: Vec<ObjSummary>,
 }
 
 impl<P: Protocol> Coordinator<P> {
@@ -242,12 +257,13 @@ impl<P: Protocol> Coordinator<P> {
         self.set.phase = phase;
         if let Some(obs) = self.observer.as_mut() {
             self.summary_buf.clear();
-            self.summary_buf.extend(
-                self.set
-                    .objs
-                    .iter()
-                    .map(|o| (o.table, o.key, o.access, o.version_read, o.version_written)),
-            );
+            self.summary_buf.extend(self.set.objs.iter().map(|o| ObjSummary {
+                table: o.table,
+                key: o.key,
+                access: o.access,
+                version_read: o.version_read,
+                version_written: o.version_written,
+            }));
             obs.on_finish(&TxnSummary {
                 coord: self.ctx.id,
                 txn_seq: self.set.txn_seq,

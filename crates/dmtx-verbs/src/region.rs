@@ -86,7 +86,7 @@ impl Region {
 
     #[inline]
     fn word(&self, offset: u64) -> Result<&AtomicU64, RegionError> {
-        if offset % 8 != 0 {
+        if !offset.is_multiple_of(8) {
             return Err(RegionError::Misaligned);
         }
         self.check(offset, 8)?;

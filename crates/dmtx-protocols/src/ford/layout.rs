@@ -44,7 +44,7 @@ pub const HEADER_BYTES: usize = VALUE;
 pub const INVISIBLE: u64 = 1 << 63;
 const OCCUPIED: u64 = 1;
 
-const _: () = assert!(VERSION == VLOCK + 8 && CHECKSUM + 8 == VALUE && VALUE % 8 == 0);
+const _: () = assert!(VERSION == VLOCK + 8 && CHECKSUM + 8 == VALUE && VALUE.is_multiple_of(8));
 
 #[inline]
 fn word(b: &[u8], at: usize) -> u64 {

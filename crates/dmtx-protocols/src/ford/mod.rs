@@ -168,7 +168,7 @@ impl Ford {
             backup_read: knobs.get(&BACKUP_READ)?,
             reread_max: knobs.get(&REREAD_MAX)?,
             log_bytes: knobs.get_checked(&LOG_BYTES, |v: u32| {
-                if v >= 4096 && v % 8 == 0 {
+                if v >= 4096 && v.is_multiple_of(8) {
                     Ok(())
                 } else {
                     Err("must be a multiple of 8, at least 4096".into())
