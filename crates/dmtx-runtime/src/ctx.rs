@@ -78,12 +78,21 @@ impl CoordCtx {
 
     #[inline]
     fn count(&mut self, post: &Post, critical: bool) {
-        self.txn_counters.count(post, critical);
+        let t = &mut self.txn_counters;
+        if critical {
+            t.rtts += 1;
+        } else {
+            t.background_posts += 1;
+        }
         for op in post.ops() {
+            let (kind, out, back) = (op.kind() as usize, op.bytes_out(), op.bytes_in());
+            t.ops[kind] += 1;
+            t.bytes_out += out;
+            t.bytes_in += back;
             if let Some(mn) = self.per_mn.get_mut(op.ptr().mn.index()) {
-                mn.ops[op.kind() as usize] += 1;
-                mn.bytes_in += op.bytes_out();
-                mn.bytes_out += op.bytes_in();
+                mn.ops[kind] += 1;
+                mn.bytes_in += out;
+                mn.bytes_out += back;
             }
         }
     }
