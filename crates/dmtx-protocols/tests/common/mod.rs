@@ -65,6 +65,17 @@ impl Env {
         Self::new(keys, 100, keys * 2 + 16, 4, FordConfig::default())
     }
 
+    /// Another compute node on the same memory nodes, with its own address cache.
+    pub fn other_cn(&self, id: u16) -> Cn {
+        Cn::connect(
+            id,
+            Arc::new(self.cluster.fabric().clone()),
+            Arc::new(self.cluster.clone()),
+            Arc::new(RealClock::new()),
+        )
+        .unwrap()
+    }
+
     pub fn worker(&self, thread: u16) -> Worker {
         self.cn.worker(thread).unwrap()
     }
