@@ -32,11 +32,7 @@ pub trait Workload: Send + Sync + Sized + 'static {
     fn tables(&self) -> Vec<TableSpec>;
 
     /// Produce the initial records of `table`, handing each to `insert`.
-    fn load(
-        &self,
-        table: u32,
-        insert: &mut dyn FnMut(u64, &[u8]) -> Result<(), StoreError>,
-    ) -> Result<(), StoreError>;
+    fn load(&self, table: u32, insert: &mut RecordSink<'_>) -> Result<(), StoreError>;
 
     /// Per-coordinator state; `seed` is derived from the run seed and `coord`.
     fn local(&self, coord: CoordId, seed: u64) -> Self::Local;
@@ -53,6 +49,10 @@ pub trait Workload: Send + Sync + Sized + 'static {
     /// state. `Ok` carries a one-line description of what was checked.
     fn check(&self, locals: &[Self::Local], snapshot: &Snapshot) -> Result<String, InvariantError>;
 }
+
+/// Where [`Workload::load`] hands each initial record: `(key, value bytes)`, e.g.
+/// [`dmtx_store::TableBuilder::insert`].
+pub type RecordSink<'a> = dyn FnMut(u64, &[u8]) -> Result<(), StoreError> + 'a;
 
 /// An invariant that failed after a run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
