@@ -53,10 +53,10 @@ pub fn block_on<F: Future>(fut: F) -> F::Output {
     let mut fut = std::pin::pin!(fut);
     let mut cx = Context::from_waker(Waker::noop());
     loop {
+        // No spin hint: a pending future here is one that yielded, and is ready again.
         if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
             return v;
         }
-        std::hint::spin_loop();
     }
 }
 

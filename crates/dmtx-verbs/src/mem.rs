@@ -80,6 +80,17 @@ const FAILED_MNS_MAX: usize = 64;
 impl MemTransport {
     fn run(&self, post: &mut Post) -> Result<()> {
         let parts = post.parts_mut();
+        // Touch every target first so the misses of a post overlap instead of queueing.
+        for op in parts.ops {
+            let ptr = op.ptr();
+            if let Some(region) = self.inner.regions.get(ptr.mn.index()) {
+                let len = match *op {
+                    Op::Read { len, .. } | Op::Write { len, .. } => len as u64,
+                    _ => 8,
+                };
+                region.prefetch(ptr.offset, len);
+            }
+        }
         let mut failed: u64 = 0;
         let mut first_err = None;
         for (i, op) in parts.ops.iter().enumerate() {
