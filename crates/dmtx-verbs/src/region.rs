@@ -37,8 +37,111 @@ pub enum StallKind {
 
 /// Word-addressed memory of one memory node.
 pub struct Region {
-    words: Box<[AtomicU64]>,
+    words: Words,
     stalls: Arc<Stalls>,
+}
+
+/// The words of a region: an anonymous mapping backed by transparent huge pages where
+/// the OS offers them (random slot accesses would otherwise miss the TLB on nearly every
+/// op), zeroed lazily by the OS so an untouched region costs no resident memory.
+struct Words {
+    ptr: std::ptr::NonNull<AtomicU64>,
+    len: usize,
+    /// `Some(bytes)` when the words live in an `mmap` of that many bytes.
+    mapped: Option<usize>,
+}
+
+// SAFETY: `Words` owns its memory exclusively; every access goes through `AtomicU64`.
+unsafe impl Send for Words {}
+// SAFETY: as above; shared access is only through atomics.
+unsafe impl Sync for Words {}
+
+/// Regions at least this large are mapped with huge pages.
+const HUGE_PAGE_BYTES: usize = 2 << 20;
+
+impl Words {
+    fn zeroed(n: usize) -> Self {
+        let bytes = n * 8;
+        if bytes >= HUGE_PAGE_BYTES {
+            if let Some(w) = Self::mapped(n) {
+                return w;
+            }
+        }
+        let layout = Layout::array::<AtomicU64>(n).expect("region size overflows the address space");
+        // SAFETY: `layout` has non-zero size (n >= 1); zeroed memory is a valid `AtomicU64`
+        // array; `Drop` frees it with the same layout.
+        let p = unsafe { alloc::alloc_zeroed(layout) as *mut AtomicU64 };
+        let Some(ptr) = std::ptr::NonNull::new(p) else {
+            alloc::handle_alloc_error(layout)
+        };
+        Self {
+            ptr,
+            len: n,
+            mapped: None,
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    fn mapped(n: usize) -> Option<Self> {
+        let bytes = (n * 8).next_multiple_of(HUGE_PAGE_BYTES);
+        // SAFETY: a fresh private anonymous mapping; the kernel zero-fills it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        // SAFETY: `p..p+bytes` is the mapping just created. The advice is a hint; failure
+        // (THP disabled) leaves ordinary pages.
+        unsafe {
+            libc::madvise(p, bytes, libc::MADV_HUGEPAGE);
+        }
+        Some(Self {
+            ptr: std::ptr::NonNull::new(p as *mut AtomicU64)?,
+            len: n,
+            mapped: Some(bytes),
+        })
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn mapped(_n: usize) -> Option<Self> {
+        None
+    }
+}
+
+impl std::ops::Deref for Words {
+    type Target = [AtomicU64];
+    #[inline]
+    fn deref(&self) -> &[AtomicU64] {
+        // SAFETY: `ptr` points to `len` initialised (zeroed) words owned by `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Words {
+    fn drop(&mut self) {
+        match self.mapped {
+            #[cfg(target_os = "linux")]
+            // SAFETY: unmapping exactly the mapping `mapped` created.
+            Some(bytes) => unsafe {
+                libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, bytes);
+            },
+            #[cfg(not(target_os = "linux"))]
+            Some(_) => unreachable!(),
+            None => {
+                let layout = Layout::array::<AtomicU64>(self.len).unwrap();
+                // SAFETY: allocated in `zeroed` with this layout.
+                unsafe { alloc::dealloc(self.ptr.as_ptr() as *mut u8, layout) }
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Region {
@@ -52,18 +155,8 @@ impl Region {
     /// the OS, so an untouched region costs no resident memory.
     pub fn new(bytes: u64) -> Self {
         let n = (bytes.div_ceil(8)).max(1) as usize;
-        let layout = Layout::array::<AtomicU64>(n).expect("region size overflows the address space");
-        // SAFETY: `layout` has non-zero size; zeroed memory is a valid `AtomicU64` array;
-        // the pointer is handed to a `Box` with the same layout, which frees it.
-        let words = unsafe {
-            let p = alloc::alloc_zeroed(layout) as *mut AtomicU64;
-            if p.is_null() {
-                alloc::handle_alloc_error(layout);
-            }
-            Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n))
-        };
         Self {
-            words,
+            words: Words::zeroed(n),
             stalls: Arc::new(Stalls::default()),
         }
     }
