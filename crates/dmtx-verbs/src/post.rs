@@ -201,7 +201,13 @@ impl Post {
 
     /// Add a WRITE of `bytes` to `ptr`.
     pub fn write(&mut self, ptr: RemotePtr, bytes: &[u8]) {
-        self.write_with(ptr, bytes.len(), |buf| buf.copy_from_slice(bytes));
+        let src = self.write_data.len();
+        self.write_data.extend_from_slice(bytes);
+        self.push(Op::Write {
+            ptr,
+            src: src as u32,
+            len: bytes.len() as u32,
+        });
     }
 
     /// Add a WRITE of `len` bytes to `ptr`, letting `fill` encode them in place (no copy

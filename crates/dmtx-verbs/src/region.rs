@@ -252,27 +252,17 @@ impl Region {
     }
 
     /// Hint that `len` bytes at `offset` are about to be touched, so a post's cache
-    /// misses overlap as a NIC's parallel DMA reads would. Out-of-range hints are ignored.
+    /// misses overlap as a NIC's parallel DMA reads would. Prefetches the first and the
+    /// last cache line; out-of-range hints are ignored.
     #[inline]
     pub fn prefetch(&self, offset: u64, len: u64) {
-        const LINE: u64 = 64;
-        const LINES_MAX: u64 = 4;
-        if self.check(offset, len.max(1)).is_err() {
-            return;
-        }
-        let first = offset / LINE;
-        let last = (offset + len.max(1) - 1) / LINE;
-        for line in first..=last.min(first + LINES_MAX - 1) {
-            let word = &self.words[((line * LINE).max(offset) / 8) as usize];
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `_mm_prefetch` is a hint with no architectural effect; the pointer
-            // is in bounds (checked above) and SSE is part of the x86_64 baseline.
-            unsafe {
-                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-                _mm_prefetch::<_MM_HINT_T0>(word as *const AtomicU64 as *const i8);
+        let first = (offset / 8) as usize;
+        let last = (offset.saturating_add(len.max(1) - 1) / 8) as usize;
+        if let (Some(a), Some(b)) = (self.words.get(first), self.words.get(last)) {
+            prefetch_line(a);
+            if last / 8 != first / 8 {
+                prefetch_line(b);
             }
-            #[cfg(not(target_arch = "x86_64"))]
-            let _ = word;
         }
     }
 
@@ -318,6 +308,19 @@ impl Region {
             id,
         }
     }
+}
+
+#[inline(always)]
+fn prefetch_line(word: &AtomicU64) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `_mm_prefetch` is a hint with no architectural effect; `word` is a valid
+    // reference, and SSE is part of the x86_64 baseline.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>(word as *const AtomicU64 as *const i8);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = word;
 }
 
 #[derive(Default)]
