@@ -40,7 +40,7 @@ impl TableMeta {
 #[non_exhaustive]
 pub enum ControlError {
     /// The region has no room left.
-    #[error("{mn}: cannot allocate {requested} bytes, {free} of {region_bytes} free; raise the memory-node region size (`--set mn_bytes=...`)")]
+    #[error("{mn}: cannot allocate {requested} bytes, {free} of {region_bytes} free; raise the memory-node region size (`dmtx bench --mn-bytes`)")]
     OutOfMemory {
         /// The node.
         mn: MnId,

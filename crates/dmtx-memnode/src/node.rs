@@ -112,7 +112,7 @@ mod tests {
         let b = n.alloc(8, 256).unwrap();
         assert_eq!(b, 256);
         let e = n.alloc(8192, 8).unwrap_err();
-        assert!(e.to_string().contains("mn_bytes"), "{e}");
+        assert!(e.to_string().contains("--mn-bytes"), "{e}");
         assert!(matches!(e, ControlError::OutOfMemory { requested: 8192, .. }));
     }
 

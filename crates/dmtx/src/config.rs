@@ -1,0 +1,684 @@
+//! `dmtx bench` flags: parsed by clap into [`BenchArgs`], then validated once into a
+//! [`BenchConfig`] that the driver trusts.
+//!
+//! Every refusal is a [`ConfigError`] whose message names the flag, the value given and
+//! the fix; an unknown protocol, workload or knob lists the valid ones with a
+//! "did you mean".
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use dmtx_runtime::{KnobError, Knobs};
+
+use crate::registry::{self, Entry};
+
+/// Most worker threads one run may ask for (thread ids are 16-bit).
+pub const THREADS_MAX: u32 = 1024;
+/// Most coordinators per thread (coroutine ids are 16-bit).
+pub const COROUTINES_MAX: u32 = 4096;
+/// Most memory nodes of an in-process cluster.
+pub const MEMORY_NODES_MAX: u32 = 64;
+/// Longest run, in seconds (a guard against a unit mistake such as `--duration 10000m`).
+pub const DURATION_S_MAX: f64 = 7.0 * 24.0 * 3600.0;
+
+/// Default run length when neither `--duration` nor `--txns` is given.
+pub const DURATION_DEFAULT: Duration = Duration::from_secs(10);
+
+/// The raw flags of `dmtx bench`, as clap parses them. Nothing here is validated yet:
+/// call [`BenchConfig::from_args`].
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct BenchArgs {
+    /// Protocol to run (`dmtx list` shows them).
+    #[arg(long, short = 'p', default_value = "ford")]
+    pub protocol: String,
+
+    /// Workload to run (`dmtx list` shows them).
+    #[arg(long, short = 'w', default_value = "smallbank")]
+    pub workload: String,
+
+    /// Worker threads of the compute node.
+    #[arg(long, short = 't', default_value_t = 2)]
+    pub threads: u32,
+
+    /// Coordinators (coroutines) per worker thread.
+    #[arg(long, short = 'c', default_value_t = 8)]
+    pub coroutines: u32,
+
+    /// Run length: seconds, or a number with `ms`, `s`, `m` [default: 10s unless --txns].
+    #[arg(long, short = 'd', value_name = "TIME")]
+    pub duration: Option<String>,
+
+    /// Stop after this many committed transactions instead of after a time.
+    #[arg(long, value_name = "N")]
+    pub txns: Option<u64>,
+
+    /// Seed of every random choice the workload makes.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// A protocol or workload knob, `key=value`; repeat for several (`dmtx list` shows them).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+
+    /// Memory nodes of the in-process cluster.
+    #[arg(long = "memory-nodes", short = 'm', default_value_t = 2, value_name = "N")]
+    pub memory_nodes: u32,
+
+    /// Copies of every table (1 primary + backups); at most --memory-nodes.
+    #[arg(long, short = 'r', default_value_t = 2)]
+    pub replicas: u32,
+
+    /// Region size of each memory node, e.g. `512MiB` [default: sized from the tables].
+    #[arg(long = "mn-bytes", value_name = "BYTES")]
+    pub mn_bytes: Option<String>,
+
+    /// Where the JSON goes: a path ending in `.json`, a directory (a file named for the
+    /// run is created in it), or `-` for stdout (the summary then goes to stderr).
+    #[arg(long, short = 'o', default_value = "results/", value_name = "PATH")]
+    pub out: String,
+
+    /// Print nothing but errors (the JSON is still written).
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+impl Default for BenchArgs {
+    /// The flags' defaults, as `dmtx bench` with no flag gets them.
+    fn default() -> Self {
+        Self {
+            protocol: "ford".into(),
+            workload: "smallbank".into(),
+            threads: 2,
+            coroutines: 8,
+            duration: None,
+            txns: None,
+            seed: 1,
+            set: Vec::new(),
+            memory_nodes: 2,
+            replicas: 2,
+            mn_bytes: None,
+            out: "results/".into(),
+            quiet: false,
+        }
+    }
+}
+
+/// When a run stops (besides Ctrl-C).
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum StopRule {
+    /// After this much time from the start barrier.
+    Duration(Duration),
+    /// After this many committed transactions (over all coordinators).
+    Txns(u64),
+}
+
+/// Where the JSON record of a run goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OutTarget {
+    /// Nowhere (tests and library callers that read the result in memory).
+    None,
+    /// To stdout.
+    Stdout,
+    /// To exactly this file (parents are created, an existing file is replaced).
+    File(PathBuf),
+    /// To a new file named for the run inside this directory (created if missing).
+    Dir(PathBuf),
+}
+
+impl OutTarget {
+    /// Read an `--out` value: `-` is stdout, a path ending in `.json` is a file, anything
+    /// else a directory. A path that exists as a file but does not end in `.json` is
+    /// refused, since it cannot be the directory it would name.
+    pub fn parse(raw: &str) -> Result<Self, ConfigError> {
+        if raw == "-" {
+            return Ok(Self::Stdout);
+        }
+        if raw.trim().is_empty() {
+            return Err(ConfigError::invalid(
+                "--out",
+                raw,
+                "is empty; give a directory, a path ending in .json, or `-` for stdout",
+            ));
+        }
+        let path = PathBuf::from(raw);
+        let is_json = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
+        if is_json {
+            if path.is_dir() {
+                return Err(ConfigError::invalid(
+                    "--out",
+                    raw,
+                    "ends in .json but is a directory; name a file, or drop the .json",
+                ));
+            }
+            return Ok(Self::File(path));
+        }
+        if path.exists() && !path.is_dir() {
+            return Err(ConfigError::invalid(
+                "--out",
+                raw,
+                "is an existing file that does not end in .json; give a directory or a path ending in .json",
+            ));
+        }
+        Ok(Self::Dir(path))
+    }
+
+    /// The file a run named `stem` writes to: `None` for [`OutTarget::None`] and
+    /// [`OutTarget::Stdout`], the file itself, or `dir/stem.json`. The caller adds a
+    /// suffix if that name is taken (see `results::write`).
+    pub fn file_for(&self, stem: &str) -> Option<PathBuf> {
+        match self {
+            Self::None | Self::Stdout => None,
+            Self::File(p) => Some(p.clone()),
+            Self::Dir(d) => Some(d.join(format!("{stem}.json"))),
+        }
+    }
+}
+
+/// One validated `dmtx bench` run. Fields are public so that library callers (tests)
+/// can build one directly; [`BenchConfig::from_args`] is the checked way in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchConfig {
+    /// Protocol name (a registry entry, or a test's own).
+    pub protocol: String,
+    /// Workload name.
+    pub workload: String,
+    /// Worker threads, `1..=THREADS_MAX`.
+    pub threads: u16,
+    /// Coordinators per thread, `1..=COROUTINES_MAX`.
+    pub coroutines: u16,
+    /// When the run stops.
+    pub stop: StopRule,
+    /// Seed of the workload's random choices.
+    pub seed: u64,
+    /// `--set` values (only declared keys).
+    pub knobs: Knobs,
+    /// Every knob of the protocol and workload with its effective value (defaults filled in).
+    pub knobs_effective: BTreeMap<String, String>,
+    /// Memory nodes.
+    pub memory_nodes: u16,
+    /// Copies of each table, `1..=memory_nodes`.
+    pub replicas: u16,
+    /// Region size per memory node; `None` sizes it from the tables.
+    pub mn_bytes: Option<u64>,
+    /// Where the JSON goes.
+    pub out: OutTarget,
+    /// Print nothing but errors.
+    pub quiet: bool,
+}
+
+impl BenchConfig {
+    /// Validate raw flags against the registry's protocols and workloads.
+    pub fn from_args(args: &BenchArgs) -> Result<Self, ConfigError> {
+        let protocol = find_entry(registry::PROTOCOLS, &args.protocol, "--protocol", "protocol")?;
+        let workload = find_entry(registry::WORKLOADS, &args.workload, "--workload", "workload")?;
+        let knobs = Knobs::parse(args.set.iter().map(String::as_str))?;
+        knobs.check_known(&[protocol.knobs, workload.knobs])?;
+        (protocol.check)(&knobs)?;
+        (workload.check)(&knobs)?;
+        let mut cfg = Self::from_args_unchecked(args, knobs)?;
+        cfg.knobs_effective = effective_knobs(&cfg.knobs, &[protocol, workload]);
+        Ok(cfg)
+    }
+
+    /// Validate everything but the names and knobs (which the caller vouches for): for
+    /// tests that run a protocol or workload the registry does not list.
+    pub fn from_args_unchecked(args: &BenchArgs, knobs: Knobs) -> Result<Self, ConfigError> {
+        let threads = in_range("--threads", args.threads, 1, THREADS_MAX)?;
+        let coroutines = in_range("--coroutines", args.coroutines, 1, COROUTINES_MAX)?;
+        let memory_nodes = in_range("--memory-nodes", args.memory_nodes, 1, MEMORY_NODES_MAX)?;
+        if args.replicas == 0 {
+            return Err(ConfigError::invalid(
+                "--replicas",
+                0,
+                "every table needs a primary; pass --replicas 1 or more",
+            ));
+        }
+        if args.replicas > args.memory_nodes {
+            return Err(ConfigError::invalid(
+                "--replicas",
+                args.replicas,
+                &format!(
+                    "exceeds --memory-nodes {}: each copy of a table lives on its own node; \
+                     lower --replicas or raise --memory-nodes",
+                    args.memory_nodes
+                ),
+            ));
+        }
+        let stop = match (&args.duration, args.txns) {
+            (Some(d), Some(n)) => {
+                return Err(ConfigError::Conflict {
+                    first: format!("--duration {d}"),
+                    second: format!("--txns {n}"),
+                    fix: "a run stops on one of them; drop one",
+                })
+            }
+            (Some(d), None) => StopRule::Duration(parse_duration(d)?),
+            (None, Some(0)) => {
+                return Err(ConfigError::invalid(
+                    "--txns",
+                    0,
+                    "must be at least 1; or use --duration",
+                ))
+            }
+            (None, Some(n)) => StopRule::Txns(n),
+            (None, None) => StopRule::Duration(DURATION_DEFAULT),
+        };
+        let mn_bytes = args.mn_bytes.as_deref().map(parse_mn_bytes).transpose()?;
+        Ok(Self {
+            protocol: args.protocol.clone(),
+            workload: args.workload.clone(),
+            threads: threads as u16,
+            coroutines: coroutines as u16,
+            stop,
+            seed: args.seed,
+            knobs_effective: knobs.iter().map(|(k, v)| (k.into(), v.into())).collect(),
+            knobs,
+            memory_nodes: memory_nodes as u16,
+            replicas: args.replicas as u16,
+            mn_bytes,
+            out: OutTarget::parse(&args.out)?,
+            quiet: args.quiet,
+        })
+    }
+
+    /// Coordinators over all threads.
+    pub fn coordinators(&self) -> usize {
+        self.threads as usize * self.coroutines as usize
+    }
+
+    /// The name of the run's JSON file inside an `--out` directory, without `.json`:
+    /// `{protocol}-{workload}-{threads}x{coroutines}-{unix_secs}`.
+    pub fn file_stem(&self, unix_secs: u64) -> String {
+        format!(
+            "{}-{}-{}x{}-{unix_secs}",
+            self.protocol, self.workload, self.threads, self.coroutines
+        )
+    }
+}
+
+/// Every knob the entries declare, with the value given or its default.
+pub fn effective_knobs(knobs: &Knobs, entries: &[&Entry]) -> BTreeMap<String, String> {
+    let given: BTreeMap<&str, &str> = knobs.iter().collect();
+    let mut out = BTreeMap::new();
+    for e in entries {
+        for spec in e.knobs {
+            let v = given.get(spec.name).copied().unwrap_or(spec.default);
+            out.insert(spec.name.to_string(), v.to_string());
+        }
+    }
+    out
+}
+
+/// Why `dmtx bench` flags were refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A protocol or workload name the registry does not list.
+    #[error("{flag} `{given}`: no such {what}{hint}; valid: {valid} (see `dmtx list`)")]
+    UnknownName {
+        /// The flag (`--protocol`, `--workload`).
+        flag: &'static str,
+        /// `protocol` or `workload`.
+        what: &'static str,
+        /// The name given.
+        given: String,
+        /// " (did you mean `x`?)" or empty.
+        hint: String,
+        /// Every valid name.
+        valid: String,
+    },
+    /// A flag's value is out of range or malformed.
+    #[error("{flag} {value}: {why}")]
+    Invalid {
+        /// The flag.
+        flag: &'static str,
+        /// The value given.
+        value: String,
+        /// What is wrong and what to pass instead.
+        why: String,
+    },
+    /// Two flags that exclude each other.
+    #[error("{first} and {second} both given: {fix}")]
+    Conflict {
+        /// The first flag and its value.
+        first: String,
+        /// The second flag and its value.
+        second: String,
+        /// What to do.
+        fix: &'static str,
+    },
+    /// A `--set` knob is unknown or has a bad value.
+    #[error("--set: {0}")]
+    Knob(KnobError),
+}
+
+// By hand rather than `#[from]`, which would also make the knob error this one's
+// `source` and print its text twice in a one-line `{:#}` chain.
+impl From<KnobError> for ConfigError {
+    fn from(e: KnobError) -> Self {
+        Self::Knob(e)
+    }
+}
+
+impl ConfigError {
+    fn invalid(flag: &'static str, value: impl std::fmt::Display, why: &str) -> Self {
+        Self::Invalid {
+            flag,
+            value: value.to_string(),
+            why: why.to_string(),
+        }
+    }
+}
+
+fn in_range(flag: &'static str, v: u32, min: u32, max: u32) -> Result<u32, ConfigError> {
+    if v < min || v > max {
+        return Err(ConfigError::invalid(
+            flag,
+            v,
+            &format!("must be between {min} and {max}; pass a value in that range"),
+        ));
+    }
+    Ok(v)
+}
+
+fn find_entry(
+    entries: &'static [Entry],
+    given: &str,
+    flag: &'static str,
+    what: &'static str,
+) -> Result<&'static Entry, ConfigError> {
+    if let Some(e) = entries.iter().find(|e| e.name == given) {
+        return Ok(e);
+    }
+    let names: Vec<&str> = entries.iter().map(|e| e.name).collect();
+    Err(ConfigError::UnknownName {
+        flag,
+        what,
+        given: given.to_string(),
+        hint: did_you_mean(given, &names),
+        valid: if names.is_empty() {
+            "(none registered)".to_string()
+        } else {
+            names.join(", ")
+        },
+    })
+}
+
+/// " (did you mean `x`?)" for the closest candidate within a small edit distance.
+pub fn did_you_mean(given: &str, candidates: &[&str]) -> String {
+    let given = given.to_ascii_lowercase();
+    candidates
+        .iter()
+        .map(|c| (edit_distance(&given, c), *c))
+        .filter(|&(d, c)| d <= 2.max(c.len() / 3))
+        .min()
+        .map(|(_, c)| format!(" (did you mean `{c}`?)"))
+        .unwrap_or_default()
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// Parse `--duration`: plain seconds (`10`, `0.5`) or a number with `ms`, `s` or `m`.
+pub fn parse_duration(raw: &str) -> Result<Duration, ConfigError> {
+    let bad = |why: &str| ConfigError::invalid("--duration", raw, why);
+    let s = raw.trim();
+    let (num, scale_s) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| bad("is not a time; write seconds (`10`, `0.5`) or `500ms`, `10s`, `2m`"))?;
+    let secs = v * scale_s;
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(bad("must be more than zero; pass e.g. `10` or `500ms`"));
+    }
+    if secs > DURATION_S_MAX {
+        return Err(bad(&format!(
+            "is longer than the {} s limit; pass a shorter time",
+            DURATION_S_MAX as u64
+        )));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Parse `--mn-bytes`: a byte count, optionally with `K`, `M`, `G` (powers of 1024,
+/// `KiB`/`KB`/`k` spellings accepted).
+pub fn parse_mn_bytes(raw: &str) -> Result<u64, ConfigError> {
+    let bad = |why: &str| ConfigError::invalid("--mn-bytes", raw, why);
+    let s = raw.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit() && c != '_').unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .replace('_', "")
+        .parse()
+        .map_err(|_| bad("is not a size; write bytes (`1073741824`) or `512MiB`, `2GiB`"))?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(bad("has an unknown unit; use B, KiB, MiB, GiB or TiB")),
+    };
+    let bytes = n
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| bad("does not fit in 64 bits"))?;
+    if bytes < 4096 {
+        return Err(bad("is below 4 KiB; a memory node needs room for its tables"));
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args() -> BenchArgs {
+        BenchArgs {
+            out: "-".into(),
+            ..BenchArgs::default()
+        }
+    }
+
+    #[test]
+    fn test_protocol_unknown_lists_valid_and_suggests() {
+        let e = BenchConfig::from_args(&BenchArgs {
+            protocol: "frod".into(),
+            ..args()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--protocol `frod`"), "{e}");
+        assert!(e.contains("did you mean `ford`"), "{e}");
+        assert!(e.contains("valid: ford"), "{e}");
+    }
+
+    #[test]
+    fn test_workload_unknown_lists_valid() {
+        let e = BenchConfig::from_args(&BenchArgs {
+            workload: "tpcz".into(),
+            ..args()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--workload `tpcz`: no such workload"), "{e}");
+        assert!(e.contains("valid: kvs, smallbank"), "{e}");
+    }
+
+    #[test]
+    fn test_set_unknown_knob_lists_valid() {
+        let e = BenchConfig::from_args(&BenchArgs {
+            set: vec!["backup_reed=false".into()],
+            ..args()
+        });
+        let e = e.unwrap_err().to_string();
+        assert!(e.starts_with("--set: unknown knob `backup_reed`"), "{e}");
+        assert!(e.contains("did you mean `backup_read`"), "{e}");
+        // Both the protocol's and the workload's knobs are listed.
+        assert!(e.contains("log_bytes"), "{e}");
+        assert!(e.contains("accounts"), "{e}");
+    }
+
+    #[test]
+    fn test_set_bad_value_and_syntax() {
+        let e = BenchConfig::from_args(&BenchArgs {
+            set: vec!["accounts=lots".into()],
+            ..args()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("`accounts` = `lots`"), "{e}");
+        let e = BenchConfig::from_args(&BenchArgs {
+            set: vec!["accounts".into()],
+            ..args()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("not of the form key=value"), "{e}");
+    }
+
+    #[test]
+    fn test_effective_knobs_include_defaults() {
+        let c = BenchConfig::from_args(&BenchArgs {
+            set: vec!["accounts=500".into()],
+            ..args()
+        })
+        .unwrap();
+        assert_eq!(c.knobs_effective["accounts"], "500");
+        assert_eq!(c.knobs_effective["backup_read"], "true");
+        assert_eq!(c.knobs_effective["hot_pct"], "90");
+        assert!(!c.knobs_effective.contains_key("zipf_theta"), "kvs knob");
+    }
+
+    #[test]
+    fn test_duration_and_txns_conflict() {
+        let e = BenchConfig::from_args_unchecked(
+            &BenchArgs {
+                duration: Some("5".into()),
+                txns: Some(10),
+                ..args()
+            },
+            Knobs::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--duration 5 and --txns 10 both given"), "{e}");
+    }
+
+    #[test]
+    fn test_duration_forms() {
+        assert_eq!(parse_duration("10").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("0.5").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        let e = parse_duration("ten").unwrap_err().to_string();
+        assert!(e.starts_with("--duration ten: is not a time"), "{e}");
+        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("-1").is_err());
+        assert!(parse_duration("1e9").is_err());
+    }
+
+    #[test]
+    fn test_mn_bytes_forms() {
+        assert_eq!(parse_mn_bytes("4096").unwrap(), 4096);
+        assert_eq!(parse_mn_bytes("512MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_mn_bytes("2G").unwrap(), 2 << 30);
+        assert_eq!(parse_mn_bytes("1_048_576").unwrap(), 1 << 20);
+        assert!(parse_mn_bytes("12 furlongs")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown unit"));
+        assert!(parse_mn_bytes("100").is_err());
+    }
+
+    #[test]
+    fn test_ranges_name_flag_and_fix() {
+        let e = BenchConfig::from_args_unchecked(&BenchArgs { threads: 0, ..args() }, Knobs::default())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "--threads 0: must be between 1 and 1024; pass a value in that range");
+        let e = BenchConfig::from_args_unchecked(&BenchArgs { replicas: 3, ..args() }, Knobs::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--replicas 3: exceeds --memory-nodes 2"), "{e}");
+        let e = BenchConfig::from_args_unchecked(
+            &BenchArgs {
+                txns: Some(0),
+                ..args()
+            },
+            Knobs::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("--txns 0: must be at least 1"), "{e}");
+    }
+
+    #[test]
+    fn test_defaults() {
+        let c = BenchConfig::from_args_unchecked(&BenchArgs::default(), Knobs::default()).unwrap();
+        assert_eq!(c.threads, 2);
+        assert_eq!(c.coroutines, 8);
+        assert_eq!(c.stop, StopRule::Duration(Duration::from_secs(10)));
+        assert_eq!(c.memory_nodes, 2);
+        assert_eq!(c.replicas, 2);
+        assert_eq!(c.out, OutTarget::Dir("results/".into()));
+        assert_eq!(c.file_stem(7), "ford-smallbank-2x8-7");
+    }
+
+    #[test]
+    fn test_out_target() {
+        assert_eq!(OutTarget::parse("-").unwrap(), OutTarget::Stdout);
+        assert_eq!(
+            OutTarget::parse("x/run.json").unwrap(),
+            OutTarget::File("x/run.json".into())
+        );
+        assert_eq!(OutTarget::parse("x/runs").unwrap(), OutTarget::Dir("x/runs".into()));
+        assert_eq!(
+            OutTarget::Dir("d".into()).file_for("a-b-1x1-5"),
+            Some(PathBuf::from("d/a-b-1x1-5.json"))
+        );
+        assert_eq!(
+            OutTarget::File("f.JSON".into()).file_for("ignored"),
+            Some(PathBuf::from("f.JSON"))
+        );
+        assert_eq!(OutTarget::Stdout.file_for("s"), None);
+        assert!(OutTarget::parse("").is_err());
+        // An existing file that is not .json cannot be a directory.
+        let e = OutTarget::parse("Cargo.toml").unwrap_err().to_string();
+        assert!(e.contains("existing file"), "{e}");
+        // An existing directory named *.json cannot be the file.
+        let dir = std::env::temp_dir().join(format!("dmtx-out-{}.json", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = OutTarget::parse(dir.to_str().unwrap()).unwrap_err().to_string();
+        std::fs::remove_dir(&dir).unwrap();
+        assert!(e.contains("is a directory"), "{e}");
+    }
+
+    #[test]
+    fn test_did_you_mean() {
+        assert_eq!(
+            did_you_mean("smalbank", &["kvs", "smallbank"]),
+            " (did you mean `smallbank`?)"
+        );
+        assert_eq!(did_you_mean("zzzzzz", &["kvs", "smallbank"]), "");
+    }
+}

@@ -1,0 +1,655 @@
+//! One benchmark run on an in-process cluster (the `mem` transport).
+//!
+//! [`run`] does, in order:
+//!
+//! 1. builds every table of the workload in local memory with the protocol's slot
+//!    layout and loads it through [`Workload::load`];
+//! 2. sizes the memory nodes (tables per node from [`placement`], plus what one
+//!    coordinator allocates, measured by calling `coord_state` against a counting
+//!    control interface, times the coordinator count, plus headroom), starts a
+//!    [`LocalCluster`] and ships the tables to their replicas;
+//! 3. connects compute node 0 with a [`RealClock`] and starts `threads` OS threads.
+//!    Each sets up its worker and `coroutines` coordinators, reports ready, waits for
+//!    the common start, and runs its coordinators on one [`LocalExecutor`] until the
+//!    stop flag (deadline, Ctrl-C, a failed thread) or the `--txns` budget ends them;
+//! 4. merges the threads' counters, reads every table back from its primary into a
+//!    [`Snapshot`] and calls [`Workload::check`] on it with every coordinator's local
+//!    state;
+//! 5. returns a [`BenchResult`].
+//!
+//! The hot path (one transaction of one coordinator) reads the clock twice, loads the
+//! stop flag, and records into its thread's [`RunStats`] through a `RefCell`: no lock,
+//! no allocation, no shared write. The `--txns` budget is taken from a shared counter
+//! in batches ([`CREDIT_BATCH_MAX`]) and kept per thread; an aborted attempt gives its
+//! credit back, so exactly `N` transactions commit unless the run is interrupted.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dmtx_memnode::{Control, ControlError, LocalCluster, TableMeta};
+use dmtx_runtime::{
+    block_on, scan_table, AddrCache, Clock, Cn, CoordCtx, CoordId, Coordinator, LocalExecutor, Protocol, RealClock,
+    SharedAddrCache,
+};
+use dmtx_store::{create_table, placement, Catalog, TableBuilder, TableSpec};
+use dmtx_verbs::{Fabric, MemFabric, MnCounters, MnId, Region, Transport};
+use dmtx_workloads::{Snapshot, Workload};
+
+use crate::config::{BenchConfig, StopRule};
+use crate::error::RunError;
+use crate::results::{BenchResult, InvariantResult, RawRun, StopReason};
+use crate::stats::RunStats;
+
+/// Largest batch of `--txns` credits a thread takes from the shared budget at once.
+pub const CREDIT_BATCH_MAX: u64 = 256;
+/// How often the main thread checks the deadline and reports progress.
+pub const TICK: Duration = Duration::from_millis(50);
+/// Headroom over the measured memory need when `--mn-bytes` is not given: need × 5/4 +
+/// this many bytes (untouched region pages cost no memory).
+pub const MN_HEADROOM_BYTES: u64 = 16 << 20;
+
+/// What the driver reports while it works (a progress bar, or nothing).
+pub trait Monitor: Sync {
+    /// A setup phase began (`loading tables`, ...).
+    fn phase(&self, _what: &str) {}
+    /// The measured run began.
+    fn running(&self, _stop: StopRule) {}
+    /// Progress, every [`TICK`].
+    fn tick(&self, _progress: &Progress) {}
+    /// The measured run ended (threads joined).
+    fn finished(&self) {}
+}
+
+/// A [`Monitor`] that shows nothing.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct Silent;
+
+impl Monitor for Silent {}
+
+/// A progress report.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Progress {
+    /// Since the start of the measured run.
+    pub elapsed: Duration,
+    /// Committed transactions so far.
+    pub committed: u64,
+    /// Attempts so far.
+    pub attempted: u64,
+}
+
+/// How the caller talks to a run in progress.
+pub struct RunHooks<'a> {
+    /// Set it (from a Ctrl-C handler) to stop the run early; results are still built.
+    pub stop: &'a AtomicBool,
+    /// Receives progress.
+    pub monitor: &'a dyn Monitor,
+}
+
+/// One thread's progress counters, on their own cache line; written by that thread only.
+#[derive(Default)]
+#[repr(align(128))]
+struct ThreadProgress {
+    committed: AtomicU64,
+    attempted: AtomicU64,
+}
+
+/// A [`Control`] that hands out addresses without memory: measures what a
+/// coordinator's setup allocates on each node.
+struct Sizing {
+    used: Mutex<Vec<u64>>,
+}
+
+impl Control for Sizing {
+    fn mn_count(&self) -> usize {
+        self.used.lock().expect("sizing lock").len()
+    }
+    fn alloc(&self, mn: MnId, bytes: u64, align: u64) -> dmtx_memnode::Result<u64> {
+        let mut used = self.used.lock().expect("sizing lock");
+        let mn_count = used.len();
+        let u = used
+            .get_mut(mn.index())
+            .ok_or(ControlError::UnknownNode { mn, mn_count })?;
+        let at = u.next_multiple_of(align.max(1));
+        *u = at + bytes;
+        Ok(at)
+    }
+    fn load(&self, _mn: MnId, _offset: u64, _bytes: &[u8]) -> dmtx_memnode::Result<()> {
+        Ok(())
+    }
+    fn put_table(&self, _mn: MnId, _meta: &TableMeta) -> dmtx_memnode::Result<()> {
+        Ok(())
+    }
+    fn tables(&self, _mn: MnId) -> dmtx_memnode::Result<Vec<TableMeta>> {
+        Ok(Vec::new())
+    }
+}
+
+/// Bytes one coordinator's protocol state allocates on each memory node.
+fn coordinator_bytes<P: Protocol>(proto: &P, mn_count: usize) -> Result<Vec<u64>, RunError> {
+    let sizing = Sizing {
+        used: Mutex::new(vec![0; mn_count]),
+    };
+    let regions = (0..mn_count).map(|_| Arc::new(Region::new(64))).collect();
+    let transport: Rc<dyn Transport> = Rc::new(MemFabric::new(regions).transport());
+    let ctx = CoordCtx::new(
+        CoordId {
+            cn: 0,
+            thread: 0,
+            coroutine: 0,
+        },
+        transport,
+        Arc::new(RealClock::new()),
+        Arc::new(Catalog::default()),
+        Rc::new(AddrCache::new(Arc::new(SharedAddrCache::new()))),
+    );
+    drop(proto.coord_state(&ctx, &sizing)?);
+    // Each coordinator's areas start aligned; round up to the usual 64-byte alignment.
+    Ok(sizing
+        .used
+        .into_inner()
+        .expect("sizing lock")
+        .into_iter()
+        .map(|b| b.next_multiple_of(64))
+        .collect())
+}
+
+/// The per-coordinator seed handed to [`Workload::local`].
+pub fn coordinator_seed(run_seed: u64, coord: CoordId) -> u64 {
+    splitmix64(run_seed ^ splitmix64(coord.global()))
+}
+
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Run `workload` under `proto` as `cfg` says. The names in `cfg` label the results;
+/// the caller guarantees they name `proto` and `workload`.
+pub fn run<P: Protocol, W: Workload>(
+    proto: P,
+    workload: W,
+    cfg: &BenchConfig,
+    hooks: &RunHooks<'_>,
+) -> Result<BenchResult, RunError> {
+    let mn_count = cfg.memory_nodes as usize;
+    let replicas = cfg.replicas as usize;
+    let proto = Arc::new(proto);
+
+    // 1. Tables, built locally.
+    hooks.monitor.phase("loading tables");
+    let specs: Vec<TableSpec> = workload.tables();
+    let mut built = Vec::with_capacity(specs.len());
+    let mut tables_bytes = vec![0u64; mn_count];
+    for spec in &specs {
+        let mut builder = TableBuilder::new(spec.clone(), proto.layout());
+        workload.load(spec.id, &mut |key, value| builder.insert(key, value))?;
+        let nodes = placement(spec.id, mn_count, replicas)?;
+        for mn in &nodes {
+            tables_bytes[mn.index()] += builder.shape().table_bytes().next_multiple_of(64);
+        }
+        built.push((builder, nodes));
+    }
+
+    // 2. Memory nodes, sized for the tables and every coordinator's areas.
+    let per_coord = coordinator_bytes(proto.as_ref(), mn_count)?;
+    let coords = cfg.coordinators() as u64;
+    let need: Vec<u64> = (0..mn_count)
+        .map(|i| 64 + tables_bytes[i] + coords * per_coord[i])
+        .collect();
+    let (worst, &need_max) = need
+        .iter()
+        .enumerate()
+        .max_by_key(|&(_, b)| *b)
+        .expect("at least one memory node");
+    let mn_bytes = match cfg.mn_bytes {
+        Some(given) if given < need_max => {
+            return Err(RunError::RegionTooSmall {
+                given,
+                mn: worst as u16,
+                needed: need_max,
+                tables: tables_bytes[worst],
+                coordinators: coords * per_coord[worst],
+            })
+        }
+        Some(given) => given,
+        None => (need_max + need_max / 4 + MN_HEADROOM_BYTES).next_multiple_of(1 << 20),
+    };
+    let cluster = Arc::new(LocalCluster::new(mn_count, mn_bytes));
+    for (builder, nodes) in built {
+        create_table(cluster.as_ref(), builder, &nodes)?;
+    }
+
+    // 3. The compute node and its threads.
+    hooks.monitor.phase("starting coordinators");
+    let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
+    let fabric: Arc<dyn Fabric> = Arc::new(cluster.fabric().clone());
+    let control: Arc<dyn Control> = cluster.clone();
+    let cn = Cn::connect(0, fabric, control, Arc::clone(&clock))?;
+    let types = workload.txn_types();
+
+    let budget = match cfg.stop {
+        StopRule::Txns(n) => Some(AtomicU64::new(n)),
+        StopRule::Duration(_) => None,
+    };
+    let shared = Shared {
+        cn: &cn,
+        proto: &proto,
+        workload: &workload,
+        cfg,
+        stop: AtomicBool::new(false),
+        go: AtomicBool::new(false),
+        ready: AtomicUsize::new(0),
+        budget: budget.as_ref(),
+        credit_batch: match cfg.stop {
+            StopRule::Txns(n) => (n / (coords * 8)).clamp(1, CREDIT_BATCH_MAX),
+            StopRule::Duration(_) => 0,
+        },
+        progress: (0..cfg.threads).map(|_| ThreadProgress::default()).collect(),
+        types: types.len(),
+    };
+
+    let mut started_at_unix_s = 0.0;
+    let mut start_ns = 0;
+    let mut stop_reason = StopReason::Interrupt;
+    let outcomes: Vec<Result<ThreadOutcome<W::Local>, RunError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..cfg.threads)
+            .map(|t| {
+                let shared = &shared;
+                std::thread::Builder::new()
+                    .name(format!("dmtx-worker-{t}"))
+                    .spawn_scoped(s, move || worker_thread(t, shared))
+                    .expect("spawn a worker thread")
+            })
+            .collect();
+        // Start everyone at once, unless a thread already failed or panicked.
+        while shared.ready.load(Ordering::Acquire) < cfg.threads as usize {
+            if handles.iter().any(|h| h.is_finished()) || hooks.stop.load(Ordering::Relaxed) {
+                shared.stop.store(true, Ordering::Relaxed);
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        started_at_unix_s = crate::results::wall_clock_unix_s();
+        start_ns = clock.now_ns();
+        shared.go.store(true, Ordering::Release);
+        hooks.monitor.running(cfg.stop);
+
+        loop {
+            let elapsed = Duration::from_nanos(clock.now_ns().saturating_sub(start_ns));
+            if hooks.stop.load(Ordering::Relaxed) {
+                stop_reason = StopReason::Interrupt;
+                break;
+            }
+            if handles.iter().all(|h| h.is_finished()) {
+                stop_reason = match cfg.stop {
+                    StopRule::Txns(_) => StopReason::Txns,
+                    // Threads end before the deadline only when one failed or panicked.
+                    StopRule::Duration(_) => StopReason::Error,
+                };
+                break;
+            }
+            let mut wait = TICK;
+            if let StopRule::Duration(d) = cfg.stop {
+                if elapsed >= d {
+                    stop_reason = StopReason::Duration;
+                    break;
+                }
+                wait = wait.min(d - elapsed);
+            }
+            hooks.monitor.tick(&shared.progress_now(elapsed));
+            std::thread::sleep(wait);
+        }
+        shared.stop.store(true, Ordering::Relaxed);
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(t, h)| {
+                h.join().unwrap_or_else(|panic| {
+                    Err(RunError::WorkerPanicked {
+                        thread: t as u16,
+                        message: panic_message(panic.as_ref()),
+                    })
+                })
+            })
+            .collect()
+    });
+    hooks.monitor.finished();
+
+    // 4. Merge, then check the invariants on the quiesced database.
+    let mut stats = RunStats::new(types.len());
+    let mut per_mn = vec![MnCounters::default(); mn_count];
+    let mut locals = Vec::with_capacity(cfg.coordinators());
+    let mut end_ns = start_ns;
+    let mut last_fault = None;
+    for outcome in outcomes {
+        let o = outcome?;
+        stats.merge(&o.stats);
+        add_mn_counters(&mut per_mn, &o.per_mn);
+        locals.extend(o.locals);
+        end_ns = end_ns.max(o.end_ns);
+        last_fault = last_fault.or(o.last_fault);
+    }
+    if stop_reason == StopReason::Error {
+        // Every thread returned Ok, so none failed: they ran out of work early.
+        stop_reason = StopReason::Duration;
+    }
+
+    hooks.monitor.phase("checking invariants");
+    let scanner = cn.worker(cfg.threads)?;
+    let mut ctx = scanner.ctx(0);
+    let mut snapshot = Snapshot::new();
+    for spec in &specs {
+        block_on(scan_table(&mut ctx, spec.id, 0, proto.layout(), |k, v| {
+            snapshot.push(spec.id, k, v)
+        }))
+        .map_err(|error| RunError::Scan {
+            table: spec.name.clone(),
+            error,
+        })?;
+    }
+    snapshot.seal();
+    let invariant = match workload.check(&locals, &snapshot) {
+        Ok(detail) => InvariantResult { ok: true, detail },
+        Err(e) => InvariantResult {
+            ok: false,
+            detail: e.to_string(),
+        },
+    };
+
+    // 5. The record.
+    Ok(BenchResult::from_run(RawRun {
+        cfg,
+        transport: cluster.fabric().name(),
+        mn_bytes,
+        txn_types: types,
+        stats: &stats,
+        per_mn: &per_mn,
+        elapsed: Duration::from_nanos(end_ns.saturating_sub(start_ns)),
+        stop_reason,
+        invariant,
+        last_fault,
+        started_at_unix_s,
+    }))
+}
+
+/// What every worker thread shares.
+struct Shared<'a, P: Protocol, W: Workload> {
+    cn: &'a Cn,
+    proto: &'a Arc<P>,
+    workload: &'a W,
+    cfg: &'a BenchConfig,
+    /// Set by the main thread (deadline, Ctrl-C) or a failing thread.
+    stop: AtomicBool,
+    /// Set by the main thread once every thread is ready.
+    go: AtomicBool,
+    /// Threads whose coordinators are set up.
+    ready: AtomicUsize,
+    /// Commits still to hand out (`--txns`).
+    budget: Option<&'a AtomicU64>,
+    credit_batch: u64,
+    progress: Vec<ThreadProgress>,
+    types: usize,
+}
+
+impl<P: Protocol, W: Workload> Shared<'_, P, W> {
+    fn progress_now(&self, elapsed: Duration) -> Progress {
+        let mut p = Progress {
+            elapsed,
+            committed: 0,
+            attempted: 0,
+        };
+        for t in &self.progress {
+            p.committed += t.committed.load(Ordering::Relaxed);
+            p.attempted += t.attempted.load(Ordering::Relaxed);
+        }
+        p
+    }
+}
+
+/// What a worker thread hands back when joined.
+struct ThreadOutcome<L> {
+    stats: RunStats,
+    locals: Vec<L>,
+    per_mn: Vec<MnCounters>,
+    end_ns: u64,
+    last_fault: Option<String>,
+}
+
+/// Sets the stop flag if the thread unwinds, so the others end too.
+struct StopOnPanic<'a>(&'a AtomicBool);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+fn worker_thread<P: Protocol, W: Workload>(
+    t: u16,
+    shared: &Shared<'_, P, W>,
+) -> Result<ThreadOutcome<W::Local>, RunError> {
+    let _guard = StopOnPanic(&shared.stop);
+    let setup = || -> Result<_, RunError> {
+        let worker = shared.cn.worker(t)?;
+        let mut coords = Vec::with_capacity(shared.cfg.coroutines as usize);
+        let mut locals = Vec::with_capacity(shared.cfg.coroutines as usize);
+        for c in 0..shared.cfg.coroutines {
+            let coord = worker.coordinator(shared.proto, c)?;
+            locals.push(
+                shared
+                    .workload
+                    .local(coord.ctx.id, coordinator_seed(shared.cfg.seed, coord.ctx.id)),
+            );
+            coords.push(coord);
+        }
+        Ok((worker, coords, locals))
+    };
+    let (worker, mut coords, mut locals) = match setup() {
+        Ok(s) => s,
+        Err(e) => {
+            shared.stop.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
+    };
+    shared.ready.fetch_add(1, Ordering::Release);
+    while !shared.go.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+
+    let th = ThreadCtx {
+        stop: &shared.stop,
+        budget: shared.budget,
+        credit_batch: shared.credit_batch,
+        credits: Cell::new(0),
+        stats: RefCell::new(RunStats::new(shared.types)),
+        progress: &shared.progress[t as usize],
+        committed: Cell::new(0),
+        attempted: Cell::new(0),
+    };
+    {
+        let mut ex = LocalExecutor::new();
+        for (coord, local) in coords.iter_mut().zip(locals.iter_mut()) {
+            ex.spawn(drive(shared.workload, coord, local, &th));
+        }
+        ex.run(worker.transport().as_ref());
+    }
+    let end_ns = worker.cn().clock.now_ns();
+
+    let mut per_mn = vec![MnCounters::default(); shared.cfg.memory_nodes as usize];
+    let mut last_fault = None;
+    for c in &coords {
+        add_mn_counters(&mut per_mn, &c.ctx.per_mn);
+        if let Some(f) = &c.ctx.last_fault {
+            last_fault = Some(f.to_string());
+        }
+    }
+    // A budget handed out but not used (the run was interrupted) is simply dropped.
+    Ok(ThreadOutcome {
+        stats: th.stats.into_inner(),
+        locals,
+        per_mn,
+        end_ns,
+        last_fault,
+    })
+}
+
+/// What the coordinators of one thread share; single-threaded, so `Cell`s suffice.
+struct ThreadCtx<'a> {
+    stop: &'a AtomicBool,
+    budget: Option<&'a AtomicU64>,
+    credit_batch: u64,
+    /// `--txns` credits this thread holds.
+    credits: Cell<u64>,
+    stats: RefCell<RunStats>,
+    progress: &'a ThreadProgress,
+    committed: Cell<u64>,
+    attempted: Cell<u64>,
+}
+
+impl ThreadCtx<'_> {
+    /// Reserve one commit of the `--txns` budget; false when it is used up.
+    #[inline]
+    fn take_credit(&self) -> bool {
+        let Some(budget) = self.budget else {
+            return true;
+        };
+        let held = self.credits.get();
+        if held > 0 {
+            self.credits.set(held - 1);
+            return true;
+        }
+        let batch = self.credit_batch;
+        let Ok(before) = budget.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
+            (r > 0).then(|| r - r.min(batch))
+        }) else {
+            return false;
+        };
+        let got = before.min(batch);
+        debug_assert!(got > 0);
+        self.credits.set(got - 1);
+        true
+    }
+
+    /// An aborted attempt hands its reservation back.
+    #[inline]
+    fn return_credit(&self) {
+        if self.budget.is_some() {
+            self.credits.set(self.credits.get() + 1);
+        }
+    }
+
+    #[inline]
+    fn publish(&self, committed: bool) {
+        // Single writer per thread: a plain store of the thread's own count.
+        let a = self.attempted.get() + 1;
+        self.attempted.set(a);
+        self.progress.attempted.store(a, Ordering::Relaxed);
+        if committed {
+            let c = self.committed.get() + 1;
+            self.committed.set(c);
+            self.progress.committed.store(c, Ordering::Relaxed);
+        }
+    }
+}
+
+/// One coordinator's loop: run transactions until stopped, counting each attempt.
+async fn drive<P: Protocol, W: Workload>(
+    workload: &W,
+    coord: &mut Coordinator<P>,
+    local: &mut W::Local,
+    th: &ThreadCtx<'_>,
+) {
+    loop {
+        if th.stop.load(Ordering::Relaxed) || !th.take_credit() {
+            return;
+        }
+        let start_ns = coord.ctx.clock.now_ns();
+        let (ty, outcome) = workload.run_one(local, coord).await;
+        let latency_ns = coord.ctx.clock.now_ns().saturating_sub(start_ns);
+        let counters = coord.ctx.txn_counters;
+        match outcome {
+            Ok(()) => th.stats.borrow_mut().commit(ty, &counters, latency_ns),
+            Err(abort) => {
+                th.stats.borrow_mut().abort(ty, abort.reason, &counters);
+                th.return_credit();
+            }
+        }
+        th.publish(outcome.is_ok());
+    }
+}
+
+/// Add each node's counters of `from` into `into`.
+fn add_mn_counters(into: &mut [MnCounters], from: &[MnCounters]) {
+    for (a, b) in into.iter_mut().zip(from) {
+        for (x, y) in a.ops.iter_mut().zip(b.ops) {
+            *x += y;
+        }
+        a.bytes_in += b.bytes_in;
+        a.bytes_out += b.bytes_out;
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(no message)".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_seeds_differ_per_coordinator_and_run() {
+        let c = |thread, coroutine| CoordId {
+            cn: 0,
+            thread,
+            coroutine,
+        };
+        let a = coordinator_seed(1, c(0, 0));
+        assert_ne!(a, coordinator_seed(1, c(0, 1)));
+        assert_ne!(a, coordinator_seed(1, c(1, 0)));
+        assert_ne!(a, coordinator_seed(2, c(0, 0)));
+        assert_eq!(a, coordinator_seed(1, c(0, 0)));
+    }
+
+    #[test]
+    fn test_credits_hand_out_exactly_the_budget() {
+        let budget = AtomicU64::new(10);
+        let progress = ThreadProgress::default();
+        let stop = AtomicBool::new(false);
+        let th = ThreadCtx {
+            stop: &stop,
+            budget: Some(&budget),
+            credit_batch: 4,
+            credits: Cell::new(0),
+            stats: RefCell::new(RunStats::new(1)),
+            progress: &progress,
+            committed: Cell::new(0),
+            attempted: Cell::new(0),
+        };
+        let (mut committed, mut aborted) = (0, 0);
+        while th.take_credit() {
+            if committed == 3 && aborted == 0 {
+                aborted += 1;
+                th.return_credit();
+            } else {
+                committed += 1;
+            }
+        }
+        assert_eq!(committed, 10);
+        assert_eq!(aborted, 1);
+        assert_eq!(budget.load(Ordering::Relaxed), 0);
+    }
+}

@@ -1,0 +1,93 @@
+//! Errors of setting up, running and recording a benchmark.
+
+use std::path::PathBuf;
+
+use dmtx_runtime::{KnobError, RuntimeError};
+use dmtx_store::StoreError;
+use dmtx_verbs::VerbError;
+
+/// Why a run could not be set up, finished or written. An invariant that fails is not
+/// an error: it is part of the result (`invariant.ok = false`).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// A knob value was refused while building the protocol or workload.
+    #[error("--set: {0}")]
+    Knob(KnobError),
+    /// Creating or loading a table failed.
+    #[error("loading tables: {0}")]
+    Store(StoreError),
+    /// Connecting the compute node or setting up a coordinator failed.
+    #[error("setting up coordinators: {0}")]
+    Runtime(RuntimeError),
+    /// The memory nodes' regions cannot hold the tables and per-coordinator areas.
+    #[error(
+        "--mn-bytes {given}: memory node mn{mn} needs at least {needed} bytes \
+         ({tables} for tables, {coordinators} for coordinator areas); \
+         pass --mn-bytes {needed} or more, or drop --mn-bytes to size it automatically"
+    )]
+    RegionTooSmall {
+        /// The size given.
+        given: u64,
+        /// The node that does not fit.
+        mn: u16,
+        /// Bytes it needs.
+        needed: u64,
+        /// Of which table replicas.
+        tables: u64,
+        /// Of which per-coordinator areas (logs, ...).
+        coordinators: u64,
+    },
+    /// Reading the tables back for the invariant check failed.
+    #[error("reading table `{table}` back for the invariant check: {error}")]
+    Scan {
+        /// The table.
+        table: String,
+        /// The verb error.
+        error: VerbError,
+    },
+    /// A worker thread panicked; the run's results are incomplete.
+    #[error("worker thread {thread} panicked: {message}")]
+    WorkerPanicked {
+        /// Thread index.
+        thread: u16,
+        /// The panic message.
+        message: String,
+    },
+    /// The name is not in the registry (the config was not built by `from_args`).
+    #[error("no {what} named `{name}` is registered; see `dmtx list`")]
+    Unregistered {
+        /// `protocol` or `workload`.
+        what: &'static str,
+        /// The name.
+        name: String,
+    },
+    /// The results file could not be written.
+    #[error("writing results to {}: {error}; check --out", path.display())]
+    Write {
+        /// The file or directory.
+        path: PathBuf,
+        /// The I/O error.
+        error: std::io::Error,
+    },
+}
+
+// The wrapped errors' text is part of each message, so none is also a `source`: a
+// one-line `{:#}` chain would print it twice.
+impl From<KnobError> for RunError {
+    fn from(e: KnobError) -> Self {
+        Self::Knob(e)
+    }
+}
+
+impl From<StoreError> for RunError {
+    fn from(e: StoreError) -> Self {
+        Self::Store(e)
+    }
+}
+
+impl From<RuntimeError> for RunError {
+    fn from(e: RuntimeError) -> Self {
+        Self::Runtime(e)
+    }
+}

@@ -1,0 +1,39 @@
+//! The `dmtx` command line as a library: `dmtx bench` and `dmtx list`.
+//!
+//! `dmtx bench` runs one protocol on one workload on an in-process cluster (the `mem`
+//! transport) and records throughput, latency, aborts and verbs. The parts, in the
+//! order a run uses them:
+//!
+//! - [`config`]: clap's raw [`BenchArgs`] become one validated [`BenchConfig`];
+//! - [`registry`]: the protocols and workloads by name, and the dispatch from names to
+//!   one generic [`driver::run::<P, W>`](driver::run);
+//! - [`driver`]: builds and loads the cluster, runs `threads × coroutines`
+//!   coordinators, checks the workload's invariants;
+//! - [`stats`]: what each worker thread counts, lock-free, merged after the run;
+//! - [`results`]: the JSON record (its schema is documented there) and the summary.
+//!
+//! The binary (`src/main.rs`) adds clap's top level, the progress bar, Ctrl-C and exit
+//! codes. This crate is the top of the stack: nothing depends on it.
+//!
+//! ```
+//! use dmtx::{BenchArgs, BenchConfig};
+//!
+//! let err = BenchConfig::from_args(&BenchArgs { protocol: "frod".into(), ..BenchArgs::default() })
+//!     .unwrap_err()
+//!     .to_string();
+//! assert!(err.contains("did you mean `ford`"), "{err}");
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod driver;
+pub mod error;
+pub mod registry;
+pub mod results;
+pub mod stats;
+
+pub use config::{BenchArgs, BenchConfig, ConfigError, OutTarget, StopRule};
+pub use driver::{Monitor, Progress, RunHooks, Silent};
+pub use error::RunError;
+pub use results::BenchResult;

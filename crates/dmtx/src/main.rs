@@ -1,0 +1,236 @@
+//! `dmtx`: run and list benchmarks of transaction protocols on disaggregated memory.
+//!
+//! Exit codes: 0 ok; 1 the run's invariant check found an anomaly (results are still
+//! written); 2 an error (bad flag, bad config, failed setup), printed as one line
+//! `error: …`. A second Ctrl-C quits at once with 130. A closed stdout (`| head`) ends
+//! the program quietly.
+
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use dmtx::driver::{Monitor, Progress, RunHooks, Silent};
+use dmtx::{registry, results, BenchArgs, BenchConfig, OutTarget, StopRule};
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Everything went as asked.
+const EXIT_OK: i32 = 0;
+/// The invariant check found an anomaly.
+const EXIT_ANOMALY: i32 = 1;
+/// Bad input or a failure to set up, run or record.
+const EXIT_ERROR: i32 = 2;
+/// A second Ctrl-C.
+const EXIT_INTERRUPTED: i32 = 130;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "dmtx",
+    version,
+    about = "ACID transactions on disaggregated memory over one-sided verbs",
+    after_help = "Exit codes: 0 ok, 1 an invariant check failed, 2 error."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a protocol on a workload; print a summary and write a JSON record.
+    #[command(after_help = "Examples:\n  \
+        dmtx bench\n  \
+        dmtx bench --protocol ford --workload smallbank --threads 2 --coroutines 8 --duration 10 --out results/\n  \
+        dmtx bench --workload kvs --txns 100000 --set backup_read=false --out run.json")]
+    Bench(BenchArgs),
+    /// List protocols and workloads with their knobs.
+    List,
+}
+
+fn main() {
+    let code = match Cli::try_parse() {
+        Ok(cli) => match run(cli) {
+            Ok(code) => code,
+            Err(e) if is_broken_pipe(&e) => EXIT_OK,
+            Err(e) => {
+                eprintln!("error: {}", one_line(&format!("{e:#}")));
+                EXIT_ERROR
+            }
+        },
+        Err(e) => clap_exit(e),
+    };
+    std::process::exit(code);
+}
+
+fn run(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::List => {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{}", registry::render_list())?;
+            out.flush()?;
+            Ok(EXIT_OK)
+        }
+        Command::Bench(args) => bench(&args),
+    }
+}
+
+fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
+    let cfg = BenchConfig::from_args(args)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = Arc::clone(&stop);
+        ctrlc::set_handler(move || {
+            if stop.swap(true, Ordering::SeqCst) {
+                std::process::exit(EXIT_INTERRUPTED);
+            }
+            eprintln!("\ninterrupted: stopping; the results so far will be written (Ctrl-C again quits at once)");
+        })
+        .context("installing the Ctrl-C handler")?;
+    }
+    if !cfg.quiet {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cfg.threads as usize > cores {
+            eprintln!(
+                "note: --threads {} exceeds the {cores} CPUs here; worker threads poll, so they will share cores and measure less",
+                cfg.threads
+            );
+        }
+    }
+    let bar = (!cfg.quiet && std::io::stderr().is_terminal()).then(Bar::new);
+    let monitor: &dyn Monitor = match &bar {
+        Some(b) => b,
+        None => &Silent,
+    };
+    let result = registry::run(&cfg, &RunHooks { stop: &stop, monitor });
+    if let Some(b) = &bar {
+        b.bar.finish_and_clear();
+    }
+    let result = result?;
+    let stem = cfg.file_stem(result.run_info.started_at_unix_s as u64);
+    let saved = results::write(&result, &cfg.out, &stem)?;
+    if cfg.out == OutTarget::Stdout {
+        let mut out = std::io::stdout().lock();
+        out.write_all(result.to_json().as_bytes())?;
+        out.flush()?;
+        if !cfg.quiet {
+            eprint!("{}", result.summary(None));
+        }
+    } else if !cfg.quiet {
+        let mut out = std::io::stdout().lock();
+        out.write_all(result.summary(saved.as_deref()).as_bytes())?;
+        out.flush()?;
+    }
+    if !result.invariant.ok {
+        eprintln!(
+            "error: invariant check failed: {} (seed {})",
+            one_line(&result.invariant.detail),
+            cfg.seed
+        );
+        return Ok(EXIT_ANOMALY);
+    }
+    Ok(EXIT_OK)
+}
+
+/// The progress bar on a terminal's stderr.
+struct Bar {
+    bar: ProgressBar,
+    stop: Mutex<Option<StopRule>>,
+}
+
+impl Bar {
+    fn new() -> Self {
+        let bar = ProgressBar::new_spinner();
+        bar.enable_steady_tick(Duration::from_millis(120));
+        Self {
+            bar,
+            stop: Mutex::new(None),
+        }
+    }
+}
+
+impl Monitor for Bar {
+    fn phase(&self, what: &str) {
+        self.bar.set_message(what.to_string());
+    }
+
+    fn running(&self, stop: StopRule) {
+        let style = ProgressStyle::with_template("{spinner} [{bar:30}] {percent:>3}% {elapsed_precise} {msg}")
+            .expect("constant template")
+            .progress_chars("=> ");
+        self.bar.set_style(style);
+        self.bar.set_length(match stop {
+            StopRule::Duration(d) => d.as_millis() as u64,
+            StopRule::Txns(n) => n,
+        });
+        self.bar.set_message("running");
+        *self.stop.lock().expect("bar lock") = Some(stop);
+    }
+
+    fn tick(&self, p: &Progress) {
+        let pos = match *self.stop.lock().expect("bar lock") {
+            Some(StopRule::Duration(_)) => p.elapsed.as_millis() as u64,
+            Some(StopRule::Txns(_)) => p.committed,
+            None => 0,
+        };
+        self.bar.set_position(pos);
+        let secs = p.elapsed.as_secs_f64().max(1e-9);
+        let aborts = if p.attempted > 0 {
+            100.0 * (p.attempted - p.committed) as f64 / p.attempted as f64
+        } else {
+            0.0
+        };
+        self.bar.set_message(format!(
+            "{} committed  {:.0} txn/s  {aborts:.1}% aborts",
+            p.committed,
+            p.committed as f64 / secs
+        ));
+    }
+
+    fn finished(&self) {
+        self.bar.set_style(ProgressStyle::default_spinner());
+    }
+}
+
+/// Print clap's help or version as it is; turn its errors into one line.
+fn clap_exit(e: clap::Error) -> i32 {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            EXIT_OK
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            EXIT_ERROR
+        }
+        _ => {
+            let text = e.render().to_string();
+            let mut lines = text.lines();
+            let head = lines
+                .next()
+                .unwrap_or("bad command line")
+                .trim_start_matches("error: ")
+                .to_string();
+            let tips: Vec<&str> = lines.map(str::trim).filter_map(|l| l.strip_prefix("tip: ")).collect();
+            let mut msg = head;
+            if !tips.is_empty() {
+                msg.push_str(&format!(" ({})", tips.join("; ")));
+            }
+            eprintln!("error: {}; see `dmtx --help`", one_line(&msg));
+            EXIT_ERROR
+        }
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

@@ -1,0 +1,735 @@
+//! The record of one run: a JSON document (schema version 1) and a human summary.
+//!
+//! # JSON schema, version 1
+//!
+//! One object per run. Times are seconds (`_s`) or microseconds (`_us`); rates are per
+//! second of the measured run (from the start barrier to the last thread's stop);
+//! `*_per_commit` values divide sums over committed attempts by the committed count and
+//! are `null` when nothing committed.
+//!
+//! | key | type | meaning |
+//! | --- | --- | --- |
+//! | `schema_version` | int | `1`; bumped on any incompatible change |
+//! | `protocol`, `workload` | string | names as given to `--protocol`, `--workload` |
+//! | `transport` | string | `mem` (in-process memory nodes) |
+//! | `config` | object | `threads`, `coroutines`, `duration_s` *or* `txns`, `seed`, `memory_nodes`, `replicas`, `mn_bytes`, `knobs` (every knob of the protocol and workload with its effective value, defaults included, as strings) |
+//! | `stop_reason` | string | `duration`, `txns` or `interrupt` (Ctrl-C: results so far) |
+//! | `elapsed_s` | float | measured run time |
+//! | `committed`, `aborted`, `attempted` | int | transaction attempts by outcome (`attempted = committed + aborted`) |
+//! | `committed_tps`, `attempted_tps` | float | per second of `elapsed_s` |
+//! | `abort_rate` | float | `aborted / attempted`, 0 to 1 |
+//! | `abort_reasons` | object | every abort reason (`lock_conflict`, `validation`, `invisible`, `torn`, `not_found`, `duplicate`, `user`, `fault`, `table_full`) → count, zeros included |
+//! | `latency_us` | object or null | committed attempts, HDR histogram (3 significant figures): `p50`, `p90`, `p99`, `p999`, `max`, `mean` |
+//! | `total` | txn-type object | all types together (below) |
+//! | `per_txn_type` | object | type name → txn-type object |
+//! | `per_mn` | array | per memory node: `mn`, `ops` {`read`,`write`,`cas`,`faa`,`flush`}, `bytes_in` (received by the node), `bytes_out` (returned by it); every attempt and background post |
+//! | `invariant` | object | `ok` (bool), `detail` (what was checked, or what broke) |
+//! | `last_fault` | string or null | the last verb error a coordinator saw, if any |
+//! | `run_info` | object | `host`, `started_at` (RFC 3339, UTC), `started_at_unix_s`, `dmtx_version`, `cpus` |
+//!
+//! A txn-type object:
+//!
+//! | key | meaning |
+//! | --- | --- |
+//! | `committed`, `aborted`, `abort_rate` | as above, for this type |
+//! | `abort_reasons` | reason → count, non-zero reasons only |
+//! | `rtt_per_commit` | round trips (posts waited for) of committed attempts / committed |
+//! | `ops_per_commit` | {`read`,`write`,`cas`,`faa`,`flush`}: verbs of committed attempts / committed |
+//! | `bytes_per_commit` | {`out` (to memory nodes), `in` (from them)} / committed |
+//! | `background_posts_per_commit` | posts never waited for (background release) / committed |
+//! | `wasted_rtts_per_commit` | round trips of *aborted* attempts / committed |
+//! | `latency_us` | as above, for this type, or null |
+//! | `committed_counters`, `aborted_counters` | raw sums: `rtts`, `background_posts`, `ops` {…}, `bytes_out`, `bytes_in` (for re-aggregating runs) |
+//!
+//! Latency is measured per attempt (from before the workload picks a transaction to
+//! its outcome); an aborted attempt is not retried with the same parameters, the
+//! coordinator simply runs the next transaction.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use dmtx_runtime::AbortReason;
+use dmtx_verbs::{MnCounters, OpKind, PostCounters};
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{BenchConfig, OutTarget, StopRule};
+use crate::error::RunError;
+use crate::stats::{slot_name, RunStats, TypeStats, REASON_SLOTS};
+
+/// The schema version written by this build.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Why the measured run ended.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// `--duration` elapsed.
+    Duration,
+    /// `--txns` transactions committed.
+    Txns,
+    /// Stopped early (Ctrl-C); the results cover the time run.
+    Interrupt,
+    /// A worker failed (never written: the run reports an error instead).
+    Error,
+}
+
+/// The JSON record of one run (see the module doc for the schema).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BenchResult {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Protocol name.
+    pub protocol: String,
+    /// Workload name.
+    pub workload: String,
+    /// Transport name.
+    pub transport: String,
+    /// The run's settings.
+    pub config: ConfigRecord,
+    /// Why the run ended.
+    pub stop_reason: StopReason,
+    /// Measured seconds.
+    pub elapsed_s: f64,
+    /// Committed attempts.
+    pub committed: u64,
+    /// Aborted attempts.
+    pub aborted: u64,
+    /// All attempts.
+    pub attempted: u64,
+    /// Commits per second.
+    pub committed_tps: f64,
+    /// Attempts per second.
+    pub attempted_tps: f64,
+    /// Aborted / attempted.
+    pub abort_rate: f64,
+    /// Every reason with its count.
+    pub abort_reasons: BTreeMap<String, u64>,
+    /// Latency of committed attempts, or `None` when none committed.
+    pub latency_us: Option<Latency>,
+    /// All transaction types together.
+    pub total: TxnTypeResult,
+    /// Per transaction type.
+    pub per_txn_type: BTreeMap<String, TxnTypeResult>,
+    /// Load per memory node.
+    pub per_mn: Vec<MnResult>,
+    /// The workload's invariant check.
+    pub invariant: InvariantResult,
+    /// The last verb error a coordinator saw.
+    pub last_fault: Option<String>,
+    /// Where and when.
+    pub run_info: RunInfo,
+}
+
+/// The settings of a run, as recorded.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConfigRecord {
+    /// Worker threads.
+    pub threads: u16,
+    /// Coordinators per thread.
+    pub coroutines: u16,
+    /// `--duration`, when the run was timed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<f64>,
+    /// `--txns`, when the run counted commits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub txns: Option<u64>,
+    /// Run seed.
+    pub seed: u64,
+    /// Memory nodes.
+    pub memory_nodes: u16,
+    /// Copies of each table.
+    pub replicas: u16,
+    /// Region bytes per memory node (given or computed).
+    pub mn_bytes: u64,
+    /// Every knob's effective value.
+    pub knobs: BTreeMap<String, String>,
+}
+
+/// Latency percentiles in microseconds.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+    /// Largest.
+    pub max: f64,
+    /// Mean.
+    pub mean: f64,
+}
+
+impl Latency {
+    /// Percentiles of a nanosecond histogram; `None` when it is empty.
+    pub fn of(h: &Histogram<u64>) -> Option<Self> {
+        if h.is_empty() {
+            return None;
+        }
+        let us = |ns: u64| round(ns as f64 / 1e3, 3);
+        Some(Self {
+            p50: us(h.value_at_quantile(0.5)),
+            p90: us(h.value_at_quantile(0.9)),
+            p99: us(h.value_at_quantile(0.99)),
+            p999: us(h.value_at_quantile(0.999)),
+            max: us(h.max()),
+            mean: round(h.mean() / 1e3, 3),
+        })
+    }
+}
+
+/// Something counted per verb kind.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Ops<T> {
+    /// READs.
+    pub read: T,
+    /// WRITEs.
+    pub write: T,
+    /// CASes.
+    pub cas: T,
+    /// FAAs.
+    pub faa: T,
+    /// FLUSHes.
+    pub flush: T,
+}
+
+impl<T: Copy> Ops<T> {
+    /// From an array indexed by `OpKind as usize`.
+    pub fn from_array(a: [T; OpKind::COUNT]) -> Self {
+        Self {
+            read: a[OpKind::Read as usize],
+            write: a[OpKind::Write as usize],
+            cas: a[OpKind::Cas as usize],
+            faa: a[OpKind::Faa as usize],
+            flush: a[OpKind::Flush as usize],
+        }
+    }
+}
+
+/// Bytes each way.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Bytes {
+    /// To memory nodes.
+    pub out: f64,
+    /// From memory nodes.
+    #[serde(rename = "in")]
+    pub r#in: f64,
+}
+
+/// Raw verb sums.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Round trips waited for.
+    pub rtts: u64,
+    /// Posts never waited for.
+    pub background_posts: u64,
+    /// Verbs by kind.
+    pub ops: Ops<u64>,
+    /// Bytes sent to memory nodes.
+    pub bytes_out: u64,
+    /// Bytes returned by memory nodes.
+    pub bytes_in: u64,
+}
+
+impl From<&PostCounters> for Counters {
+    fn from(c: &PostCounters) -> Self {
+        Self {
+            rtts: c.rtts,
+            background_posts: c.background_posts,
+            ops: Ops::from_array(c.ops),
+            bytes_out: c.bytes_out,
+            bytes_in: c.bytes_in,
+        }
+    }
+}
+
+/// The results of one transaction type (or of all together).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TxnTypeResult {
+    /// Committed attempts.
+    pub committed: u64,
+    /// Aborted attempts.
+    pub aborted: u64,
+    /// Aborted / attempted (0 when nothing was attempted).
+    pub abort_rate: f64,
+    /// Non-zero abort reasons.
+    pub abort_reasons: BTreeMap<String, u64>,
+    /// Round trips per commit.
+    pub rtt_per_commit: Option<f64>,
+    /// Verbs per commit, by kind.
+    pub ops_per_commit: Option<Ops<f64>>,
+    /// Bytes per commit.
+    pub bytes_per_commit: Option<Bytes>,
+    /// Background posts per commit.
+    pub background_posts_per_commit: Option<f64>,
+    /// Round trips of aborted attempts per commit.
+    pub wasted_rtts_per_commit: Option<f64>,
+    /// Latency of committed attempts.
+    pub latency_us: Option<Latency>,
+    /// Raw sums over committed attempts.
+    pub committed_counters: Counters,
+    /// Raw sums over aborted attempts.
+    pub aborted_counters: Counters,
+}
+
+impl TxnTypeResult {
+    /// Derive the per-commit figures of `t`.
+    pub fn of(t: &TypeStats) -> Self {
+        let c = &t.committed_counters;
+        let per = |x: u64| (t.committed > 0).then(|| round(x as f64 / t.committed as f64, 3));
+        Self {
+            committed: t.committed,
+            aborted: t.aborted,
+            abort_rate: ratio(t.aborted, t.attempted()),
+            abort_reasons: (0..REASON_SLOTS)
+                .filter(|&s| t.abort_reasons[s] > 0)
+                .map(|s| (slot_name(s).to_string(), t.abort_reasons[s]))
+                .collect(),
+            rtt_per_commit: per(c.rtts),
+            ops_per_commit: (t.committed > 0).then(|| {
+                let mut a = [0.0; OpKind::COUNT];
+                for k in OpKind::ALL {
+                    a[k as usize] = per(c.ops_of(k)).unwrap_or_default();
+                }
+                Ops::from_array(a)
+            }),
+            bytes_per_commit: (t.committed > 0).then(|| Bytes {
+                out: per(c.bytes_out).unwrap_or_default(),
+                r#in: per(c.bytes_in).unwrap_or_default(),
+            }),
+            background_posts_per_commit: per(c.background_posts),
+            wasted_rtts_per_commit: per(t.aborted_counters.rtts),
+            latency_us: Latency::of(&t.latency_ns),
+            committed_counters: Counters::from(c),
+            aborted_counters: Counters::from(&t.aborted_counters),
+        }
+    }
+}
+
+/// One memory node's load.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MnResult {
+    /// Node index.
+    pub mn: u16,
+    /// Verbs it served, by kind.
+    pub ops: Ops<u64>,
+    /// Payload bytes it received.
+    pub bytes_in: u64,
+    /// Payload bytes it returned.
+    pub bytes_out: u64,
+}
+
+/// The outcome of the workload's invariant check.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvariantResult {
+    /// True when every invariant held.
+    pub ok: bool,
+    /// What was checked, or what broke.
+    pub detail: String,
+}
+
+/// Where and when a run happened.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// Host name.
+    pub host: String,
+    /// Start of the measured run, RFC 3339 UTC.
+    pub started_at: String,
+    /// The same, as Unix seconds.
+    pub started_at_unix_s: f64,
+    /// `dmtx` crate version.
+    pub dmtx_version: String,
+    /// CPUs available to the process.
+    pub cpus: usize,
+}
+
+/// What the driver hands over to build a [`BenchResult`].
+pub struct RawRun<'a> {
+    /// The run's config.
+    pub cfg: &'a BenchConfig,
+    /// Transport name.
+    pub transport: &'a str,
+    /// Region bytes per memory node.
+    pub mn_bytes: u64,
+    /// Transaction type names, by index.
+    pub txn_types: &'a [&'a str],
+    /// Merged counters.
+    pub stats: &'a RunStats,
+    /// Load per node.
+    pub per_mn: &'a [MnCounters],
+    /// Measured time.
+    pub elapsed: Duration,
+    /// Why it ended.
+    pub stop_reason: StopReason,
+    /// Invariant outcome.
+    pub invariant: InvariantResult,
+    /// Last verb error seen.
+    pub last_fault: Option<String>,
+    /// Start of the measured run, Unix seconds.
+    pub started_at_unix_s: f64,
+}
+
+impl BenchResult {
+    /// Build the record from a finished run.
+    pub fn from_run(raw: RawRun<'_>) -> Self {
+        let cfg = raw.cfg;
+        let total_stats = raw.stats.total();
+        let total = TxnTypeResult::of(&total_stats);
+        let elapsed_s = raw.elapsed.as_secs_f64();
+        let per_s = |n: u64| {
+            if elapsed_s > 0.0 {
+                round(n as f64 / elapsed_s, 1)
+            } else {
+                0.0
+            }
+        };
+        let mut abort_reasons: BTreeMap<String, u64> =
+            AbortReason::ALL.iter().map(|r| (r.name().to_string(), 0)).collect();
+        for (name, n) in &total.abort_reasons {
+            *abort_reasons.entry(name.clone()).or_default() += n;
+        }
+        let per_txn_type = raw
+            .txn_types
+            .iter()
+            .zip(&raw.stats.types)
+            .map(|(name, t)| (name.to_string(), TxnTypeResult::of(t)))
+            .collect();
+        Self {
+            schema_version: SCHEMA_VERSION,
+            protocol: cfg.protocol.clone(),
+            workload: cfg.workload.clone(),
+            transport: raw.transport.to_string(),
+            config: ConfigRecord {
+                threads: cfg.threads,
+                coroutines: cfg.coroutines,
+                duration_s: match cfg.stop {
+                    StopRule::Duration(d) => Some(d.as_secs_f64()),
+                    StopRule::Txns(_) => None,
+                },
+                txns: match cfg.stop {
+                    StopRule::Txns(n) => Some(n),
+                    StopRule::Duration(_) => None,
+                },
+                seed: cfg.seed,
+                memory_nodes: cfg.memory_nodes,
+                replicas: cfg.replicas,
+                mn_bytes: raw.mn_bytes,
+                knobs: cfg.knobs_effective.clone(),
+            },
+            stop_reason: raw.stop_reason,
+            elapsed_s: round(elapsed_s, 6),
+            committed: total.committed,
+            aborted: total.aborted,
+            attempted: total.committed + total.aborted,
+            committed_tps: per_s(total.committed),
+            attempted_tps: per_s(total.committed + total.aborted),
+            abort_rate: total.abort_rate,
+            abort_reasons,
+            latency_us: total.latency_us,
+            total,
+            per_txn_type,
+            per_mn: raw
+                .per_mn
+                .iter()
+                .enumerate()
+                .map(|(i, m)| MnResult {
+                    mn: i as u16,
+                    ops: Ops::from_array(m.ops),
+                    bytes_in: m.bytes_in,
+                    bytes_out: m.bytes_out,
+                })
+                .collect(),
+            invariant: raw.invariant,
+            last_fault: raw.last_fault,
+            run_info: RunInfo {
+                host: host_name(),
+                started_at: rfc3339_utc(raw.started_at_unix_s as u64),
+                started_at_unix_s: round(raw.started_at_unix_s, 3),
+                dmtx_version: env!("CARGO_PKG_VERSION").to_string(),
+                cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            },
+        }
+    }
+
+    /// The record as pretty JSON, with a final newline.
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).expect("results serialize");
+        s.push('\n');
+        s
+    }
+
+    /// The fixed-width human summary; `saved` is where the JSON went, if anywhere.
+    pub fn summary(&self, saved: Option<&Path>) -> String {
+        let mut o = String::new();
+        let c = &self.config;
+        let stop = match (c.duration_s, c.txns) {
+            (Some(d), _) => format!("{d} s"),
+            (_, Some(n)) => format!("{n} txns"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            o,
+            "dmtx bench  {} on {} over {}: {} threads x {} coroutines, {} memory nodes x {} replicas, {}, seed {}",
+            self.protocol,
+            self.workload,
+            self.transport,
+            c.threads,
+            c.coroutines,
+            c.memory_nodes,
+            c.replicas,
+            stop,
+            c.seed
+        );
+        let interrupted = if self.stop_reason == StopReason::Interrupt {
+            "  (interrupted)"
+        } else {
+            ""
+        };
+        let _ = writeln!(o, "  elapsed     {:.2} s{interrupted}", self.elapsed_s);
+        let _ = writeln!(
+            o,
+            "  committed   {:>12} txns  {:>12.1} txn/s",
+            self.committed, self.committed_tps
+        );
+        let _ = writeln!(
+            o,
+            "  attempted   {:>12} txns  {:>12.1} txn/s   abort rate {:.2}%",
+            self.attempted,
+            self.attempted_tps,
+            self.abort_rate * 100.0
+        );
+        if let Some(l) = &self.latency_us {
+            let _ = writeln!(
+                o,
+                "  latency us  p50 {:.1}  p90 {:.1}  p99 {:.1}  p999 {:.1}  max {:.1}  mean {:.1}",
+                l.p50, l.p90, l.p99, l.p999, l.max, l.mean
+            );
+        }
+        let reasons: Vec<String> = self
+            .abort_reasons
+            .iter()
+            .filter(|(_, &n)| n > 0)
+            .map(|(r, n)| format!("{r} {n}"))
+            .collect();
+        if !reasons.is_empty() {
+            let _ = writeln!(o, "  aborts      {}", reasons.join(", "));
+        }
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "  {:<20} {:>10} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7} {:>8} {:>8}",
+            "txn type",
+            "committed",
+            "abort%",
+            "rtt/c",
+            "read/c",
+            "writ/c",
+            "cas/c",
+            "faa/c",
+            "flsh/c",
+            "Bout/c",
+            "Bin/c",
+            "p50 us",
+            "p99 us"
+        );
+        let rows = self
+            .per_txn_type
+            .iter()
+            .map(|(n, t)| (n.as_str(), t))
+            .chain([("(all)", &self.total)]);
+        for (name, t) in rows {
+            let f = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
+            let ops = t.ops_per_commit;
+            let _ = writeln!(
+                o,
+                "  {:<20} {:>10} {:>7.2} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7} {:>8} {:>8}",
+                name,
+                t.committed,
+                t.abort_rate * 100.0,
+                f(t.rtt_per_commit),
+                f(ops.map(|o| o.read)),
+                f(ops.map(|o| o.write)),
+                f(ops.map(|o| o.cas)),
+                f(ops.map(|o| o.faa)),
+                f(ops.map(|o| o.flush)),
+                t.bytes_per_commit
+                    .map_or_else(|| "-".into(), |b| format!("{:.0}", b.out)),
+                t.bytes_per_commit
+                    .map_or_else(|| "-".into(), |b| format!("{:.0}", b.r#in)),
+                t.latency_us.map_or_else(|| "-".into(), |l| format!("{:.1}", l.p50)),
+                t.latency_us.map_or_else(|| "-".into(), |l| format!("{:.1}", l.p99)),
+            );
+        }
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "  invariant   {}: {}",
+            if self.invariant.ok { "ok" } else { "VIOLATED" },
+            self.invariant.detail
+        );
+        if let Some(f) = &self.last_fault {
+            let _ = writeln!(o, "  last fault  {f}");
+        }
+        if let Some(p) = saved {
+            let _ = writeln!(o, "  results     {}", p.display());
+        }
+        o
+    }
+}
+
+/// Write `result` where `target` says, as a file. Returns the file written; `None` for
+/// [`OutTarget::None`] and [`OutTarget::Stdout`] (the caller prints those). In a
+/// directory, the file is `{stem}.json`, or `{stem}-{n}.json` if that is taken; an
+/// existing file is never replaced there.
+pub fn write(result: &BenchResult, target: &OutTarget, stem: &str) -> Result<Option<PathBuf>, RunError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |error| RunError::Write { path, error }
+    };
+    let json = result.to_json();
+    match target {
+        OutTarget::None | OutTarget::Stdout => Ok(None),
+        OutTarget::File(path) => {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(io(dir))?;
+            }
+            std::fs::write(path, json).map_err(io(path))?;
+            Ok(Some(path.clone()))
+        }
+        OutTarget::Dir(dir) => {
+            std::fs::create_dir_all(dir).map_err(io(dir))?;
+            const NAME_TRIES_MAX: u32 = 1000;
+            for n in 0..NAME_TRIES_MAX {
+                let name = if n == 0 {
+                    format!("{stem}.json")
+                } else {
+                    format!("{stem}-{n}.json")
+                };
+                let path = dir.join(name);
+                match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+                    Ok(mut f) => {
+                        f.write_all(json.as_bytes()).map_err(io(&path))?;
+                        return Ok(Some(path));
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(io(&path)(e)),
+                }
+            }
+            Err(io(dir)(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{NAME_TRIES_MAX} files named {stem}*.json already exist"),
+            )))
+        }
+    }
+}
+
+/// Wall-clock time as Unix seconds, for the record's `started_at` and file name only.
+///
+/// The workspace bans `SystemTime::now` so that nothing a run computes depends on the
+/// wall clock (STYLE.md "Deterministic simulation"); a label on the record is not such
+/// a thing, and this crate is never driven by the simulator.
+#[allow(clippy::disallowed_methods)]
+pub fn wall_clock_unix_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn round(x: f64, decimals: i32) -> f64 {
+    let p = 10f64.powi(decimals);
+    (x * p).round() / p
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        round(a as f64 / b as f64, 6)
+    }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` for Unix seconds (proleptic Gregorian, UTC).
+pub fn rfc3339_utc(unix_s: u64) -> String {
+    let days = (unix_s / 86_400) as i64;
+    let rem = unix_s % 86_400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_rfc3339() {
+        assert_eq!(rfc3339_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339_utc(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339_utc(1_700_000_000), "2023-11-14T22:13:20Z");
+    }
+
+    #[test]
+    fn test_per_commit_figures() {
+        let mut s = RunStats::new(1);
+        let mut c = PostCounters {
+            rtts: 3,
+            bytes_out: 100,
+            bytes_in: 50,
+            ..Default::default()
+        };
+        c.ops[OpKind::Cas as usize] = 2;
+        s.commit(0, &c, 5_000);
+        s.commit(0, &c, 7_000);
+        s.abort(
+            0,
+            AbortReason::LockConflict,
+            &PostCounters {
+                rtts: 1,
+                ..Default::default()
+            },
+        );
+        let t = TxnTypeResult::of(&s.types[0]);
+        assert_eq!(t.rtt_per_commit, Some(3.0));
+        assert_eq!(t.ops_per_commit.unwrap().cas, 2.0);
+        assert_eq!(t.bytes_per_commit.unwrap().r#in, 50.0);
+        assert_eq!(t.wasted_rtts_per_commit, Some(0.5));
+        assert_eq!(t.abort_rate, round(1.0 / 3.0, 6));
+        assert_eq!(t.abort_reasons["lock_conflict"], 1);
+        let l = t.latency_us.unwrap();
+        assert!((4.99..=5.01).contains(&l.p50), "{l:?}");
+        let empty = TxnTypeResult::of(&TypeStats::default());
+        assert_eq!(empty.rtt_per_commit, None);
+        assert_eq!(empty.latency_us, None);
+        let v = serde_json::to_value(&t).unwrap();
+        assert!(v["bytes_per_commit"]["in"].is_number(), "{v}");
+    }
+}

@@ -1,0 +1,397 @@
+//! End-to-end runs of `dmtx bench` in process.
+//!
+//! Goal: a short run through the real registry, driver and results produces a JSON
+//! record with every required key and sane numbers, stops on each rule (`--txns`,
+//! `--duration`, the stop flag), and reports a failed invariant as a result, not an
+//! error. Method: tiny tables via knobs, one or two threads, then parse the JSON back.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+
+use dmtx::driver::{self, RunHooks, Silent};
+use dmtx::results::{self, BenchResult, StopReason};
+use dmtx::{registry, BenchArgs, BenchConfig, OutTarget, StopRule};
+use dmtx_protocols::ford::Ford;
+use dmtx_runtime::{Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, Protocol, Table};
+use dmtx_store::{StoreError, TableSpec};
+use dmtx_workloads::{InvariantError, RecordSink, Snapshot, Workload};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("dmtx-bench-run-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn run_registry(args: &BenchArgs) -> BenchResult {
+    let cfg = BenchConfig::from_args(args).unwrap();
+    let stop = AtomicBool::new(false);
+    registry::run(
+        &cfg,
+        &RunHooks {
+            stop: &stop,
+            monitor: &Silent,
+        },
+    )
+    .unwrap()
+}
+
+fn small(workload: &str, set: &[&str]) -> BenchArgs {
+    BenchArgs {
+        workload: workload.into(),
+        threads: 1,
+        coroutines: 2,
+        txns: Some(2000),
+        set: set.iter().map(|s| s.to_string()).collect(),
+        out: "-".into(),
+        quiet: true,
+        ..BenchArgs::default()
+    }
+}
+
+#[test]
+fn smallbank_txns_run_writes_json_with_required_keys() {
+    let dir = scratch("smallbank");
+    let args = BenchArgs {
+        out: dir.join("run.json").to_str().unwrap().into(),
+        ..small("smallbank", &["accounts=1000", "hot_accounts=100"])
+    };
+    let cfg = BenchConfig::from_args(&args).unwrap();
+    let r = run_registry(&args);
+    let path = results::write(&r, &cfg.out, "unused").unwrap().unwrap();
+    assert_eq!(path, dir.join("run.json"));
+
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for key in [
+        "schema_version",
+        "protocol",
+        "workload",
+        "transport",
+        "config",
+        "committed_tps",
+        "attempted_tps",
+        "abort_rate",
+        "abort_reasons",
+        "latency_us",
+        "per_txn_type",
+        "per_mn",
+        "invariant",
+        "run_info",
+        "elapsed_s",
+    ] {
+        assert!(v.get(key).is_some(), "missing `{key}` in {v}");
+    }
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["protocol"], "ford");
+    assert_eq!(v["workload"], "smallbank");
+    assert_eq!(v["transport"], "mem");
+    assert_eq!(v["config"]["txns"], 2000);
+    assert!(v["config"].get("duration_s").is_none());
+    assert_eq!(v["config"]["knobs"]["accounts"], "1000");
+    assert_eq!(v["config"]["knobs"]["backup_read"], "true", "defaults included");
+    for p in ["p50", "p99", "p999"] {
+        assert!(v["latency_us"][p].as_f64().unwrap() > 0.0, "{p}");
+    }
+    assert_eq!(v["stop_reason"], "txns");
+
+    // Exactly the budget commits; the counters add up.
+    assert_eq!(r.committed, 2000);
+    assert_eq!(r.attempted, r.committed + r.aborted);
+    assert!(r.committed_tps > 0.0 && r.attempted_tps >= r.committed_tps);
+    assert!((0.0..1.0).contains(&r.abort_rate));
+    assert_eq!(
+        r.abort_reasons.values().sum::<u64>(),
+        r.aborted,
+        "every abort has a reason"
+    );
+    assert!(r.invariant.ok, "{}", r.invariant.detail);
+    assert_eq!(r.per_mn.len(), 2);
+    assert!(r.per_mn.iter().all(|m| m.ops.read + m.ops.cas > 0));
+
+    let types = v["per_txn_type"].as_object().unwrap();
+    assert_eq!(types.len(), 6, "{types:?}");
+    let mut committed = 0;
+    for (name, t) in types {
+        for key in [
+            "committed",
+            "aborted",
+            "rtt_per_commit",
+            "ops_per_commit",
+            "bytes_per_commit",
+        ] {
+            assert!(t.get(key).is_some(), "{name}: missing `{key}`");
+        }
+        let c = t["committed"].as_u64().unwrap();
+        committed += c;
+        if c > 0 {
+            let rtt = t["rtt_per_commit"].as_f64().unwrap();
+            // FORD: every committed transaction takes at least one round trip, and
+            // SmallBank never needs more than a handful.
+            assert!((1.0..=6.0).contains(&rtt), "{name}: rtt_per_commit {rtt}");
+            assert!(t["ops_per_commit"]["read"].as_f64().unwrap() > 0.0, "{name}");
+            assert!(t["bytes_per_commit"]["in"].as_f64().unwrap() > 0.0, "{name}");
+        }
+    }
+    assert_eq!(committed, 2000);
+    // The document reads back into the same record.
+    let back: BenchResult = serde_json::from_value(v).unwrap();
+    assert_eq!(back, r);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn kvs_duration_run_on_two_threads() {
+    let r = run_registry(&BenchArgs {
+        threads: 2,
+        txns: None,
+        duration: Some("300ms".into()),
+        memory_nodes: 3,
+        replicas: 3,
+        ..small("kvs", &["keys=2000", "rw_ratio=0.5"])
+    });
+    assert_eq!(r.stop_reason, StopReason::Duration);
+    assert_eq!(r.config.duration_s, Some(0.3));
+    assert!(r.elapsed_s >= 0.3 && r.elapsed_s < 5.0, "{}", r.elapsed_s);
+    assert!(r.committed > 0);
+    assert!(r.invariant.ok, "{}", r.invariant.detail);
+    assert_eq!(r.per_mn.len(), 3);
+    let ro = &r.per_txn_type["read_only"];
+    assert!(ro.rtt_per_commit.unwrap() >= 1.0);
+    assert_eq!(ro.ops_per_commit.unwrap().cas, 0.0, "read-only txns lock nothing");
+}
+
+#[test]
+fn stop_flag_set_before_start_still_yields_a_result() {
+    let cfg = BenchConfig::from_args(&small("kvs", &["keys=100"])).unwrap();
+    let stop = AtomicBool::new(true);
+    let r = registry::run(
+        &cfg,
+        &RunHooks {
+            stop: &stop,
+            monitor: &Silent,
+        },
+    )
+    .unwrap();
+    assert_eq!(r.stop_reason, StopReason::Interrupt);
+    assert!(r.committed < 2000);
+    assert!(r.invariant.ok);
+}
+
+#[test]
+fn too_small_regions_are_refused_with_the_fix() {
+    let cfg = BenchConfig::from_args(&BenchArgs {
+        mn_bytes: Some("64KiB".into()),
+        ..small("smallbank", &["accounts=1000"])
+    })
+    .unwrap();
+    let stop = AtomicBool::new(false);
+    let e = registry::run(
+        &cfg,
+        &RunHooks {
+            stop: &stop,
+            monitor: &Silent,
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.starts_with("--mn-bytes 65536: memory node mn"), "{e}");
+    assert!(e.contains("drop --mn-bytes"), "{e}");
+}
+
+#[test]
+fn out_directory_gets_a_file_named_for_the_run() {
+    let dir = scratch("outdir");
+    let mut cfg = BenchConfig::from_args(&small("kvs", &["keys=100"])).unwrap();
+    cfg.out = OutTarget::parse(dir.to_str().unwrap()).unwrap();
+    let stop = AtomicBool::new(true);
+    let r = registry::run(
+        &cfg,
+        &RunHooks {
+            stop: &stop,
+            monitor: &Silent,
+        },
+    )
+    .unwrap();
+    let stem = cfg.file_stem(42);
+    assert_eq!(stem, "ford-kvs-1x2-42");
+    let a = results::write(&r, &cfg.out, &stem).unwrap().unwrap();
+    let b = results::write(&r, &cfg.out, &stem).unwrap().unwrap();
+    assert_eq!(a, dir.join("ford-kvs-1x2-42.json"));
+    assert_eq!(b, dir.join("ford-kvs-1x2-42-1.json"), "never overwrites");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// ---------------------------------------------------------------------------------
+// A tiny workload of this test's own: exercises the driver without the registry, and
+// a deliberately broken invariant.
+
+/// Accounts with a `u64` balance; `transfer` moves 1 between two, `audit` reads two.
+struct TinyBank {
+    accounts: u64,
+    broken: bool,
+}
+
+const BALANCES: Table<u64> = Table::new(0);
+const INITIAL: u64 = 100;
+
+const ACCOUNTS: KnobSpec = KnobSpec {
+    name: "accounts",
+    default: "64",
+    help: "accounts",
+};
+const BROKEN: KnobSpec = KnobSpec {
+    name: "broken",
+    default: "false",
+    help: "make the invariant check fail",
+};
+
+struct TinyLocal {
+    rng: SmallRng,
+    committed: u64,
+}
+
+impl Workload for TinyBank {
+    type Local = TinyLocal;
+    const NAME: &'static str = "tinybank";
+    const ABOUT: &'static str = "test-only transfers";
+    const KNOBS: &'static [KnobSpec] = &[ACCOUNTS, BROKEN];
+
+    fn from_knobs(knobs: &Knobs) -> Result<Self, KnobError> {
+        Ok(Self {
+            accounts: knobs.get(&ACCOUNTS)?,
+            broken: knobs.get(&BROKEN)?,
+        })
+    }
+
+    fn txn_types(&self) -> &'static [&'static str] {
+        &["transfer", "audit"]
+    }
+
+    fn tables(&self) -> Vec<TableSpec> {
+        vec![TableSpec::new(BALANCES.id(), "balances", 8, self.accounts)]
+    }
+
+    fn load(&self, _table: u32, insert: &mut RecordSink<'_>) -> Result<(), StoreError> {
+        for k in 0..self.accounts {
+            insert(k, &INITIAL.to_le_bytes())?;
+        }
+        Ok(())
+    }
+
+    fn local(&self, _coord: CoordId, seed: u64) -> TinyLocal {
+        TinyLocal {
+            rng: SmallRng::seed_from_u64(seed),
+            committed: 0,
+        }
+    }
+
+    async fn run_one<P: Protocol>(
+        &self,
+        local: &mut TinyLocal,
+        coord: &mut Coordinator<P>,
+    ) -> (usize, Result<(), Abort>) {
+        let a = local.rng.random_range(0..self.accounts);
+        let b = (a + local.rng.random_range(1..self.accounts)) % self.accounts;
+        let transfer = local.rng.random_bool(0.5);
+        let mut txn = coord.begin();
+        if transfer {
+            let (ra, rb) = (txn.add_rw(BALANCES, a), txn.add_rw(BALANCES, b));
+            if let Err(e) = txn.execute().await {
+                return (0, Err(e));
+            }
+            *txn.get_mut(ra) -= 1;
+            *txn.get_mut(rb) += 1;
+            let res = txn.commit().await;
+            local.committed += u64::from(res.is_ok());
+            (0, res)
+        } else {
+            txn.add_ro(BALANCES, a);
+            txn.add_ro(BALANCES, b);
+            (1, txn.commit().await)
+        }
+    }
+
+    fn check(&self, locals: &[TinyLocal], snapshot: &Snapshot) -> Result<String, InvariantError> {
+        let sum: u64 = snapshot
+            .iter(BALANCES.id())
+            .map(|(_, v)| u64::from_le_bytes(v.try_into().unwrap()))
+            .sum();
+        let transfers: u64 = locals.iter().map(|l| l.committed).sum();
+        if self.broken || sum != self.accounts * INITIAL {
+            return Err(InvariantError {
+                invariant: "sum",
+                detail: format!("sum {sum} after {transfers} transfers"),
+            });
+        }
+        Ok(format!("sum {sum} after {transfers} transfers"))
+    }
+}
+
+fn tiny_config(set: &[&str]) -> BenchConfig {
+    let knobs = Knobs::parse(set.iter().copied()).unwrap();
+    let mut cfg = BenchConfig::from_args_unchecked(
+        &BenchArgs {
+            workload: "tinybank".into(),
+            threads: 2,
+            coroutines: 3,
+            txns: Some(3000),
+            out: "-".into(),
+            ..BenchArgs::default()
+        },
+        knobs.clone(),
+    )
+    .unwrap();
+    cfg.out = OutTarget::None;
+    cfg.knobs_effective = dmtx::config::effective_knobs(
+        &knobs,
+        &[&registry::PROTOCOLS[0], &registry::workload_entry::<TinyBank>()],
+    );
+    cfg
+}
+
+fn run_tiny(cfg: &BenchConfig) -> BenchResult {
+    let stop = AtomicBool::new(false);
+    driver::run(
+        Ford::from_knobs(&cfg.knobs).unwrap(),
+        TinyBank::from_knobs(&cfg.knobs).unwrap(),
+        cfg,
+        &RunHooks {
+            stop: &stop,
+            monitor: &Silent,
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn test_workload_runs_under_the_driver_with_contention() {
+    let cfg = tiny_config(&["accounts=16"]);
+    assert_eq!(cfg.stop, StopRule::Txns(3000));
+    let r = run_tiny(&cfg);
+    assert_eq!(r.committed, 3000);
+    assert!(r.invariant.ok, "{}", r.invariant.detail);
+    assert!(r.aborted > 0, "16 hot accounts under 6 coordinators must conflict");
+    let t = &r.per_txn_type["transfer"];
+    // FORD read-write, no read-only data, warm cache: 2 RTTs (lock+read, commit);
+    // a cold address cache adds one.
+    assert!((2.0..3.0).contains(&t.rtt_per_commit.unwrap()), "{t:?}");
+    assert!(t.wasted_rtts_per_commit.unwrap() > 0.0);
+    assert!(t.background_posts_per_commit.unwrap() >= 1.0, "release");
+    assert!(t.ops_per_commit.unwrap().cas >= 4.0, "2 locks + 2 commit CASes");
+    assert_eq!(r.config.knobs["accounts"], "16");
+    assert_eq!(r.config.knobs["broken"], "false");
+    assert_eq!(r.config.knobs["log_bytes"], "65536");
+}
+
+#[test]
+fn failed_invariant_is_reported_in_the_result() {
+    let r = run_tiny(&tiny_config(&["broken=true"]));
+    assert!(!r.invariant.ok);
+    assert!(
+        r.invariant.detail.contains("invariant `sum` violated"),
+        "{}",
+        r.invariant.detail
+    );
+    assert!(r.summary(None).contains("invariant   VIOLATED"));
+}

@@ -1,0 +1,127 @@
+//! The `dmtx` binary as a user meets it: `list`, a short `bench`, bad input.
+//!
+//! Goal: exit codes (0 ok, 2 error) and one-line errors hold for clap's refusals and
+//! for our own validation; `--out -` prints parseable JSON; `--quiet` prints nothing.
+//! Method: run the built binary with `std::process::Command`.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn dmtx(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dmtx"))
+        .args(args)
+        .output()
+        .expect("run the dmtx binary")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn assert_one_line_error(out: &Output, needle: &str) {
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(err.contains(needle), "`{needle}` not in {err}");
+    assert!(out.stdout.is_empty(), "stdout: {}", text(&out.stdout));
+}
+
+const SMALL: &[&str] = &[
+    "bench",
+    "--threads",
+    "1",
+    "--coroutines",
+    "2",
+    "--txns",
+    "500",
+    "--set",
+    "accounts=500",
+];
+
+#[test]
+fn list_shows_protocols_workloads_and_knobs() {
+    let out = dmtx(&["list"]);
+    assert_eq!(out.status.code(), Some(0));
+    let s = text(&out.stdout);
+    for needle in [
+        "protocols:",
+        "ford",
+        "workloads:",
+        "kvs",
+        "smallbank",
+        "--set accounts=100000",
+        "--set backup_read=true",
+        "txn types: amalgamate",
+    ] {
+        assert!(s.contains(needle), "`{needle}` not in {s}");
+    }
+}
+
+#[test]
+fn unknown_flag_is_exit_2_on_one_line() {
+    let out = dmtx(&["bench", "--thread", "2"]);
+    assert_one_line_error(&out, "unexpected argument '--thread'");
+    assert_one_line_error(&out, "--threads");
+}
+
+#[test]
+fn bad_value_is_exit_2_on_one_line() {
+    assert_one_line_error(&dmtx(&["bench", "--threads", "many"]), "--threads");
+    assert_one_line_error(&dmtx(&["bench", "--threads", "0"]), "--threads 0");
+    assert_one_line_error(
+        &dmtx(&["bench", "--duration", "1", "--txns", "5"]),
+        "--duration 1 and --txns 5 both given",
+    );
+}
+
+#[test]
+fn unknown_names_list_the_valid_ones() {
+    assert_one_line_error(&dmtx(&["bench", "--protocol", "frod"]), "did you mean `ford`");
+    assert_one_line_error(&dmtx(&["bench", "--workload", "smallbnk"]), "valid: kvs, smallbank");
+    let out = dmtx(&["bench", "--set", "acounts=5"]);
+    assert_one_line_error(&out, "did you mean `accounts`");
+    assert_eq!(
+        text(&out.stderr).matches("unknown knob").count(),
+        1,
+        "the cause is printed once"
+    );
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    let out = dmtx(&["bench", "--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains("--coroutines"));
+    let out = dmtx(&["--version"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).starts_with("dmtx "));
+}
+
+#[test]
+fn bench_json_to_stdout_and_quiet_file() {
+    let mut args = SMALL.to_vec();
+    args.extend(["--out", "-"]);
+    let out = dmtx(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["committed"], 500);
+    assert_eq!(v["invariant"]["ok"], true);
+    assert!(text(&out.stderr).contains("committed"), "summary on stderr");
+
+    let dir: PathBuf = std::env::temp_dir().join(format!("dmtx-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut args = SMALL.to_vec();
+    let dir_s = dir.to_str().unwrap().to_string();
+    args.extend(["--out", &dir_s, "--quiet"]);
+    let out = dmtx(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty() && out.stderr.is_empty());
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(files[0].starts_with("ford-smallbank-1x2-") && files[0].ends_with(".json"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
