@@ -5,7 +5,7 @@ use std::future::Future;
 use dmtx_memnode::Control;
 use dmtx_store::SlotLayout;
 
-use crate::{Abort, CoordCtx, Result, Txn};
+use crate::{Abort, CoordCtx, KnobError, KnobSpec, Knobs, Result, Txn};
 
 /// A distributed transaction protocol over one-sided verbs.
 ///
@@ -21,8 +21,15 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     /// Per-object scratch state (addresses, lock state).
     type ObjState: Default + 'static;
 
-    /// The protocol's name as used on the command line.
-    fn name(&self) -> &'static str;
+    /// Name used on the command line.
+    const NAME: &'static str;
+    /// One-line description for `dmtx list`.
+    const ABOUT: &'static str;
+    /// Knobs accepted with `--set`.
+    const KNOBS: &'static [KnobSpec];
+
+    /// Build from `--set` values (unknown keys are refused before this is called).
+    fn from_knobs(knobs: &Knobs) -> std::result::Result<Self, KnobError>;
 
     /// How records look in a slot; tables are created with it.
     fn layout(&self) -> &dyn SlotLayout;

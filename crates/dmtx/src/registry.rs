@@ -1,10 +1,9 @@
 //! The protocols and workloads `dmtx bench` can run, and the dispatch from their names
 //! to one generic call of [`driver::run::<P, W>`](crate::driver::run).
 //!
-//! Adding a protocol or a workload is one line in the `registry!` invocation below. A
-//! protocol type must have inherent `NAME`, `ABOUT`, `KNOBS` and `from_knobs` (as
-//! `dmtx_protocols::ford::Ford` does) and implement `dmtx_runtime::Protocol`; a workload
-//! type implements `dmtx_workloads::Workload`.
+//! Adding a protocol or a workload is one line in the `registry!` invocation below: a
+//! protocol type implements `dmtx_runtime::Protocol`, a workload type
+//! `dmtx_workloads::Workload`.
 
 use std::fmt::Write as _;
 
@@ -52,6 +51,21 @@ pub const fn workload_entry<W: Workload>() -> Entry {
     }
 }
 
+/// The registry entry of protocol `P`.
+pub const fn protocol_entry<P: Protocol>() -> Entry {
+    Entry {
+        name: P::NAME,
+        about: P::ABOUT,
+        knobs: P::KNOBS,
+        check: check_protocol::<P>,
+        txn_types: no_txn_types,
+    }
+}
+
+fn check_protocol<P: Protocol>(knobs: &Knobs) -> Result<(), KnobError> {
+    P::from_knobs(knobs).map(drop)
+}
+
 fn check_workload<W: Workload>(knobs: &Knobs) -> Result<(), KnobError> {
     W::from_knobs(knobs).map(drop)
 }
@@ -70,15 +84,7 @@ macro_rules! registry {
         workloads { $($w:ty),* $(,)? }
     ) => {
         /// Every protocol, in `dmtx list` order.
-        pub static PROTOCOLS: &[Entry] = &[$(
-            Entry {
-                name: <$p>::NAME,
-                about: <$p>::ABOUT,
-                knobs: <$p>::KNOBS,
-                check: |k| <$p>::from_knobs(k).map(drop),
-                txn_types: no_txn_types,
-            },
-        )*];
+        pub static PROTOCOLS: &[Entry] = &[$(protocol_entry::<$p>(),)*];
 
         /// Every workload, in `dmtx list` order.
         pub static WORKLOADS: &[Entry] = &[$(workload_entry::<$w>(),)*];
@@ -88,8 +94,8 @@ macro_rules! registry {
         /// and an error, not a panic.
         pub fn run(cfg: &BenchConfig, hooks: &RunHooks<'_>) -> Result<BenchResult, RunError> {
             $(
-                if cfg.protocol == <$p>::NAME {
-                    return run_with(<$p>::from_knobs(&cfg.knobs)?, cfg, hooks);
+                if cfg.protocol == <$p as Protocol>::NAME {
+                    return run_with(<$p as Protocol>::from_knobs(&cfg.knobs)?, cfg, hooks);
                 }
             )*
             Err(RunError::Unregistered { what: "protocol", name: cfg.protocol.clone() })

@@ -146,36 +146,12 @@ pub struct Ford {
 }
 
 impl Ford {
-    /// Command-line name.
-    pub const NAME: &'static str = "ford";
-    /// One-line description.
-    pub const ABOUT: &'static str =
-        "FORD (FAST'22/TOS'23): hitchhiked locking, coalescent commit, backup reads, selective flush";
-    /// `--set` knobs.
-    pub const KNOBS: &'static [KnobSpec] = &[BACKUP_READ, REREAD_MAX, LOG_BYTES];
-
     /// FORD with `cfg`.
     pub fn new(cfg: FordConfig) -> Self {
         Self {
             cfg,
             layout: FordLayout,
         }
-    }
-
-    /// FORD configured from `--set` values.
-    pub fn from_knobs(knobs: &Knobs) -> std::result::Result<Self, KnobError> {
-        Ok(Self::new(FordConfig {
-            backup_read: knobs.get(&BACKUP_READ)?,
-            reread_max: knobs.get(&REREAD_MAX)?,
-            log_bytes: knobs.get_checked(&LOG_BYTES, |v: u32| {
-                if v >= 4096 && v.is_multiple_of(8) {
-                    Ok(())
-                } else {
-                    Err("must be a multiple of 8, at least 4096".into())
-                }
-            })?,
-            variant: FordVariant::Fixed,
-        }))
     }
 
     /// The settings.
@@ -249,8 +225,24 @@ impl Protocol for Ford {
     type CoordState = FordCoord;
     type ObjState = FordObj;
 
-    fn name(&self) -> &'static str {
-        Self::NAME
+    const NAME: &'static str = "ford";
+    const ABOUT: &'static str =
+        "FORD (FAST'22/TOS'23): hitchhiked locking, coalescent commit, backup reads, selective flush";
+    const KNOBS: &'static [KnobSpec] = &[BACKUP_READ, REREAD_MAX, LOG_BYTES];
+
+    fn from_knobs(knobs: &Knobs) -> std::result::Result<Self, KnobError> {
+        Ok(Self::new(FordConfig {
+            backup_read: knobs.get(&BACKUP_READ)?,
+            reread_max: knobs.get(&REREAD_MAX)?,
+            log_bytes: knobs.get_checked(&LOG_BYTES, |v: u32| {
+                if v >= 4096 && v.is_multiple_of(8) {
+                    Ok(())
+                } else {
+                    Err("must be a multiple of 8, at least 4096".into())
+                }
+            })?,
+            variant: FordVariant::Fixed,
+        }))
     }
 
     fn layout(&self) -> &dyn SlotLayout {
