@@ -26,6 +26,14 @@
 
 #![warn(missing_docs)]
 
+// The layers, for programs that embed dmtx (see `examples/bank.rs`).
+pub use dmtx_memnode as memnode;
+pub use dmtx_protocols as protocols;
+pub use dmtx_runtime as runtime;
+pub use dmtx_store as store;
+pub use dmtx_verbs as verbs;
+pub use dmtx_workloads as workloads;
+
 pub mod config;
 pub mod driver;
 pub mod error;
