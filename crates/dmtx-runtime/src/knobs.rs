@@ -81,13 +81,7 @@ impl Knobs {
         let all: Vec<&str> = declared.iter().flat_map(|d| d.iter().map(|k| k.name)).collect();
         for key in self.values.keys() {
             if !all.contains(&key.as_str()) {
-                let hint = all
-                    .iter()
-                    .map(|c| (edit_distance(key, c), *c))
-                    .filter(|(d, _)| *d <= 2)
-                    .min()
-                    .map(|(_, c)| format!(" (did you mean `{c}`?)"))
-                    .unwrap_or_default();
+                let hint = did_you_mean(key, &all);
                 let mut valid = all.clone();
                 valid.sort_unstable();
                 return Err(KnobError::Unknown {
@@ -135,6 +129,19 @@ impl Knobs {
         })?;
         Ok(v)
     }
+}
+
+/// " (did you mean `x`?)" for the candidate closest to `given` within a small edit
+/// distance, or "" when none is close.
+pub fn did_you_mean(given: &str, candidates: &[&str]) -> String {
+    let given = given.to_ascii_lowercase();
+    candidates
+        .iter()
+        .map(|c| (edit_distance(&given, c), *c))
+        .filter(|&(d, c)| d <= 2.max(c.len() / 3))
+        .min()
+        .map(|(_, c)| format!(" (did you mean `{c}`?)"))
+        .unwrap_or_default()
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {

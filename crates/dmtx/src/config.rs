@@ -405,30 +405,7 @@ fn find_entry(
     })
 }
 
-/// " (did you mean `x`?)" for the closest candidate within a small edit distance.
-pub fn did_you_mean(given: &str, candidates: &[&str]) -> String {
-    let given = given.to_ascii_lowercase();
-    candidates
-        .iter()
-        .map(|c| (edit_distance(&given, c), *c))
-        .filter(|&(d, c)| d <= 2.max(c.len() / 3))
-        .min()
-        .map(|(_, c)| format!(" (did you mean `{c}`?)"))
-        .unwrap_or_default()
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
+pub use dmtx_runtime::did_you_mean;
 
 /// Parse `--duration`: plain seconds (`10`, `0.5`) or a number with `ms`, `s` or `m`.
 pub fn parse_duration(raw: &str) -> Result<Duration, ConfigError> {
