@@ -21,6 +21,27 @@ pub struct CoordId {
 }
 
 impl CoordId {
+    /// Bits of a transaction id that hold the per-coordinator sequence number.
+    pub const SEQ_BITS: u32 = 40;
+
+    /// A 24-bit cluster-wide number: 8 bits each of CN, thread and coroutine.
+    #[inline]
+    pub fn compact(self) -> u32 {
+        assert!(
+            self.cn < 256 && self.thread < 256 && self.coroutine < 256,
+            "{self}: transaction ids hold at most 256 CNs x 256 threads x 256 coroutines"
+        );
+        ((self.cn as u32) << 16) | ((self.thread as u32) << 8) | self.coroutine as u32
+    }
+
+    /// The cluster-unique id of this coordinator's transaction number `seq` (`seq >= 1`):
+    /// never 0, and what protocols install as the version a transaction writes.
+    #[inline]
+    pub fn txn_id(self, seq: u64) -> u64 {
+        debug_assert!(seq > 0 && seq < 1 << Self::SEQ_BITS);
+        ((self.compact() as u64) << Self::SEQ_BITS) | seq
+    }
+
     /// A dense cluster-wide number, `< 2^48`.
     #[inline]
     pub fn global(self) -> u64 {

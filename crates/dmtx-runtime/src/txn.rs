@@ -126,6 +126,8 @@ pub struct TxnSet<S> {
     pub fetched: usize,
     /// Per-coordinator transaction sequence number.
     pub txn_seq: u64,
+    /// Cluster-unique id of the current transaction ([`CoordId::txn_id`]).
+    pub txn_id: u64,
     /// Life cycle.
     pub phase: Phase,
 }
@@ -137,6 +139,7 @@ impl<S> Default for TxnSet<S> {
             arena: Vec::new(),
             fetched: 0,
             txn_seq: 0,
+            txn_id: 0,
             phase: Phase::Committed,
         }
     }
@@ -168,6 +171,8 @@ pub struct TxnSummary<'a> {
     pub coord: CoordId,
     /// Per-coordinator sequence number.
     pub txn_seq: u64,
+    /// Cluster-unique transaction id (the version its writes install).
+    pub txn_id: u64,
     /// Clock reading at begin.
     pub start_ns: u64,
     /// Clock reading at the outcome.
@@ -245,6 +250,7 @@ impl<P: Protocol> Coordinator<P> {
         self.set.arena.clear();
         self.set.fetched = 0;
         self.set.txn_seq += 1;
+        self.set.txn_id = self.ctx.id.txn_id(self.set.txn_seq);
         self.set.phase = Phase::Active;
         self.ctx.txn_counters = Default::default();
         if self.observer.is_some() {
@@ -267,6 +273,7 @@ impl<P: Protocol> Coordinator<P> {
             obs.on_finish(&TxnSummary {
                 coord: self.ctx.id,
                 txn_seq: self.set.txn_seq,
+                txn_id: self.set.txn_id,
                 start_ns: self.start_ns,
                 end_ns: self.ctx.clock.now_ns(),
                 outcome: phase,
@@ -283,9 +290,14 @@ pub struct Txn<'c, P: Protocol> {
 }
 
 impl<'c, P: Protocol> Txn<'c, P> {
-    /// The coordinator's id and this transaction's sequence number.
-    pub fn id(&self) -> (CoordId, u64) {
-        (self.coord.ctx.id, self.coord.set.txn_seq)
+    /// This transaction's cluster-unique id.
+    pub fn id(&self) -> u64 {
+        self.coord.set.txn_id
+    }
+
+    /// The coordinator running it.
+    pub fn coord_id(&self) -> CoordId {
+        self.coord.ctx.id
     }
 
     fn add<T: ?Sized>(&mut self, table: u32, key: u64, access: Access) -> ObjRef<T> {

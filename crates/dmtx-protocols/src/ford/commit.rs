@@ -87,7 +87,9 @@ pub(super) async fn commit(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
         }
         let info = c.ctx.catalog.get(o.table).expect("table checked at add");
         let slot_bytes = info.shape.slot_bytes as usize;
-        let version = o.proto.version + 1;
+        // The version names its writer (unique per transaction), so histories can tell
+        // exactly whom every read read from; FORD only ever compares versions for equality.
+        let version = c.set.txn_id;
         let m = meta(o.table, o.access != Access::Delete);
         img.clear();
         img.resize(slot_bytes, 0);

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! byte  0  vlock     8 B  bit 63: invisible; bits 0-62: lock owner (coordinator + 1), 0 = free
-//! byte  8  version   8 B  bumped by every committed write of the slot
+//! byte  8  version   8 B  id of the transaction that wrote the record (0 = as loaded)
 //! byte 16  key       8 B
 //! byte 24  meta      8 B  bit 0: occupied; bits 32-63: table id
 //! byte 32  checksum  8 B  hash of bytes 8..32 and the value (the tear detector)
@@ -39,6 +39,9 @@ pub const CHECKSUM: usize = 32;
 pub const VALUE: usize = 40;
 /// Header bytes before the value.
 pub const HEADER_BYTES: usize = VALUE;
+
+/// The version of a bulk-loaded record; transactions install their own (non-zero) ids.
+pub const LOADED_VERSION: u64 = 0;
 
 /// The invisible flag of `vlock`.
 pub const INVISIBLE: u64 = 1 << 63;
@@ -154,7 +157,7 @@ impl SlotLayout for FordLayout {
 
     fn encode(&self, table: u32, key: u64, value: &[u8], slot: &mut [u8]) {
         slot[VLOCK..VERSION].fill(0);
-        encode_image(&mut slot[VERSION..], 1, key, meta(table, true), value);
+        encode_image(&mut slot[VERSION..], LOADED_VERSION, key, meta(table, true), value);
     }
 
     fn key(&self, slot: &[u8]) -> Option<u64> {

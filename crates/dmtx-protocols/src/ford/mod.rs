@@ -63,6 +63,11 @@
 //!   so two transactions can never insert the same key into different free slots.
 //! - **Tear detector**: a checksum rather than FORD's reliance on the invisible bit,
 //!   which only protects reads that start after the commit's CAS.
+//! - **Versions are writer ids.** FORD bumps a counter; dmtx installs the writing
+//!   transaction's cluster-unique id ([`dmtx_runtime::CoordId::txn_id`]). FORD only
+//!   compares versions for equality, so nothing changes for the protocol, and every read
+//!   in a history names exactly the transaction it read from (a counter repeats when a
+//!   key is deleted and re-inserted elsewhere).
 //!
 //! # Failures (§4.8)
 //!
