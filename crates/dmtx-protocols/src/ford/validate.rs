@@ -1,33 +1,46 @@
-//! Validation of read-only data, FORD §4.6 (2) with dmtx's lock check.
+//! Validation of read-only data, FORD §4.6 (2), with dmtx's lock check.
 
 use dmtx_runtime::{Abort, AbortReason, Access, Txn};
 
-use super::layout::{INVISIBLE, VLOCK};
+use super::layout::VLOCK;
 use super::{Ford, FordVariant};
 
-/// One 16-byte READ (`vlock` + `version`) per read-only object, all in one round trip.
+/// One 16-byte READ (`vlock` + `version`) of the primary per read-only object, all in
+/// one round trip. Fails if a version changed **or the record is locked**.
 ///
-/// Skipped when the transaction writes nothing and read one object: that read was
-/// checked by the tear detector and needs no second look.
+/// Skipped when the transaction writes nothing and read one object: a single read of a
+/// visible, intact record needs no second look.
 ///
-/// A read-write transaction reads the primaries and fails if a read-only record's
-/// version changed *or another transaction holds its lock* (see the module doc: the
-/// paper's version-only rule admits write skew). A read-only transaction validates
-/// versions on the replicas it read from; that alone orders it before any writer it
-/// raced with.
+/// Why the lock matters, for both kinds of transaction (found by the isolation checker
+/// on FORD's published rule, which compares versions only and reads them from the
+/// replica the data came from):
+/// - write skew: read-write T1 locks B and reads A, T2 locks A and reads B; both see
+///   unchanged versions and commit;
+/// - read-only transactions too: read-write T2 validates its read-only x (unchanged),
+///   so it serializes there, but its locked write of y lands only at its commit. T3
+///   then overwrites x and commits; read-only T1 reads T3's write and the old y, and its
+///   versions are still unchanged when it validates. T2 < T3 < T1 < T2: a cycle. A
+///   record locked at T1's validation is exactly such a pending write.
+///
+/// Locks live on primaries only, so validation reads primaries even when the data came
+/// from a backup (FORD §4.4 also reads versions from backups).
 pub(super) async fn validate(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
     let c = &mut *txn.coord;
     let writes = c.set.objs.iter().any(|o| o.access.writes());
     let reads = c.set.objs.iter().filter(|o| o.access == Access::ReadOnly).count();
-    if reads == 0 || (!writes && reads == 1) {
+    if reads == 0 || (!writes && reads == 1) || c.proto.config().variant == FordVariant::SkipRoValidation {
         return Ok(());
     }
-    let check_lock = writes && c.proto.config().variant != FordVariant::VersionOnlyValidation;
+    let papers_rule = c.proto.config().variant == FordVariant::VersionOnlyValidation;
     let post = &mut c.state.post;
     post.clear();
     for o in c.set.objs.iter_mut().filter(|o| o.access == Access::ReadOnly) {
         let info = c.ctx.catalog.get(o.table).expect("table checked at add");
-        let r = if writes { 0 } else { o.proto.replica as usize };
+        let r = if papers_rule && !writes {
+            o.proto.replica as usize
+        } else {
+            0
+        };
         o.proto.read = Some(post.read(info.ptr(r, o.proto.rel + VLOCK as u64), 16));
     }
     if c.ctx.post(&mut c.state.post).await.is_err() {
@@ -38,10 +51,7 @@ pub(super) async fn validate(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
         let b = post.bytes(o.proto.read.expect("validation posts a read"));
         let vlock = u64::from_le_bytes(b[0..8].try_into().unwrap());
         let version = u64::from_le_bytes(b[8..16].try_into().unwrap());
-        if version != o.proto.version {
-            return Err(Abort::new(AbortReason::Validation));
-        }
-        if check_lock && vlock & !INVISIBLE != 0 {
+        if version != o.proto.version || (!papers_rule && vlock != 0) {
             return Err(Abort::new(AbortReason::Validation));
         }
     }
