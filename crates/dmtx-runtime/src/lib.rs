@@ -40,7 +40,7 @@ pub use ctx::{CoordCtx, CoordId};
 pub use error::{Result, RuntimeError};
 pub use executor::{block_on, yield_now, LocalExecutor};
 pub use knobs::{did_you_mean, KnobError, KnobSpec, Knobs};
-pub use protocol::Protocol;
+pub use protocol::{Isolation, Protocol};
 pub use scan::scan_table;
 pub use txn::{Access, Coordinator, Obj, ObjRef, ObjSummary, Phase, Table, Txn, TxnObserver, TxnSet, TxnSummary};
 pub use worker::{Cn, Worker};

@@ -7,6 +7,28 @@ use dmtx_store::SlotLayout;
 
 use crate::{Abort, CoordCtx, KnobError, KnobSpec, Knobs, Result, Txn};
 
+/// The isolation level a protocol claims; histories of its runs are checked against it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Isolation {
+    /// Serializable: committed transactions are equivalent to some serial order.
+    Serializable,
+    /// Serializable, and that order respects real time (OOCC).
+    StrictSerializable,
+    /// Snapshot isolation (write skew allowed).
+    SnapshotIsolation,
+}
+
+impl Isolation {
+    /// Lower-case name, as printed.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isolation::Serializable => "serializable",
+            Isolation::StrictSerializable => "strict serializable",
+            Isolation::SnapshotIsolation => "snapshot isolation",
+        }
+    }
+}
+
 /// A distributed transaction protocol over one-sided verbs.
 ///
 /// A protocol owns its record layout ([`SlotLayout`]) and its per-transaction state
@@ -27,6 +49,8 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     const ABOUT: &'static str;
     /// Knobs accepted with `--set`.
     const KNOBS: &'static [KnobSpec];
+    /// The isolation level it provides.
+    const ISOLATION: Isolation;
 
     /// Build from `--set` values (unknown keys are refused before this is called).
     fn from_knobs(knobs: &Knobs) -> std::result::Result<Self, KnobError>;

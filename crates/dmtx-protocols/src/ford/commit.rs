@@ -1,11 +1,11 @@
 //! Coalescent commit, selective remote flush, release and rollback, FORD §4.3, §4.5, §4.8.
 
-use dmtx_runtime::{Abort, AbortReason, Access, Txn};
+use dmtx_runtime::{yield_now, Abort, AbortReason, Access, Txn};
 use dmtx_store::BUCKET_LOCK_OFFSET;
 use dmtx_verbs::{MnId, Post, RemotePtr};
 
 use super::layout::{encode_image, meta, INVISIBLE, VERSION, VLOCK};
-use super::Ford;
+use super::{Ford, FordVariant};
 
 /// Undo-log header: coordinator, txn sequence, entry count, status.
 const LOG_HEADER_BYTES: usize = 32;
@@ -78,6 +78,20 @@ pub(super) async fn commit(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
             });
     }
 
+    let unlock_early = c.proto.config().variant == FordVariant::UnlockBeforeCommitWrite;
+    if unlock_early {
+        // Broken on purpose: the locks go before the new values are in place.
+        st.bg.clear();
+        for o in c.set.objs.iter_mut().filter(|o| o.access.writes()) {
+            let info = c.ctx.catalog.get(o.table).expect("table checked at add");
+            st.bg
+                .write(info.ptr(0, o.proto.rel + VLOCK as u64), &0u64.to_le_bytes());
+            o.proto.locked = false;
+        }
+        c.ctx.post_background(&mut st.bg);
+        yield_now().await;
+    }
+
     // 2. In-place updates of every replica: invisible, then the new record (§4.3.2).
     let mut img = std::mem::take(&mut st.undo_scratch);
     for i in 0..c.set.objs.len() {
@@ -97,7 +111,7 @@ pub(super) async fn commit(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
         encode_image(&mut img[VERSION..], version, o.key, m, c.set.value(i));
         let rel = o.proto.rel;
         let o = &mut c.set.objs[i];
-        o.proto.cas = Some(st.post.cas(info.ptr(0, rel + VLOCK as u64), lock, INVISIBLE | lock));
+        o.proto.cas = (!unlock_early).then(|| st.post.cas(info.ptr(0, rel + VLOCK as u64), lock, INVISIBLE | lock));
         st.post.write(info.ptr(0, rel + VERSION as u64), &img[VERSION..]);
         for r in 1..info.replica_count() {
             st.post.write(info.ptr(r, rel), &img);
@@ -126,12 +140,14 @@ pub(super) async fn commit(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
     let c = &mut *txn.coord;
     for o in c.set.objs.iter().filter(|o| o.access.writes()) {
         // Pair assertion with invariant 1: nobody took our lock away.
-        let old = c.state.post.old(o.proto.cas.expect("commit posts a CAS per record"));
-        assert_eq!(
-            old, lock,
-            "table {} key {}: lost the lock before commit",
-            o.table, o.key
-        );
+        if let Some(cas) = o.proto.cas {
+            let old = c.state.post.old(cas);
+            assert_eq!(
+                old, lock,
+                "table {} key {}: lost the lock before commit",
+                o.table, o.key
+            );
+        }
         match o.access {
             Access::Insert => c.ctx.cache.put(o.table, o.key, o.proto.rel),
             Access::Delete => c.ctx.cache.evict(o.table, o.key, o.proto.rel),
@@ -187,11 +203,12 @@ pub(super) fn release(txn: &mut Txn<'_, Ford>, committed: bool) {
 async fn rollback(txn: &mut Txn<'_, Ford>) {
     let c = &mut *txn.coord;
     c.state.post.clear();
+    let restore = c.proto.config().variant != FordVariant::SkipUndoOnFailedCommit;
     for o in c.set.objs.iter().filter(|o| o.access.writes()) {
         let info = c.ctx.catalog.get(o.table).expect("table checked at add");
         let img = info.shape.slot_bytes as usize - VERSION;
         let u = o.proto.undo_at as usize;
-        for r in 0..info.replica_count() {
+        for r in (0..info.replica_count()).filter(|_| restore) {
             c.state
                 .post
                 .write(info.ptr(r, o.proto.rel + VERSION as u64), &c.state.undo[u..u + img]);

@@ -25,8 +25,9 @@ enum Seen {
     Torn,
 }
 
-fn check_unlocked_read(v: SlotView<'_>, value_len: usize, detector: bool) -> Seen {
-    if v.vlock() & INVISIBLE != 0 {
+fn check_unlocked_read(v: SlotView<'_>, value_len: usize, variant: FordVariant) -> Seen {
+    let detector = variant != FordVariant::NoTearDetector;
+    if v.vlock() & INVISIBLE != 0 && variant != FordVariant::ReadInvisible {
         Seen::Invisible
     } else if detector && !v.intact(value_len) {
         Seen::Torn
@@ -63,7 +64,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
 
     let lock = c.state.lock;
     let reread_max = c.proto.config().reread_max;
-    let detector = c.proto.config().variant != FordVariant::NoTearDetector;
+    let variant = c.proto.config().variant;
     for _round in 0..ROUNDS_MAX {
         let c = &mut *txn.coord;
         let post = &mut c.state.post;
@@ -170,7 +171,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                             let at = (p.rel - shape.bucket_off(b)) as usize;
                             let slot = &bucket[at..at + shape.slot_bytes as usize];
                             let v = SlotView(slot);
-                            if let Seen::Ok = check_unlocked_read(v, value_len, detector) {
+                            if let Seen::Ok = check_unlocked_read(v, value_len, variant) {
                                 p.version = v.version();
                                 p.stage = Stage::Done;
                                 copy_from = Some(v.value(value_len));
@@ -237,15 +238,19 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                         }
                         p.stage = Stage::Lookup(shape.home_bucket(key));
                     } else if access.writes() {
-                        // Invariant 2: we took the lock from 0, so nobody is writing.
-                        debug_assert!(v.intact(value_len), "locked record of table {table} key {key} is torn");
+                        // Invariant 2: we took the lock from 0, so nobody is writing (the
+                        // broken early-unlock variant breaks exactly this).
+                        debug_assert!(
+                            variant == FordVariant::UnlockBeforeCommitWrite || v.intact(value_len),
+                            "locked record of table {table} key {key} is torn"
+                        );
                         p.version = v.version();
                         p.undo_at = c.state.undo.len() as u32;
                         c.state.undo.extend_from_slice(v.image());
                         p.stage = Stage::Done;
                         copy_from = Some(v.value(value_len));
                     } else {
-                        match check_unlocked_read(v, value_len, detector) {
+                        match check_unlocked_read(v, value_len, variant) {
                             Seen::Ok => {
                                 p.version = v.version();
                                 p.stage = Stage::Done;

@@ -10,8 +10,9 @@
 //!    `backup_read` is on (§4.4). On an address-cache miss the home bucket is read
 //!    first; a read-only object is taken straight out of that bucket, a read-write one
 //!    is locked in the next round (§4.2, last paragraph).
-//! 2. **Validation** ([`validate`]): one READ of `vlock`+`version` (16 B) per read-only
-//!    object, skipped when the transaction read a single object and writes nothing.
+//! 2. **Validation** ([`validate`]): one READ of the primary's `vlock`+`version` (16 B)
+//!    per read-only object, skipped when the transaction read a single object and writes
+//!    nothing.
 //! 3. **Commit** ([`commit`]): one round trip to all replicas (coalescent commit, §4.3).
 //!    Per memory node the batch is: the undo log WRITE, then per record on a primary
 //!    `CAS(vlock, me → me|INVISIBLE)` + `WRITE(bytes 8..)`, on a backup
@@ -42,14 +43,17 @@
 //!
 //! # Deviations from the paper
 //!
-//! - **Validation checks the lock, not only the version** (read-write transactions).
-//!   FORD's Fig. 9 and its code compare versions only, which admits write skew: T1
-//!   locks B and reads A, T2 locks A and reads B, both validate before either commits,
-//!   both see unchanged versions, both commit. dmtx reads the `vlock` word in the same
-//!   16-byte validation READ and fails if another transaction holds it, at no extra
-//!   round trip. The published rule is kept as [`FordVariant::VersionOnlyValidation`],
-//!   a test-only broken variant. A pure read-only transaction checks versions only,
-//!   which is sufficient for it.
+//! - **Validation checks the lock, not only the version, on the primary**, for
+//!   read-write and multi-object read-only transactions alike. FORD's Fig. 9 and its
+//!   code compare versions only (read-only transactions on the replica they read),
+//!   which admits write skew (T1 locks B and reads A, T2 locks A and reads B, both
+//!   validate before either commits, both commit) and, as dmtx's isolation checker
+//!   found, read-only anomalies too: a read-write transaction that validated is
+//!   serialized but its locked writes land only at its commit, so a read-only reader can
+//!   see a later transaction's write without its. dmtx reads the `vlock` word in the same
+//!   16-byte validation READ and fails if anyone holds it, at no extra round trip (see
+//!   [`validate`]). The published rule is kept as [`FordVariant::VersionOnlyValidation`],
+//!   a test-only broken variant the checker catches.
 //! - **Undo logs ride in the commit batch.** Instead of a separate post during
 //!   execution, each memory node's undo log WRITE is placed first in that node's
 //!   commit batch; batches execute in order, so the log is in place before any
@@ -84,23 +88,36 @@ pub mod layout;
 mod validate;
 
 use dmtx_memnode::Control;
-use dmtx_runtime::{Abort, CoordCtx, KnobError, KnobSpec, Knobs, Protocol, Result, Txn};
+use dmtx_runtime::{Abort, CoordCtx, Isolation, KnobError, KnobSpec, Knobs, Protocol, Result, Txn};
 use dmtx_store::SlotLayout;
 use dmtx_verbs::{AtomicId, MnId, Post, ReadId};
 
 pub use layout::FordLayout;
 
-/// Test-only protocol variants (the isolation checker must catch the broken ones).
+/// Protocol variants. Every one but [`FordVariant::Fixed`] is deliberately broken and
+/// exists only so tests can show that the isolation checker, the workload invariants or
+/// the tear tests catch it; none is reachable from the command line.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub enum FordVariant {
     /// dmtx's FORD: validation checks versions and locks.
     #[default]
     Fixed,
-    /// The paper's rule: read-write transactions validate versions only (admits write skew).
+    /// The paper's rule: validate versions only, read-only transactions on the replica
+    /// they read from (admits write skew and read-only anomalies).
     VersionOnlyValidation,
     /// The paper's reads: trust the invisible bit and skip the checksum (returns torn
     /// records when a READ started before the commit's CAS).
     NoTearDetector,
+    /// Skip the validation of read-only data altogether (read skew).
+    SkipRoValidation,
+    /// Release the primaries' locks before the commit WRITE lands (lost updates).
+    UnlockBeforeCommitWrite,
+    /// Read records whose invisible bit is set (reads of uncommitted data: G1a when the
+    /// writer then rolls back).
+    ReadInvisible,
+    /// On a failed commit, release without restoring the old images (the aborted
+    /// transaction's writes stay visible).
+    SkipUndoOnFailedCommit,
 }
 
 /// FORD's settings.
@@ -234,6 +251,7 @@ impl Protocol for Ford {
     const ABOUT: &'static str =
         "FORD (FAST'22/TOS'23): hitchhiked locking, coalescent commit, backup reads, selective flush";
     const KNOBS: &'static [KnobSpec] = &[BACKUP_READ, REREAD_MAX, LOG_BYTES];
+    const ISOLATION: Isolation = Isolation::Serializable;
 
     fn from_knobs(knobs: &Knobs) -> std::result::Result<Self, KnobError> {
         Ok(Self::new(FordConfig {

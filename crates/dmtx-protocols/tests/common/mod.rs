@@ -136,24 +136,57 @@ pub fn bump(c: &mut Coordinator<Ford>, key: u64, delta: i64) -> Result<(), dmtx_
 }
 
 /// Run `body` as `coros` coordinators on each of `threads` worker threads, each thread
-/// with its own executor; returns when every coordinator finished.
-pub fn run_parallel<F>(env: &Env, threads: u16, coros: u16, body: F)
+/// with its own executor, recording every transaction; returns the merged history when
+/// every coordinator finished.
+pub fn run_parallel<F>(env: &Env, threads: u16, coros: u16, body: F) -> dmtx_check::history::History
 where
     F: for<'a> Fn(u16, u16, &'a mut Coordinator<Ford>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>
         + Sync,
 {
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let body = &body;
-            s.spawn(move || {
-                let w = env.worker(t);
-                let mut coords: Vec<_> = (0..coros).map(|k| env.coord(&w, k)).collect();
-                let mut ex = dmtx_runtime::LocalExecutor::new();
-                for (k, c) in coords.iter_mut().enumerate() {
-                    ex.spawn(body(t, k as u16, c));
-                }
-                ex.run(w.transport().as_ref());
-            });
-        }
+    let parts: Vec<dmtx_check::history::History> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let body = &body;
+                s.spawn(move || {
+                    let w = env.worker(t);
+                    let history = std::rc::Rc::new(std::cell::RefCell::new(dmtx_check::history::History::new()));
+                    let mut coords: Vec<_> = (0..coros)
+                        .map(|k| {
+                            let mut c = env.coord(&w, k);
+                            c.set_observer(Box::new(dmtx_check::recorder::Recorder::new(history.clone())));
+                            c
+                        })
+                        .collect();
+                    let mut ex = dmtx_runtime::LocalExecutor::new();
+                    for (k, c) in coords.iter_mut().enumerate() {
+                        ex.spawn(body(t, k as u16, c));
+                    }
+                    ex.run(w.transport().as_ref());
+                    drop(coords);
+                    std::rc::Rc::try_unwrap(history)
+                        .expect("recorders dropped")
+                        .into_inner()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
+    let mut all = dmtx_check::history::History::new();
+    for p in parts {
+        all.append(p);
+    }
+    all
+}
+
+/// Check a history for serializability, with real-time order off (clocks of different
+/// threads are comparable here, but FORD does not claim strictness).
+pub fn check(history: &dmtx_check::history::History) -> dmtx_check::Report {
+    dmtx_check::check(history, &dmtx_check::CheckOptions::default())
+}
+
+/// Fail with the checker's evidence unless `history` is serializable.
+pub fn assert_serializable(history: &dmtx_check::history::History) {
+    let report = check(history);
+    assert!(report.is_clean(), "{report}");
+    assert!(report.committed > 0, "nothing committed: the test checked nothing");
 }
