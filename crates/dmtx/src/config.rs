@@ -81,6 +81,15 @@ pub struct BenchArgs {
     /// Print nothing but errors (the JSON is still written).
     #[arg(long, short = 'q')]
     pub quiet: bool,
+
+    /// Record every transaction and check the history for isolation anomalies against
+    /// the protocol's claimed level (exit code 1 if any is found).
+    #[arg(long)]
+    pub check: bool,
+
+    /// Also write the recorded history to this file (JSON lines; implies --check).
+    #[arg(long, value_name = "FILE")]
+    pub history: Option<String>,
 }
 
 impl Default for BenchArgs {
@@ -100,6 +109,8 @@ impl Default for BenchArgs {
             mn_bytes: None,
             out: "results/".into(),
             quiet: false,
+            check: false,
+            history: None,
         }
     }
 }
@@ -205,6 +216,10 @@ pub struct BenchConfig {
     pub out: OutTarget,
     /// Print nothing but errors.
     pub quiet: bool,
+    /// Record and check the history.
+    pub check: bool,
+    /// Where to write the history, if anywhere.
+    pub history: Option<PathBuf>,
 }
 
 impl BenchConfig {
@@ -279,6 +294,8 @@ impl BenchConfig {
             mn_bytes,
             out: OutTarget::parse(&args.out)?,
             quiet: args.quiet,
+            check: args.check || args.history.is_some(),
+            history: args.history.as_ref().map(PathBuf::from),
         })
     }
 

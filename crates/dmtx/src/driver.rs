@@ -29,6 +29,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dmtx_check::format::write_history;
+use dmtx_check::history::History;
+use dmtx_check::recorder::Recorder;
+use dmtx_check::{check as check_history, check_options};
 use dmtx_memnode::{Control, ControlError, LocalCluster, TableMeta};
 use dmtx_runtime::{
     block_on, scan_table, AddrCache, Clock, Cn, CoordCtx, CoordId, Coordinator, LocalExecutor, Protocol, RealClock,
@@ -40,7 +44,7 @@ use dmtx_workloads::{Snapshot, Workload};
 
 use crate::config::{BenchConfig, StopRule};
 use crate::error::RunError;
-use crate::results::{BenchResult, InvariantResult, RawRun, StopReason};
+use crate::results::{BenchResult, CheckResult, InvariantResult, RawRun, StopReason};
 use crate::stats::RunStats;
 
 /// Largest batch of `--txns` credits a thread takes from the shared budget at once.
@@ -326,8 +330,12 @@ pub fn run<P: Protocol, W: Workload>(
     let mut locals = Vec::with_capacity(cfg.coordinators());
     let mut end_ns = start_ns;
     let mut last_fault = None;
+    let mut history = cfg.check.then(History::new);
     for outcome in outcomes {
         let o = outcome?;
+        if let (Some(all), Some(h)) = (history.as_mut(), o.history) {
+            all.append(h);
+        }
         stats.merge(&o.stats);
         add_mn_counters(&mut per_mn, &o.per_mn);
         locals.extend(o.locals);
@@ -361,7 +369,20 @@ pub fn run<P: Protocol, W: Workload>(
         },
     };
 
-    // 5. The record.
+    // 5. The isolation check of the recorded history.
+    let check = match history {
+        None => None,
+        Some(h) => {
+            if let Some(path) = &cfg.history {
+                hooks.monitor.phase("writing the history");
+                write_history(path, &h).map_err(RunError::History)?;
+            }
+            hooks.monitor.phase("checking the history");
+            Some(CheckResult::of(&check_history(&h, &check_options(P::ISOLATION))))
+        }
+    };
+
+    // 6. The record.
     Ok(BenchResult::from_run(RawRun {
         cfg,
         transport: cluster.fabric().name(),
@@ -372,6 +393,7 @@ pub fn run<P: Protocol, W: Workload>(
         elapsed: Duration::from_nanos(end_ns.saturating_sub(start_ns)),
         stop_reason,
         invariant,
+        check,
         last_fault,
         started_at_unix_s,
     }))
@@ -418,6 +440,8 @@ struct ThreadOutcome<L> {
     per_mn: Vec<MnCounters>,
     end_ns: u64,
     last_fault: Option<String>,
+    /// Every transaction of the thread's coordinators (with `--check`).
+    history: Option<History>,
 }
 
 /// Sets the stop flag if the thread unwinds, so the others end too.
@@ -440,8 +464,13 @@ fn worker_thread<P: Protocol, W: Workload>(
         let worker = shared.cn.worker(t)?;
         let mut coords = Vec::with_capacity(shared.cfg.coroutines as usize);
         let mut locals = Vec::with_capacity(shared.cfg.coroutines as usize);
+        // The thread's coordinators append to one history; no synchronisation needed.
+        let history = shared.cfg.check.then(|| Rc::new(RefCell::new(History::new())));
         for c in 0..shared.cfg.coroutines {
-            let coord = worker.coordinator(shared.proto, c)?;
+            let mut coord = worker.coordinator(shared.proto, c)?;
+            if let Some(h) = &history {
+                coord.set_observer(Box::new(Recorder::new(Rc::clone(h))));
+            }
             locals.push(
                 shared
                     .workload
@@ -449,9 +478,9 @@ fn worker_thread<P: Protocol, W: Workload>(
             );
             coords.push(coord);
         }
-        Ok((worker, coords, locals))
+        Ok((worker, coords, locals, history))
     };
-    let (worker, mut coords, mut locals) = match setup() {
+    let (worker, mut coords, mut locals, history) = match setup() {
         Ok(s) => s,
         Err(e) => {
             shared.stop.store(true, Ordering::Relaxed);
@@ -490,8 +519,11 @@ fn worker_thread<P: Protocol, W: Workload>(
             last_fault = Some(f.to_string());
         }
     }
+    drop(coords);
+    let history = history.map(|h| Rc::try_unwrap(h).expect("coordinators dropped").into_inner());
     // A budget handed out but not used (the run was interrupted) is simply dropped.
     Ok(ThreadOutcome {
+        history,
         stats: th.stats.into_inner(),
         locals,
         per_mn,

@@ -46,6 +46,9 @@ pub enum RunError {
         /// The verb error.
         error: VerbError,
     },
+    /// The history could not be written (`--history`).
+    #[error("writing the history: {0}")]
+    History(#[from] dmtx_check::format::FormatError),
     /// A worker thread panicked; the run's results are incomplete.
     #[error("worker thread {thread} panicked: {message}")]
     WorkerPanicked {

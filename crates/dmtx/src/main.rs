@@ -1,8 +1,8 @@
 //! `dmtx`: run and list benchmarks of transaction protocols on disaggregated memory.
 //!
-//! Exit codes: 0 ok; 1 the run's invariant check found an anomaly (results are still
-//! written); 2 an error (bad flag, bad config, failed setup), printed as one line
-//! `error: …`. A second Ctrl-C quits at once with 130. A closed stdout (`| head`) ends
+//! Exit codes: 0 ok; 1 an anomaly was found (a run's invariant or history check, or
+//! `dmtx check` on a file; results are still written); 2 an error (bad flag, bad config,
+//! failed setup, unreadable history), printed as one line `error: …`. A second Ctrl-C quits at once with 130. A closed stdout (`| head`) ends
 //! the program quietly.
 
 use std::io::{IsTerminal, Write};
@@ -18,7 +18,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 /// Everything went as asked.
 const EXIT_OK: i32 = 0;
-/// The invariant check found an anomaly.
+/// An invariant or isolation check found an anomaly.
 const EXIT_ANOMALY: i32 = 1;
 /// Bad input or a failure to set up, run or record.
 const EXIT_ERROR: i32 = 2;
@@ -30,7 +30,7 @@ const EXIT_INTERRUPTED: i32 = 130;
     name = "dmtx",
     version,
     about = "ACID transactions on disaggregated memory over one-sided verbs",
-    after_help = "Exit codes: 0 ok, 1 an invariant check failed, 2 error."
+    after_help = "Exit codes: 0 ok, 1 an anomaly was found (invariant or isolation check), 2 error."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -47,6 +47,19 @@ enum Command {
     Bench(BenchArgs),
     /// List protocols and workloads with their knobs.
     List,
+    /// Check a recorded history (`dmtx bench --history FILE`) for isolation anomalies.
+    Check(CheckArgs),
+}
+
+/// `dmtx check` flags.
+#[derive(clap::Args, Debug)]
+struct CheckArgs {
+    /// The history file (JSON lines, format version 1).
+    file: std::path::PathBuf,
+    /// The level to check: `serializable`, `si` (snapshot isolation) or `strict`
+    /// (serializable in real-time order).
+    #[arg(long, default_value = "serializable")]
+    level: String,
 }
 
 fn main() {
@@ -73,7 +86,31 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(EXIT_OK)
         }
         Command::Bench(args) => bench(&args),
+        Command::Check(args) => check(&args),
     }
+}
+
+fn check(args: &CheckArgs) -> anyhow::Result<i32> {
+    let isolation = match args.level.as_str() {
+        "serializable" => dmtx::runtime::Isolation::Serializable,
+        "si" | "snapshot" => dmtx::runtime::Isolation::SnapshotIsolation,
+        "strict" => dmtx::runtime::Isolation::StrictSerializable,
+        other => anyhow::bail!("--level `{other}`: expected `serializable`, `si` or `strict`"),
+    };
+    let history = dmtx_check::format::read_history(&args.file)?;
+    let started = std::time::Instant::now();
+    let report = dmtx_check::check(&history, &dmtx_check::check_options(isolation));
+    let secs = started.elapsed().as_secs_f64();
+    let mut out = std::io::stdout().lock();
+    write!(out, "{report}")?;
+    writeln!(
+        out,
+        "checked {} txns in {secs:.2} s ({:.0} txns/s)",
+        history.len(),
+        history.len() as f64 / secs.max(1e-9)
+    )?;
+    out.flush()?;
+    Ok(if report.is_clean() { EXIT_OK } else { EXIT_ANOMALY })
 }
 
 fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
@@ -122,15 +159,20 @@ fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
         out.write_all(result.summary(saved.as_deref()).as_bytes())?;
         out.flush()?;
     }
+    let mut code = EXIT_OK;
     if !result.invariant.ok {
         eprintln!(
             "error: invariant check failed: {} (seed {})",
             one_line(&result.invariant.detail),
             cfg.seed
         );
-        return Ok(EXIT_ANOMALY);
+        code = EXIT_ANOMALY;
     }
-    Ok(EXIT_OK)
+    if let Some(c) = result.check.as_ref().filter(|c| !c.clean) {
+        eprintln!("error: isolation check failed: {} (seed {})", c.summary, cfg.seed);
+        code = EXIT_ANOMALY;
+    }
+    Ok(code)
 }
 
 /// The progress bar on a terminal's stderr.

@@ -24,6 +24,7 @@
 //! | `per_txn_type` | object | type name → txn-type object |
 //! | `per_mn` | array | per memory node: `mn`, `ops` {`read`,`write`,`cas`,`faa`,`flush`}, `bytes_in` (received by the node), `bytes_out` (returned by it); every attempt and background post |
 //! | `invariant` | object | `ok` (bool), `detail` (what was checked, or what broke) |
+//! | `check` | object or null | with `--check`: `level` checked, `txns`, `committed`, `clean` (bool), `summary` (one line), `findings` (each anomaly with its smallest cycle) |
 //! | `last_fault` | string or null | the last verb error a coordinator saw, if any |
 //! | `run_info` | object | `host`, `started_at` (RFC 3339, UTC), `started_at_unix_s`, `dmtx_version`, `cpus` |
 //!
@@ -118,6 +119,9 @@ pub struct BenchResult {
     pub per_mn: Vec<MnResult>,
     /// The workload's invariant check.
     pub invariant: InvariantResult,
+    /// The isolation check of the recorded history (`--check`), else `null`.
+    #[serde(default)]
+    pub check: Option<CheckResult>,
     /// The last verb error a coordinator saw.
     pub last_fault: Option<String>,
     /// Where and when.
@@ -334,6 +338,37 @@ pub struct InvariantResult {
     pub detail: String,
 }
 
+/// The outcome of checking a run's history (`--check`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckResult {
+    /// The level checked (the protocol's claim).
+    pub level: String,
+    /// Transactions in the history.
+    pub txns: u64,
+    /// Committed transactions.
+    pub committed: u64,
+    /// True when no anomaly was found.
+    pub clean: bool,
+    /// One line: `history: N txns, no anomalies (serializable)` or the anomaly counts.
+    pub summary: String,
+    /// Each finding with its evidence, one string each (at most a few per kind).
+    pub findings: Vec<String>,
+}
+
+impl CheckResult {
+    /// Summarize a checker report.
+    pub fn of(report: &dmtx_check::Report) -> Self {
+        Self {
+            level: report.level_name().to_string(),
+            txns: report.txns as u64,
+            committed: report.committed as u64,
+            clean: report.is_clean(),
+            summary: report.summary(),
+            findings: report.findings.iter().map(|f| f.to_string()).collect(),
+        }
+    }
+}
+
 /// Where and when a run happened.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunInfo {
@@ -369,6 +404,8 @@ pub struct RawRun<'a> {
     pub stop_reason: StopReason,
     /// Invariant outcome.
     pub invariant: InvariantResult,
+    /// History check outcome.
+    pub check: Option<CheckResult>,
     /// Last verb error seen.
     pub last_fault: Option<String>,
     /// Start of the measured run, Unix seconds.
@@ -446,6 +483,7 @@ impl BenchResult {
                 })
                 .collect(),
             invariant: raw.invariant,
+            check: raw.check,
             last_fault: raw.last_fault,
             run_info: RunInfo {
                 host: host_name(),
@@ -573,6 +611,12 @@ impl BenchResult {
             if self.invariant.ok { "ok" } else { "VIOLATED" },
             self.invariant.detail
         );
+        if let Some(c) = &self.check {
+            let _ = writeln!(o, "  {}", c.summary);
+            for f in &c.findings {
+                let _ = writeln!(o, "    {f}");
+            }
+        }
         if let Some(f) = &self.last_fault {
             let _ = writeln!(o, "  last fault  {f}");
         }

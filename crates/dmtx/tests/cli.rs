@@ -125,3 +125,59 @@ fn bench_json_to_stdout_and_quiet_file() {
     assert!(files[0].starts_with("ford-smallbank-1x2-") && files[0].ends_with(".json"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `dmtx bench --history` writes a history that `dmtx check` reads: 0 when clean, 1 on
+/// an anomaly (a hand-made write skew), 2 for a file that is not a history.
+#[test]
+fn check_reads_histories_with_the_documented_exit_codes() {
+    let dir = std::env::temp_dir().join(format!("dmtx-cli-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let hist = dir.join("run.jsonl");
+    let mut args = SMALL.to_vec();
+    let hist_s = hist.to_str().unwrap();
+    args.extend(["--history", hist_s, "--out", "-", "--quiet"]);
+    let out = dmtx(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["check"]["clean"], true, "{json}");
+
+    let out = dmtx(&["check", hist_s]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("no anomalies (serializable)"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let skew = dir.join("skew.jsonl");
+    let txn = |id: u64, read: u64, write: u64| {
+        format!(
+            r#"{{"id":{id},"outcome":"committed","reads":[{{"table":0,"key":{read},"version":0}}],"writes":[{{"table":0,"key":{write},"prev":0,"version":{id},"kind":"update"}}]}}"#
+        )
+    };
+    std::fs::write(
+        &skew,
+        format!(
+            "{{\"format\":\"dmtx-history\",\"version\":1}}\n{}\n{}\n",
+            txn(1, 1, 2),
+            txn(2, 2, 1)
+        ),
+    )
+    .unwrap();
+    let out = dmtx(&["check", skew.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("G2"), "{}", text(&out.stdout));
+    let out = dmtx(&["check", "--level", "si", skew.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "write skew is allowed under SI: {}",
+        text(&out.stdout)
+    );
+
+    let bad = dir.join("bad.jsonl");
+    std::fs::write(&bad, "hello\n").unwrap();
+    assert_one_line_error(&dmtx(&["check", bad.to_str().unwrap()]), "not a dmtx history");
+    assert_one_line_error(&dmtx(&["check", dir.join("missing").to_str().unwrap()]), "missing");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

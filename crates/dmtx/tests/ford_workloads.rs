@@ -1,7 +1,8 @@
 //! FORD on the real workloads under heavy contention: 2 worker threads × 8 coroutines
 //! on a handful of hot records, through the bench driver. Goal: the workloads'
 //! invariants (SmallBank money conservation, KVS sums and per-record checksums) hold,
-//! and contention really happened (lock conflicts and validation aborts were seen).
+//! every recorded history is serializable, and contention really happened (lock
+//! conflicts and validation aborts were seen).
 
 use std::sync::atomic::AtomicBool;
 
@@ -19,6 +20,7 @@ fn run(workload: &str, set: &[&str], seed: u64) -> BenchResult {
         set: set.iter().map(|s| s.to_string()).collect(),
         out: "-".into(),
         quiet: true,
+        check: true,
         ..BenchArgs::default()
     };
     let cfg = BenchConfig::from_args(&args).unwrap();
