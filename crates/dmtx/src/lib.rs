@@ -34,6 +34,7 @@ pub use dmtx_store as store;
 pub use dmtx_verbs as verbs;
 pub use dmtx_workloads as workloads;
 
+pub mod cluster;
 pub mod config;
 pub mod driver;
 pub mod error;

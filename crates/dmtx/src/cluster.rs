@@ -1,0 +1,372 @@
+//! The cluster file: a versioned membership view of memory and compute nodes.
+//!
+//! ```toml
+//! format = "dmtx-cluster"
+//! version = 1            # file format
+//! cluster_id = 7         # every connection names it; nodes of another cluster are refused
+//! epoch = 1              # membership epoch: bumped whenever members change
+//! token_file = "token"   # shared secret, relative to this file; must not be readable by others
+//! replicas = 2           # copies of every table (1 primary + backups)
+//!
+//! [[memory_nodes]]
+//! id = 0
+//! address = "10.0.0.1:7400"
+//! bytes = "4GiB"
+//!
+//! [[memory_nodes]]
+//! id = 1
+//! address = "10.0.0.2:7400"
+//! bytes = "4GiB"
+//!
+//! [[compute_nodes]]
+//! id = 0
+//! address = "10.0.0.10:7500"
+//!
+//! [[placement]]          # optional: the primary of a table (FORD §6.2.3's case study)
+//! table = "savings"
+//! primary = 0
+//! ```
+//!
+//! The file is one membership view (epoch + members); a membership service can later
+//! hand out the same [`ClusterView`] without changing its users. Every error names the
+//! field and what to write instead.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::config::parse_mn_bytes;
+
+/// Name in the `format` field.
+pub const CLUSTER_FORMAT: &str = "dmtx-cluster";
+/// File format version this build reads.
+pub const CLUSTER_FORMAT_VERSION: u32 = 1;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCluster {
+    format: String,
+    version: u32,
+    cluster_id: u64,
+    epoch: u64,
+    token_file: Option<String>,
+    #[serde(default = "default_replicas")]
+    replicas: u16,
+    #[serde(default)]
+    memory_nodes: Vec<RawMemoryNode>,
+    #[serde(default)]
+    compute_nodes: Vec<RawComputeNode>,
+    #[serde(default)]
+    placement: Vec<RawPlacement>,
+}
+
+fn default_replicas() -> u16 {
+    2
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMemoryNode {
+    id: u16,
+    address: String,
+    bytes: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawComputeNode {
+    id: u16,
+    address: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlacement {
+    table: String,
+    primary: u16,
+}
+
+/// A memory node of the view.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryNodeSpec {
+    /// Dense id, `0..memory_nodes`.
+    pub id: u16,
+    /// Where it listens.
+    pub address: SocketAddr,
+    /// Its region size.
+    pub bytes: u64,
+}
+
+/// A compute node of the view.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ComputeNodeSpec {
+    /// Dense id.
+    pub id: u16,
+    /// Where it listens for CN-to-CN messages.
+    pub address: SocketAddr,
+}
+
+/// One validated membership view.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterView {
+    /// Cluster id.
+    pub cluster_id: u64,
+    /// Membership epoch.
+    pub epoch: u64,
+    /// The token file, resolved against the cluster file's directory.
+    pub token_file: Option<PathBuf>,
+    /// Copies of every table.
+    pub replicas: u16,
+    /// Memory nodes, by id.
+    pub memory_nodes: Vec<MemoryNodeSpec>,
+    /// Compute nodes, by id.
+    pub compute_nodes: Vec<ComputeNodeSpec>,
+    /// Table name → memory node holding its primary.
+    pub placement: Vec<(String, u16)>,
+}
+
+/// A cluster file that could not be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {what}")]
+pub struct ClusterError {
+    /// The file.
+    pub path: String,
+    /// The field at fault and the fix.
+    pub what: String,
+}
+
+impl ClusterView {
+    /// Read and validate a cluster file.
+    pub fn load(path: &Path) -> Result<Self, ClusterError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ClusterError {
+            path: path.display().to_string(),
+            what: e.to_string(),
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Validate the text of a cluster file at `path` (used for messages and to resolve
+    /// the token file).
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ClusterError> {
+        let err = |what: String| ClusterError {
+            path: path.display().to_string(),
+            what,
+        };
+        let raw: RawCluster = toml::from_str(text).map_err(|e| err(one_line(&e.to_string())))?;
+        if raw.format != CLUSTER_FORMAT {
+            return Err(err(format!(
+                "`format` = \"{}\": expected \"{CLUSTER_FORMAT}\"",
+                raw.format
+            )));
+        }
+        if raw.version != CLUSTER_FORMAT_VERSION {
+            return Err(err(format!(
+                "`version` = {}: this dmtx reads cluster files of version {CLUSTER_FORMAT_VERSION}",
+                raw.version
+            )));
+        }
+        if raw.memory_nodes.is_empty() {
+            return Err(err(
+                "no `[[memory_nodes]]`: list at least one, with `id`, `address` and `bytes`".into(),
+            ));
+        }
+        let mut memory_nodes = Vec::with_capacity(raw.memory_nodes.len());
+        for (i, m) in raw.memory_nodes.iter().enumerate() {
+            let address = m.address.parse().map_err(|_| {
+                err(format!(
+                    "`memory_nodes[{i}].address` = \"{}\": expected host:port with an IP address, e.g. \"10.0.0.1:7400\"",
+                    m.address
+                ))
+            })?;
+            let bytes = parse_mn_bytes(&m.bytes)
+                .map_err(|e| err(format!("`memory_nodes[{i}].bytes`: {}", one_line(&e.to_string()))))?;
+            memory_nodes.push(MemoryNodeSpec {
+                id: m.id,
+                address,
+                bytes,
+            });
+        }
+        memory_nodes.sort_by_key(|m| m.id);
+        for (i, m) in memory_nodes.iter().enumerate() {
+            if m.id as usize != i {
+                return Err(err(format!(
+                    "memory node ids must be 0..{} without gaps or repeats; found id {} where {i} was expected",
+                    memory_nodes.len(),
+                    m.id
+                )));
+            }
+        }
+        let mut compute_nodes = Vec::with_capacity(raw.compute_nodes.len());
+        for (i, c) in raw.compute_nodes.iter().enumerate() {
+            let address = c.address.parse().map_err(|_| {
+                err(format!(
+                    "`compute_nodes[{i}].address` = \"{}\": expected host:port with an IP address",
+                    c.address
+                ))
+            })?;
+            compute_nodes.push(ComputeNodeSpec { id: c.id, address });
+        }
+        let ids: BTreeSet<u16> = compute_nodes.iter().map(|c| c.id).collect();
+        if ids.len() != compute_nodes.len() {
+            return Err(err("`compute_nodes`: two entries have the same `id`".into()));
+        }
+        if raw.replicas == 0 || raw.replicas as usize > memory_nodes.len() {
+            return Err(err(format!(
+                "`replicas` = {}: must be between 1 and the number of memory nodes ({})",
+                raw.replicas,
+                memory_nodes.len()
+            )));
+        }
+        let mut placement = Vec::with_capacity(raw.placement.len());
+        for (i, p) in raw.placement.iter().enumerate() {
+            if p.primary as usize >= memory_nodes.len() {
+                return Err(err(format!(
+                    "`placement[{i}].primary` = {} for table `{}`: no memory node has that id",
+                    p.primary, p.table
+                )));
+            }
+            placement.push((p.table.clone(), p.primary));
+        }
+        let token_file = raw.token_file.map(|t| match path.parent() {
+            Some(dir) if Path::new(&t).is_relative() => dir.join(t),
+            _ => PathBuf::from(t),
+        });
+        Ok(Self {
+            cluster_id: raw.cluster_id,
+            epoch: raw.epoch,
+            token_file,
+            replicas: raw.replicas,
+            memory_nodes,
+            compute_nodes,
+            placement,
+        })
+    }
+
+    /// The memory node holding the primary of `table`, if the file places it.
+    pub fn primary_of(&self, table: &str) -> Option<u16> {
+        self.placement.iter().find(|(t, _)| t == table).map(|&(_, mn)| mn)
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Read a token file, refusing one that users other than its owner can read (the token
+/// never goes on a command line, where `ps` shows it).
+pub fn read_token(path: &Path) -> Result<Vec<u8>, ClusterError> {
+    let err = |what: String| ClusterError {
+        path: path.display().to_string(),
+        what,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| err(e.to_string()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = meta.permissions().mode();
+        if mode & 0o077 != 0 {
+            return Err(err(format!(
+                "the token file has mode {:o} and others can read it; run `chmod 600 {}`",
+                mode & 0o777,
+                path.display()
+            )));
+        }
+    }
+    let token = std::fs::read(path).map_err(|e| err(e.to_string()))?;
+    let token = token.trim_ascii().to_vec();
+    if token.len() < 16 {
+        return Err(err(format!(
+            "the token is {} bytes; use at least 16 random bytes (e.g. `head -c 32 /dev/urandom | base64`)",
+            token.len()
+        )));
+    }
+    Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+format = "dmtx-cluster"
+version = 1
+cluster_id = 7
+epoch = 3
+token_file = "token"
+replicas = 2
+
+[[memory_nodes]]
+id = 1
+address = "127.0.0.1:7401"
+bytes = "64MiB"
+
+[[memory_nodes]]
+id = 0
+address = "127.0.0.1:7400"
+bytes = "1GiB"
+
+[[compute_nodes]]
+id = 0
+address = "127.0.0.1:7500"
+
+[[placement]]
+table = "savings"
+primary = 1
+"#;
+
+    fn parse(text: &str) -> Result<ClusterView, ClusterError> {
+        ClusterView::parse(text, Path::new("/etc/dmtx/cluster.toml"))
+    }
+
+    #[test]
+    fn a_good_file_is_one_membership_view() {
+        let v = parse(GOOD).unwrap();
+        assert_eq!((v.cluster_id, v.epoch, v.replicas), (7, 3, 2));
+        assert_eq!(v.memory_nodes[0].address, "127.0.0.1:7400".parse().unwrap());
+        assert_eq!(v.memory_nodes[1].bytes, 64 << 20);
+        assert_eq!(v.token_file.as_deref(), Some(Path::new("/etc/dmtx/token")));
+        assert_eq!(v.primary_of("savings"), Some(1));
+        assert_eq!(v.primary_of("checking"), None);
+    }
+
+    #[test]
+    fn errors_name_the_field_and_the_fix() {
+        for (edit, needle) in [
+            (("format = \"dmtx-cluster\"", "format = \"other\""), "`format`"),
+            (("version = 1", "version = 2"), "`version` = 2"),
+            (
+                ("address = \"127.0.0.1:7401\"", "address = \"nohost\""),
+                "`memory_nodes[0].address`",
+            ),
+            (("bytes = \"64MiB\"", "bytes = \"lots\""), "`memory_nodes[0].bytes`"),
+            (("replicas = 2", "replicas = 3"), "`replicas` = 3"),
+            (("primary = 1", "primary = 5"), "`placement[0].primary` = 5"),
+            (("id = 1\n", "id = 4\n"), "without gaps"),
+            (("epoch = 3", "epoch = 3\ncolour = 1"), "colour"),
+        ] {
+            let text = GOOD.replacen(edit.0, edit.1, 1);
+            let e = parse(&text).unwrap_err().to_string();
+            assert!(e.contains(needle), "{needle}: {e}");
+            assert!(e.starts_with("/etc/dmtx/cluster.toml: "), "{e}");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+    }
+
+    #[test]
+    fn token_files_readable_by_others_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("dmtx-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("token");
+        std::fs::write(&p, "0123456789abcdef0123\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(read_token(&p).unwrap_err().to_string().contains("chmod 600"));
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_token(&p).unwrap(), b"0123456789abcdef0123");
+        std::fs::write(&p, "short").unwrap();
+        assert!(read_token(&p).unwrap_err().to_string().contains("at least 16"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
