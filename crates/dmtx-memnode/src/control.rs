@@ -71,6 +71,14 @@ pub enum ControlError {
         /// Nodes in the cluster.
         mn_count: usize,
     },
+    /// The node could not be reached (a remote control interface lost its connection).
+    #[error("{mn} is unreachable for control calls: {why}; check that `dmtx memnode` runs there and the cluster file's address")]
+    Unreachable {
+        /// The node.
+        mn: MnId,
+        /// What the transport knows.
+        why: String,
+    },
     /// A table with this id was already published on the node.
     #[error("{mn}: table id {id} is already defined (as `{name}`); table ids must be unique")]
     DuplicateTable {

@@ -7,9 +7,10 @@
 //! serves verbs; it never runs concurrency control, walks an index or installs a log.
 //!
 //! [`LocalCluster`] is a set of in-process nodes with their [`MemFabric`](dmtx_verbs::MemFabric).
-//! The TCP server (`dmtx memnode`) serves the same [`Control`] calls over the network.
+//! The TCP server ([`server::Server`], `dmtx memnode`) serves the same [`Control`] calls and
+//! the verbs over the network, in the wire format of [`server::wire`].
 //!
-//! Depends only on `dmtx-verbs`.
+//! Depends only on `dmtx-verbs` (and `libc` for `poll(2)` in the server).
 //!
 //! ```
 //! use dmtx_memnode::{Control, LocalCluster};
@@ -25,6 +26,7 @@
 mod control;
 mod local;
 mod node;
+pub mod server;
 
 pub use control::{Control, ControlError, Result, TableMeta};
 pub use local::LocalCluster;

@@ -1,0 +1,353 @@
+//! Server tests over raw loopback sockets (the `tcp` transport has its own in `dmtx-net`).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use super::wire::{self, ErrorCode, ErrorFrame, Hello, HelloOk, Kind, OpResult, WireOp};
+use super::*;
+
+const TOKEN: &[u8] = b"s3cret";
+
+fn server() -> ServerHandle {
+    let mut c = ServerConfig::new(MnId(2), 1 << 16);
+    c.cluster_id = 7;
+    c.token = TOKEN.to_vec();
+    c.epoch = 3;
+    Server::bind(c).unwrap().spawn()
+}
+
+fn hello() -> Hello {
+    Hello {
+        version: wire::PROTOCOL_VERSION,
+        cluster_id: 7,
+        client_id: 1,
+        epoch: 3,
+        token: TOKEN.to_vec(),
+    }
+}
+
+fn connect(s: &ServerHandle) -> TcpStream {
+    let t = TcpStream::connect(s.local_addr()).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    t
+}
+
+fn send(t: &mut TcpStream, kind: Kind, id: u64, body: impl FnOnce(&mut Vec<u8>)) {
+    let mut out = Vec::new();
+    let s = wire::begin_frame(&mut out, kind, id);
+    body(&mut out);
+    wire::end_frame(&mut out, s);
+    t.write_all(&out).unwrap();
+}
+
+/// Read one frame; `None` on EOF.
+fn recv(t: &mut TcpStream) -> Option<(wire::Header, Vec<u8>)> {
+    let mut h = [0u8; wire::HEADER_BYTES];
+    if t.read_exact(&mut h).is_err() {
+        return None;
+    }
+    let h = wire::decode_header(&h).unwrap().unwrap();
+    let mut p = vec![0u8; h.payload_bytes as usize];
+    t.read_exact(&mut p).unwrap();
+    Some((h, p))
+}
+
+fn handshake(s: &ServerHandle) -> (TcpStream, u64) {
+    let mut t = connect(s);
+    send(&mut t, Kind::Hello, 1, |o| hello().encode(o));
+    let (h, p) = recv(&mut t).unwrap();
+    assert_eq!(h.kind, Kind::HelloOk, "{:?}", ErrorFrame::decode(&p));
+    let ok = HelloOk::decode(&p).unwrap();
+    assert_eq!(ok.node_id, 2);
+    assert_eq!(ok.epoch, 3);
+    assert_eq!(ok.regions[0].bytes, 1 << 16);
+    (t, ok.regions[0].rkey)
+}
+
+/// The connection answers with an ERROR of `code`, then closes.
+fn expect_refused(t: &mut TcpStream, code: ErrorCode) {
+    let (h, p) = recv(t).expect("an ERROR frame before the close");
+    assert_eq!(h.kind, Kind::Error);
+    let e = ErrorFrame::decode(&p).unwrap();
+    assert_eq!(e.code, code, "{}", e.message);
+    assert!(recv(t).is_none(), "connection closed after the error");
+}
+
+fn verbs(t: &mut TcpStream, id: u64, ops: &[WireOp<'_>]) -> Vec<u8> {
+    send(t, Kind::Verbs, id, |o| {
+        let at = wire::begin_verbs(o);
+        for op in ops {
+            op.encode(o);
+        }
+        wire::set_count(o, at, ops.len() as u32);
+    });
+    let (h, p) = recv(t).unwrap();
+    assert_eq!(h.kind, Kind::VerbsResult);
+    assert_eq!(h.request_id, id);
+    p
+}
+
+fn results(p: &[u8]) -> Vec<OpResult<'_>> {
+    let mut r = wire::ResultsReader::new(p).unwrap();
+    let mut v = Vec::new();
+    while let Some(x) = r.next_result().unwrap() {
+        v.push(x);
+    }
+    v
+}
+
+#[test]
+fn verbs_run_in_order_and_errors_flush_the_rest_of_the_batch() {
+    let s = server();
+    let (mut t, rkey) = handshake(&s);
+    let p = verbs(
+        &mut t,
+        10,
+        &[
+            WireOp::Write {
+                rkey,
+                offset: 64,
+                data: &5u64.to_le_bytes(),
+            },
+            WireOp::Cas {
+                rkey,
+                offset: 64,
+                expect: 5,
+                swap: 6,
+            },
+            WireOp::Faa {
+                rkey,
+                offset: 64,
+                add: 1,
+            },
+            WireOp::Read {
+                rkey,
+                offset: 64,
+                len: 8,
+            },
+            WireOp::Flush { rkey, offset: 64 },
+        ],
+    );
+    let seven = 7u64.to_le_bytes();
+    assert_eq!(
+        results(&p),
+        [
+            OpResult::Done,
+            OpResult::Old(5),
+            OpResult::Old(6),
+            OpResult::Data(&seven),
+            OpResult::Done
+        ]
+    );
+    // A wrong rkey, a misaligned CAS and an out-of-range READ are per-op errors; the rest
+    // of the batch is skipped and the next batch runs.
+    let p = verbs(
+        &mut t,
+        11,
+        &[
+            WireOp::Faa {
+                rkey: rkey ^ 1,
+                offset: 64,
+                add: 1,
+            },
+            WireOp::Faa {
+                rkey,
+                offset: 64,
+                add: 1,
+            },
+        ],
+    );
+    assert_eq!(results(&p), [OpResult::BadRkey, OpResult::Skipped]);
+    let p = verbs(
+        &mut t,
+        12,
+        &[WireOp::Cas {
+            rkey,
+            offset: 65,
+            expect: 0,
+            swap: 1,
+        }],
+    );
+    assert_eq!(results(&p), [OpResult::Misaligned]);
+    let p = verbs(
+        &mut t,
+        13,
+        &[WireOp::Read {
+            rkey,
+            offset: u64::MAX - 3,
+            len: u32::MAX,
+        }],
+    );
+    assert_eq!(results(&p), [OpResult::OutOfRange { region_bytes: 1 << 16 }]);
+    assert_eq!(s.region().load(64).unwrap(), 7, "skipped FAA did not run");
+}
+
+#[test]
+fn pipelined_frames_are_answered_in_order() {
+    let s = server();
+    let (mut t, rkey) = handshake(&s);
+    let mut out = Vec::new();
+    for id in 0..50u64 {
+        let f = wire::begin_frame(&mut out, Kind::Verbs, 100 + id);
+        let at = wire::begin_verbs(&mut out);
+        WireOp::Faa {
+            rkey,
+            offset: 8,
+            add: 1,
+        }
+        .encode(&mut out);
+        wire::set_count(&mut out, at, 1);
+        wire::end_frame(&mut out, f);
+    }
+    wire::put_frame(&mut out, Kind::Ping, 999, &[]);
+    t.write_all(&out).unwrap();
+    for id in 0..50u64 {
+        let (h, p) = recv(&mut t).unwrap();
+        assert_eq!(h.request_id, 100 + id);
+        assert_eq!(results(&p), [OpResult::Old(id)]);
+    }
+    let (h, _) = recv(&mut t).unwrap();
+    assert_eq!((h.kind, h.request_id), (Kind::Pong, 999));
+}
+
+#[test]
+fn bad_handshakes_and_garbage_close_only_that_connection() {
+    let s = server();
+    let (mut good, rkey) = handshake(&s);
+
+    let mut t = connect(&s);
+    send(&mut t, Kind::Hello, 1, |o| {
+        Hello {
+            token: b"wrong!".to_vec(),
+            ..hello()
+        }
+        .encode(o)
+    });
+    expect_refused(&mut t, ErrorCode::BAD_TOKEN);
+
+    let mut t = connect(&s);
+    send(&mut t, Kind::Hello, 1, |o| Hello { version: 99, ..hello() }.encode(o));
+    expect_refused(&mut t, ErrorCode::BAD_VERSION);
+
+    let mut t = connect(&s);
+    send(&mut t, Kind::Hello, 1, |o| {
+        Hello {
+            cluster_id: 8,
+            ..hello()
+        }
+        .encode(o)
+    });
+    expect_refused(&mut t, ErrorCode::BAD_CLUSTER);
+
+    let mut t = connect(&s);
+    send(&mut t, Kind::Hello, 1, |o| Hello { epoch: 2, ..hello() }.encode(o));
+    expect_refused(&mut t, ErrorCode::STALE_EPOCH);
+
+    let mut t = connect(&s);
+    send(&mut t, Kind::Verbs, 1, |o| o.extend_from_slice(&0u32.to_le_bytes()));
+    expect_refused(&mut t, ErrorCode::NOT_EXPECTED);
+
+    let mut t = connect(&s);
+    t.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    expect_refused(&mut t, ErrorCode::BAD_FRAME);
+
+    // A frame announcing 4 GiB is refused from its header alone.
+    let (mut t, _) = handshake(&s);
+    t.write_all(&[0xff, 0xff, 0xff, 0xff, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0])
+        .unwrap();
+    expect_refused(&mut t, ErrorCode::BAD_FRAME);
+
+    // A truncated op inside a well-framed VERBS.
+    let (mut t, _) = handshake(&s);
+    send(&mut t, Kind::Verbs, 5, |o| {
+        o.extend_from_slice(&1u32.to_le_bytes());
+        o.push(0);
+    });
+    expect_refused(&mut t, ErrorCode::BAD_FRAME);
+
+    // The first connection still works.
+    let p = verbs(
+        &mut good,
+        1,
+        &[WireOp::Faa {
+            rkey,
+            offset: 0,
+            add: 1,
+        }],
+    );
+    assert_eq!(results(&p), [OpResult::Old(0)]);
+}
+
+#[test]
+fn connection_cap_refuses_extra_clients() {
+    let mut c = ServerConfig::new(MnId(0), 4096);
+    c.connections_max = 1;
+    let s = Server::bind(c).unwrap().spawn();
+    let _first = connect(&s);
+    for _ in 0..200 {
+        if s.connection_count() == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut second = connect(&s);
+    expect_refused(&mut second, ErrorCode::TOO_MANY_CONNECTIONS);
+}
+
+#[test]
+fn handshake_timeout_closes_silent_clients() {
+    let mut c = ServerConfig::new(MnId(0), 4096);
+    c.handshake_timeout = Duration::from_millis(50);
+    let s = Server::bind(c).unwrap().spawn();
+    let mut t = connect(&s);
+    expect_refused(&mut t, ErrorCode::TIMEOUT);
+}
+
+#[test]
+fn control_requests_and_bad_alignment() {
+    let s = server();
+    let (mut t, _) = handshake(&s);
+    send(&mut t, Kind::Control, 4, |o| {
+        wire::ControlReq::Alloc { bytes: 100, align: 3 }.encode(o)
+    });
+    let (h, p) = recv(&mut t).unwrap();
+    assert_eq!(h.kind, Kind::Error);
+    assert_eq!(ErrorFrame::decode(&p).unwrap().code, ErrorCode::BAD_REQUEST);
+    send(&mut t, Kind::Control, 5, |o| {
+        wire::ControlReq::Alloc { bytes: 100, align: 64 }.encode(o)
+    });
+    let (h, p) = recv(&mut t).unwrap();
+    assert_eq!(h.request_id, 5);
+    assert_eq!(wire::ControlReply::decode(&p).unwrap(), wire::ControlReply::Offset(64));
+}
+
+#[test]
+fn shutdown_cuts_connections_and_rkeys_differ_per_start() {
+    let s = server();
+    let (mut t, rkey) = handshake(&s);
+    s.shutdown();
+    assert!(recv(&mut t).is_none_or(|(h, _)| h.kind == Kind::Error));
+    s.join();
+    let s2 = server();
+    assert_ne!(s2.rkey(), rkey, "rkey must change across restarts");
+}
+
+#[test]
+fn serve_until_returns_when_the_flag_is_set() {
+    let srv = Server::bind(ServerConfig::new(MnId(0), 4096)).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = Arc::clone(&stop);
+    let t = std::thread::spawn(move || srv.serve_until(&s2));
+    std::thread::sleep(Duration::from_millis(30));
+    stop.store(true, Ordering::SeqCst);
+    t.join().unwrap();
+}
+
+#[test]
+fn token_comparison() {
+    assert!(constant_time_eq(b"abc", b"abc"));
+    assert!(!constant_time_eq(b"abc", b"abd"));
+    assert!(!constant_time_eq(b"abc", b"abcd"));
+    assert!(constant_time_eq(b"", b""));
+}
