@@ -128,7 +128,7 @@ pub struct ClusterView {
 }
 
 /// A cluster file that could not be used.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{path}: {what}")]
 pub struct ClusterError {
     /// The file.

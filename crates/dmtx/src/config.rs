@@ -90,6 +90,11 @@ pub struct BenchArgs {
     /// Also write the recorded history to this file (JSON lines; implies --check).
     #[arg(long, value_name = "FILE")]
     pub history: Option<String>,
+
+    /// Run against the memory nodes of this cluster file over `tcp` instead of an
+    /// in-process cluster (memory nodes and replicas then come from the file).
+    #[arg(long, value_name = "FILE")]
+    pub cluster: Option<String>,
 }
 
 impl Default for BenchArgs {
@@ -111,6 +116,7 @@ impl Default for BenchArgs {
             quiet: false,
             check: false,
             history: None,
+            cluster: None,
         }
     }
 }
@@ -220,6 +226,8 @@ pub struct BenchConfig {
     pub check: bool,
     /// Where to write the history, if anywhere.
     pub history: Option<PathBuf>,
+    /// Remote memory nodes (`--cluster`); `None` runs an in-process cluster.
+    pub cluster: Option<crate::cluster::ClusterView>,
 }
 
 impl BenchConfig {
@@ -233,6 +241,12 @@ impl BenchConfig {
         (workload.check)(&knobs)?;
         let mut cfg = Self::from_args_unchecked(args, knobs)?;
         cfg.knobs_effective = effective_knobs(&cfg.knobs, &[protocol, workload]);
+        if let Some(path) = &args.cluster {
+            let view = crate::cluster::ClusterView::load(std::path::Path::new(path))?;
+            cfg.memory_nodes = view.memory_nodes.len() as u16;
+            cfg.replicas = view.replicas;
+            cfg.cluster = Some(view);
+        }
         Ok(cfg)
     }
 
@@ -296,6 +310,7 @@ impl BenchConfig {
             quiet: args.quiet,
             check: args.check || args.history.is_some(),
             history: args.history.as_ref().map(PathBuf::from),
+            cluster: None,
         })
     }
 
@@ -331,6 +346,9 @@ pub fn effective_knobs(knobs: &Knobs, entries: &[&Entry]) -> BTreeMap<String, St
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
+    /// The cluster file (`--cluster`) is unusable.
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
     /// A protocol or workload name the registry does not list.
     #[error("{flag} `{given}`: no such {what}{hint}; valid: {valid} (see `dmtx list`)")]
     UnknownName {

@@ -192,7 +192,11 @@ pub fn run<P: Protocol, W: Workload>(
     for spec in &specs {
         let mut builder = TableBuilder::new(spec.clone(), proto.layout());
         workload.load(spec.id, &mut |key, value| builder.insert(key, value))?;
-        let nodes = placement(spec.id, mn_count, replicas)?;
+        let nodes = match cfg.cluster.as_ref().and_then(|v| v.primary_of(&spec.name)) {
+            // The cluster file names the primary; backups follow it round-robin.
+            Some(primary) => placement(primary as u32, mn_count, replicas)?,
+            None => placement(spec.id, mn_count, replicas)?,
+        };
         for mn in &nodes {
             tables_bytes[mn.index()] += builder.shape().table_bytes().next_multiple_of(64);
         }
@@ -205,34 +209,20 @@ pub fn run<P: Protocol, W: Workload>(
     let need: Vec<u64> = (0..mn_count)
         .map(|i| 64 + tables_bytes[i] + coords * per_coord[i])
         .collect();
-    let (worst, &need_max) = need
-        .iter()
-        .enumerate()
-        .max_by_key(|&(_, b)| *b)
-        .expect("at least one memory node");
-    let mn_bytes = match cfg.mn_bytes {
-        Some(given) if given < need_max => {
-            return Err(RunError::RegionTooSmall {
-                given,
-                mn: worst as u16,
-                needed: need_max,
-                tables: tables_bytes[worst],
-                coordinators: coords * per_coord[worst],
-            })
-        }
-        Some(given) => given,
-        None => (need_max + need_max / 4 + MN_HEADROOM_BYTES).next_multiple_of(1 << 20),
+    let pool = match &cfg.cluster {
+        None => local_pool(cfg, &need, &tables_bytes, coords, &per_coord)?,
+        Some(view) => remote_pool(view, &need)?,
     };
-    let cluster = Arc::new(LocalCluster::new(mn_count, mn_bytes));
+    let mn_bytes = pool.mn_bytes;
     for (builder, nodes) in built {
-        create_table(cluster.as_ref(), builder, &nodes)?;
+        create_table(pool.control.as_ref(), builder, &nodes)?;
     }
 
     // 3. The compute node and its threads.
     hooks.monitor.phase("starting coordinators");
     let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
-    let fabric: Arc<dyn Fabric> = Arc::new(cluster.fabric().clone());
-    let control: Arc<dyn Control> = cluster.clone();
+    let transport_name = pool.fabric.name();
+    let (fabric, control) = (pool.fabric, pool.control);
     let cn = Cn::connect(0, fabric, control, Arc::clone(&clock))?;
     let types = workload.txn_types();
 
@@ -385,7 +375,7 @@ pub fn run<P: Protocol, W: Workload>(
     // 6. The record.
     Ok(BenchResult::from_run(RawRun {
         cfg,
-        transport: cluster.fabric().name(),
+        transport: transport_name,
         mn_bytes,
         txn_types: types,
         stats: &stats,
@@ -397,6 +387,78 @@ pub fn run<P: Protocol, W: Workload>(
         last_fault,
         started_at_unix_s,
     }))
+}
+
+/// Where the run's memory nodes are and how to reach them.
+struct MemoryPool {
+    fabric: Arc<dyn Fabric>,
+    control: Arc<dyn Control>,
+    /// Region bytes per node (the smallest, for a remote pool).
+    mn_bytes: u64,
+}
+
+/// An in-process cluster sized for `need` bytes per node (or `--mn-bytes`).
+fn local_pool(
+    cfg: &BenchConfig,
+    need: &[u64],
+    tables_bytes: &[u64],
+    coords: u64,
+    per_coord: &[u64],
+) -> Result<MemoryPool, RunError> {
+    let (worst, &need_max) = need
+        .iter()
+        .enumerate()
+        .max_by_key(|&(_, b)| *b)
+        .expect("at least one memory node");
+    let mn_bytes = match cfg.mn_bytes {
+        Some(given) if given < need_max => {
+            return Err(RunError::RegionTooSmall {
+                given,
+                mn: worst as u16,
+                needed: need_max,
+                tables: tables_bytes[worst],
+                coordinators: coords * per_coord[worst],
+            })
+        }
+        Some(given) => given,
+        None => (need_max + need_max / 4 + MN_HEADROOM_BYTES).next_multiple_of(1 << 20),
+    };
+    let cluster = Arc::new(LocalCluster::new(need.len(), mn_bytes));
+    Ok(MemoryPool {
+        fabric: Arc::new(cluster.fabric().clone()),
+        control: cluster,
+        mn_bytes,
+    })
+}
+
+/// The memory nodes of a cluster file, over `tcp`.
+fn remote_pool(view: &crate::cluster::ClusterView, need: &[u64]) -> Result<MemoryPool, RunError> {
+    let token = match &view.token_file {
+        Some(path) => crate::cluster::read_token(path)?,
+        None => Vec::new(),
+    };
+    let mut tcp = dmtx_net::TcpConfig::new(view.cluster_id, &token);
+    tcp.epoch = view.epoch;
+    let nodes: Vec<(MnId, std::net::SocketAddr)> = view.memory_nodes.iter().map(|m| (MnId(m.id), m.address)).collect();
+    let control = dmtx_net::RemoteControl::connect(nodes.clone(), &tcp)?;
+    let fabric = dmtx_net::TcpFabric::connect(nodes, tcp)?;
+    let mut mn_bytes = u64::MAX;
+    for (i, &needed) in need.iter().enumerate() {
+        let has = fabric.region_bytes(MnId(i as u16));
+        if has < needed {
+            return Err(RunError::RemoteTooSmall {
+                mn: i as u16,
+                has,
+                needed,
+            });
+        }
+        mn_bytes = mn_bytes.min(has);
+    }
+    Ok(MemoryPool {
+        fabric: Arc::new(fabric),
+        control: Arc::new(control),
+        mn_bytes,
+    })
 }
 
 /// What every worker thread shares.

@@ -46,6 +46,22 @@ pub enum RunError {
         /// The verb error.
         error: VerbError,
     },
+    /// The memory nodes of the cluster file could not be reached or set up.
+    #[error("{0}")]
+    Net(#[from] dmtx_net::NetError),
+    /// The cluster's token file is unusable.
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
+    /// A memory node of the cluster file is smaller than the run needs.
+    #[error("memory node {mn} has {has} bytes, the run needs {needed}; start it with a larger `--size` or shrink the workload")]
+    RemoteTooSmall {
+        /// The node.
+        mn: u16,
+        /// Its region.
+        has: u64,
+        /// What the tables and coordinators need there.
+        needed: u64,
+    },
     /// The history could not be written (`--history`).
     #[error("writing the history: {0}")]
     History(#[from] dmtx_check::format::FormatError),

@@ -49,6 +49,32 @@ enum Command {
     List,
     /// Check a recorded history (`dmtx bench --history FILE`) for isolation anomalies.
     Check(CheckArgs),
+    /// Serve one memory node over TCP (verbs and the init-time control RPC only).
+    Memnode(MemnodeArgs),
+}
+
+/// `dmtx memnode` flags.
+#[derive(clap::Args, Debug)]
+struct MemnodeArgs {
+    /// Address to listen on; port 0 picks a free one (printed on the first line).
+    #[arg(long, value_name = "ADDR")]
+    listen: std::net::SocketAddr,
+    /// Region size, e.g. `4GiB`.
+    #[arg(long, default_value = "1GiB", value_name = "BYTES")]
+    size: String,
+    /// File holding the cluster token (must not be readable by others). Without it any
+    /// client that reaches the port may connect.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<std::path::PathBuf>,
+    /// This node's id in the cluster file.
+    #[arg(long, default_value_t = 0)]
+    node_id: u16,
+    /// The cluster id of the cluster file.
+    #[arg(long, default_value_t = 0)]
+    cluster_id: u64,
+    /// The membership epoch of the cluster file.
+    #[arg(long, default_value_t = 0)]
+    epoch: u64,
 }
 
 /// `dmtx check` flags.
@@ -87,7 +113,43 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Bench(args) => bench(&args),
         Command::Check(args) => check(&args),
+        Command::Memnode(args) => memnode(&args),
     }
+}
+
+fn memnode(args: &MemnodeArgs) -> anyhow::Result<i32> {
+    use dmtx::memnode::server::{Server, ServerConfig};
+    let bytes = dmtx::config::parse_mn_bytes(&args.size).map_err(|e| anyhow::anyhow!("--size: {e}"))?;
+    let mut cfg = ServerConfig::new(dmtx::verbs::MnId(args.node_id), bytes);
+    cfg.listen = args.listen;
+    cfg.cluster_id = args.cluster_id;
+    cfg.epoch = args.epoch;
+    match &args.token_file {
+        Some(path) => cfg.token = dmtx::cluster::read_token(path)?,
+        None => eprintln!(
+            "warning: no --token-file: any client that reaches {} may connect",
+            args.listen
+        ),
+    }
+    let server = Server::bind(cfg)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = Arc::clone(&stop);
+        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst)).context("installing the signal handler")?;
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "memnode {} listening on {} ({bytes} bytes, cluster {}, epoch {})",
+        args.node_id,
+        server.local_addr(),
+        args.cluster_id,
+        args.epoch
+    )?;
+    out.flush()?;
+    drop(out);
+    server.serve_until(&stop);
+    Ok(EXIT_OK)
 }
 
 fn check(args: &CheckArgs) -> anyhow::Result<i32> {
