@@ -285,6 +285,109 @@ pub fn read_token(path: &Path) -> Result<Vec<u8>, ClusterError> {
     Ok(token)
 }
 
+/// Memory-node processes started on loopback by `dmtx cluster up --local N`; killed
+/// when dropped.
+pub struct LocalNodes {
+    children: Vec<std::process::Child>,
+    /// The directory holding the token and the cluster file.
+    pub dir: PathBuf,
+    /// The cluster file describing the nodes.
+    pub cluster_file: PathBuf,
+}
+
+impl LocalNodes {
+    /// Start `n` memory nodes of `bytes` each (running `exe memnode ...`) on
+    /// `127.0.0.1` with free ports, a fresh 0600 token and a cluster file in `dir`.
+    pub fn start(exe: &Path, n: u16, bytes: u64, replicas: u16, dir: &Path) -> Result<Self, ClusterError> {
+        use std::io::{BufRead, Read};
+        let err = |what: String| ClusterError {
+            path: dir.display().to_string(),
+            what,
+        };
+        std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
+        let token_path = dir.join("token");
+        let mut raw = [0u8; 24];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut raw))
+            .map_err(|e| err(format!("reading /dev/urandom for a token: {e}")))?;
+        let token: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+        {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&token_path)
+                .map_err(|e| err(e.to_string()))?;
+            writeln!(f, "{token}").map_err(|e| err(e.to_string()))?;
+        }
+        // TOML integers are i64.
+        let cluster_id = u64::from_le_bytes(raw[..8].try_into().unwrap()) & i64::MAX as u64;
+        let mut nodes = Self {
+            children: Vec::new(),
+            dir: dir.to_path_buf(),
+            cluster_file: dir.join("cluster.toml"),
+        };
+        let mut toml = format!(
+            "format = \"{CLUSTER_FORMAT}\"\nversion = {CLUSTER_FORMAT_VERSION}\ncluster_id = {cluster_id}\nepoch = 0\ntoken_file = \"token\"\nreplicas = {replicas}\n"
+        );
+        for id in 0..n {
+            let mut child = std::process::Command::new(exe)
+                .args(["memnode", "--listen", "127.0.0.1:0", "--size", &bytes.to_string()])
+                .args([
+                    "--node-id",
+                    &id.to_string(),
+                    "--cluster-id",
+                    &cluster_id.to_string(),
+                    "--token-file",
+                ])
+                .arg(&token_path)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .map_err(|e| err(format!("starting memory node {id}: {e}")))?;
+            let mut line = String::new();
+            let stdout = child.stdout.take().expect("piped");
+            nodes.children.push(child);
+            std::io::BufReader::new(stdout)
+                .read_line(&mut line)
+                .map_err(|e| err(format!("memory node {id}: {e}")))?;
+            // "memnode ID listening on ADDR (...)"
+            let addr = line
+                .split_whitespace()
+                .nth(4)
+                .ok_or_else(|| err(format!("memory node {id} did not start: `{}`", line.trim())))?;
+            toml += &format!("\n[[memory_nodes]]\nid = {id}\naddress = \"{addr}\"\nbytes = \"{bytes}\"\n");
+        }
+        std::fs::write(&nodes.cluster_file, toml).map_err(|e| err(e.to_string()))?;
+        Ok(nodes)
+    }
+}
+
+impl Drop for LocalNodes {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            // SIGTERM first for a graceful stop, then make sure.
+            // SAFETY: plain kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(c.id() as libc::pid_t, libc::SIGTERM);
+            }
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        for c in &mut self.children {
+            while std::time::Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,6 +51,41 @@ enum Command {
     Check(CheckArgs),
     /// Serve one memory node over TCP (verbs and the init-time control RPC only).
     Memnode(MemnodeArgs),
+    /// Start memory-node processes (`cluster up --local N [-- bench ARGS...]`).
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+/// `dmtx cluster` subcommands.
+#[derive(Subcommand, Debug)]
+enum ClusterCommand {
+    /// Start N memory nodes on loopback and write their cluster file; with `-- bench
+    /// ARGS` run that benchmark against them over tcp and stop them afterwards,
+    /// otherwise serve until Ctrl-C.
+    #[command(
+        after_help = "Example:\n  dmtx cluster up --local 2 -- bench --workload smallbank --txns 100000 --check"
+    )]
+    Up(ClusterUpArgs),
+}
+
+/// `dmtx cluster up` flags.
+#[derive(clap::Args, Debug)]
+struct ClusterUpArgs {
+    /// Memory nodes to start on 127.0.0.1.
+    #[arg(long, value_name = "N")]
+    local: u16,
+    /// Region size of each.
+    #[arg(long, default_value = "1GiB", value_name = "BYTES")]
+    size: String,
+    /// Copies of every table.
+    #[arg(long, default_value_t = 2)]
+    replicas: u16,
+    /// Where the token and cluster file go [default: a fresh directory under the temp dir].
+    #[arg(long, value_name = "DIR")]
+    dir: Option<std::path::PathBuf>,
+    /// `bench` and its flags, after `--`.
+    #[arg(last = true, value_name = "BENCH ARGS")]
+    then: Vec<String>,
 }
 
 /// `dmtx memnode` flags.
@@ -114,7 +149,47 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Bench(args) => bench(&args),
         Command::Check(args) => check(&args),
         Command::Memnode(args) => memnode(&args),
+        Command::Cluster(ClusterCommand::Up(args)) => cluster_up(&args),
     }
+}
+
+fn cluster_up(args: &ClusterUpArgs) -> anyhow::Result<i32> {
+    anyhow::ensure!(args.local > 0, "--local 0: start at least one memory node");
+    let bytes = dmtx::config::parse_mn_bytes(&args.size).map_err(|e| anyhow::anyhow!("--size: {e}"))?;
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("dmtx-cluster-{}", std::process::id())));
+    let exe = std::env::current_exe().context("locating the dmtx binary")?;
+    let nodes = dmtx::cluster::LocalNodes::start(&exe, args.local, bytes, args.replicas, &dir)?;
+    eprintln!(
+        "cluster: {} memory nodes, cluster file {}",
+        args.local,
+        nodes.cluster_file.display()
+    );
+    if args.then.is_empty() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)).context("installing the signal handler")?;
+        while !stop.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        return Ok(EXIT_OK);
+    }
+    let mut argv = vec!["dmtx".to_string()];
+    argv.extend(args.then.iter().cloned());
+    let cli = Cli::try_parse_from(&argv).map_err(|e| anyhow::anyhow!("after --: {}", one_line(&e.to_string())))?;
+    let Command::Bench(mut bench_args) = cli.command else {
+        anyhow::bail!("after --: only `bench ...` can run against the cluster");
+    };
+    anyhow::ensure!(
+        bench_args.cluster.is_none(),
+        "after --: drop --cluster, `cluster up` provides it"
+    );
+    bench_args.cluster = Some(nodes.cluster_file.display().to_string());
+    let code = bench(&bench_args);
+    drop(nodes);
+    code
 }
 
 fn memnode(args: &MemnodeArgs) -> anyhow::Result<i32> {

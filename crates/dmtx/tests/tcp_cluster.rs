@@ -135,3 +135,30 @@ fn a_memnode_dying_mid_run_ends_in_errors_not_a_hang() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn cluster_up_runs_a_bench_against_fresh_nodes_and_stops_them() {
+    let dir = std::env::temp_dir().join(format!("dmtx-tcp-up-{}", std::process::id()));
+    let out = Command::new(BIN)
+        .args(["cluster", "up", "--local", "2", "--size", "64MiB", "--dir"])
+        .arg(&dir)
+        .args(["--", "bench", "--txns", "1000", "--threads", "1", "--coroutines", "2"])
+        .args(["--set", "accounts=500", "--check", "--out", "-", "--quiet"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["transport"], "tcp");
+    assert_eq!(json["check"]["clean"], true);
+    let view = std::fs::read_to_string(dir.join("cluster.toml")).unwrap();
+    assert!(
+        view.contains("[[memory_nodes]]") && view.contains("token_file = \"token\""),
+        "{view}"
+    );
+    // The nodes are gone: their ports refuse connections.
+    for line in view.lines().filter(|l| l.starts_with("address")) {
+        let addr = line.split('"').nth(1).unwrap();
+        assert!(std::net::TcpStream::connect(addr).is_err(), "{addr} still serves");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
