@@ -38,6 +38,7 @@ pub(crate) fn open(mn: MnId, addr: SocketAddr, config: &TcpConfig, timeout: Dura
     })?;
     let lost = |e: std::io::Error| NetError::Lost { mn, why: e.to_string() };
     stream.set_nodelay(true).map_err(lost)?;
+    set_user_timeout(&stream, config.op_deadline).map_err(lost)?;
     stream.set_read_timeout(Some(timeout)).map_err(lost)?;
     stream.set_write_timeout(Some(timeout)).map_err(lost)?;
     let mut out = Vec::new();
@@ -103,4 +104,76 @@ pub(crate) fn read_frame(mn: MnId, stream: &mut TcpStream, buf: &mut Vec<u8>) ->
     buf.resize(h.payload_bytes as usize, 0);
     stream.read_exact(buf).map_err(lost)?;
     Ok(h)
+}
+
+/// Set `TCP_USER_TIMEOUT`: the kernel drops the connection when sent data stays
+/// unacknowledged for `t` (rounded to whole milliseconds, at least 1).
+#[cfg(target_os = "linux")]
+pub(crate) fn set_user_timeout(stream: &TcpStream, t: Duration) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let ms = t.as_millis().clamp(1, libc::c_uint::MAX as u128) as libc::c_uint;
+    // SAFETY: a valid socket descriptor and a pointer to a c_uint of the stated size.
+    let r = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_USER_TIMEOUT,
+            (&ms as *const libc::c_uint).cast(),
+            std::mem::size_of::<libc::c_uint>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Not Linux: no `TCP_USER_TIMEOUT`; the op deadline and PINGs still bound every post.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn set_user_timeout(_stream: &TcpStream, _t: Duration) -> std::io::Result<()> {
+    Ok(())
+}
+
+/// Read `TCP_USER_TIMEOUT` back.
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) fn user_timeout(stream: &TcpStream) -> std::io::Result<Duration> {
+    use std::os::fd::AsRawFd;
+    let mut ms: libc::c_uint = 0;
+    let mut len = std::mem::size_of::<libc::c_uint>() as libc::socklen_t;
+    // SAFETY: a valid socket descriptor, a c_uint out-pointer and its length.
+    let r = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_USER_TIMEOUT,
+            (&mut ms as *mut libc::c_uint).cast(),
+            &mut len,
+        )
+    };
+    if r == 0 {
+        Ok(Duration::from_millis(u64::from(ms)))
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use dmtx_memnode::server::{Server, ServerConfig};
+
+    /// Goal: client sockets carry `TCP_USER_TIMEOUT` equal to the op deadline, so a cut
+    /// link with unacknowledged data fails within it.
+    #[test]
+    fn client_sockets_have_the_user_timeout() {
+        let server = Server::bind(ServerConfig::new(MnId(0), 1 << 16)).unwrap().spawn();
+        let mut config = TcpConfig::new(0, b"");
+        config.op_deadline = Duration::from_millis(1234);
+        let h = open(MnId(0), server.local_addr(), &config, config.connect_timeout).unwrap();
+        assert_eq!(user_timeout(&h.stream).unwrap(), Duration::from_millis(1234));
+        config.op_deadline = Duration::from_nanos(10);
+        let h = open(MnId(0), server.local_addr(), &config, config.connect_timeout).unwrap();
+        assert_eq!(user_timeout(&h.stream).unwrap(), Duration::from_millis(1));
+    }
 }

@@ -172,6 +172,25 @@ impl RemoteControl {
     }
 }
 
+impl RemoteControl {
+    /// Fence compute node `client_id` out of memory node `mn` (FORD §4.8): the node cuts
+    /// every connection whose HELLO named that id and refuses the id from now on. Once
+    /// this returns `Ok`, no op of that client can land on `mn`. Fence a dead node on
+    /// every memory node; a revoked compute node must rejoin under a new client id.
+    pub fn try_revoke(&self, mn: MnId, client_id: u32) -> Result<()> {
+        match self.call(mn, &ControlReq::Revoke { client_id })? {
+            ControlReply::Done => Ok(()),
+            r => Err(unexpected_reply(mn, r)),
+        }
+    }
+
+    /// [`RemoteControl::try_revoke`], with transport failures as
+    /// [`ControlError::Unreachable`].
+    pub fn revoke(&self, mn: MnId, client_id: u32) -> dmtx_memnode::Result<()> {
+        or_unreachable(mn, self.try_revoke(mn, client_id))
+    }
+}
+
 /// Control errors pass through; transport failures become `Unreachable` for node `mn`.
 fn or_unreachable<T>(mn: MnId, r: Result<T>) -> dmtx_memnode::Result<T> {
     match r {

@@ -19,6 +19,17 @@
 //!   reply or a missed op deadline ([`TcpConfig::op_deadline`]) fails every op in flight
 //!   on that connection with [`VerbError::Unreachable`]; later posts to that node fail at
 //!   once. Nothing hangs past the deadline.
+//! - Dead links: every client socket has `TCP_USER_TIMEOUT` (Linux) set to the op
+//!   deadline, so the kernel drops a connection whose sent data stays unacknowledged that
+//!   long; and a connection with posts in flight that received nothing for
+//!   [`TcpConfig::keepalive`] sends a PING (the server answers PONG), so even a link cut
+//!   after the requests were acknowledged has fresh data in flight and fails within the
+//!   deadline instead of waiting for TCP's default (about 15 minutes of retransmits).
+//! - Fencing: [`RemoteControl::revoke`] fences a compute node out of a memory node (its
+//!   connections are cut, its client id refused from then on; see
+//!   [`dmtx_memnode::server`]). A revoked client's posts fail with
+//!   [`VerbError::Unreachable`] and its reconnects with [`NetError::Refused`]
+//!   (code `REVOKED`).
 //! - Deviation from `mem`: a post naming a node that does not exist fails as a whole at
 //!   submit, without running its other batches.
 //!
@@ -84,10 +95,15 @@ pub struct TcpConfig {
     pub op_deadline: Duration,
     /// Time allowed for TCP connect and the handshake.
     pub connect_timeout: Duration,
+    /// A connection with posts in flight that has received nothing for this long sends a
+    /// PING (one at a time, until its PONG), so a silently cut link has unacknowledged
+    /// data and `TCP_USER_TIMEOUT` (set from `op_deadline`) fires. `None` never pings.
+    pub keepalive: Option<Duration>,
 }
 
 impl TcpConfig {
-    /// Cluster `cluster_id` with `token`; client 0, epoch 0, 10 s op deadline, 5 s connect.
+    /// Cluster `cluster_id` with `token`; client 0, epoch 0, 10 s op deadline, 5 s
+    /// connect, a PING after 1 s without a reply.
     pub fn new(cluster_id: u64, token: &[u8]) -> Self {
         Self {
             cluster_id,
@@ -96,6 +112,7 @@ impl TcpConfig {
             token: token.to_vec(),
             op_deadline: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
+            keepalive: Some(Duration::from_secs(1)),
         }
     }
 }

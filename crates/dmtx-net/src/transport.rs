@@ -91,6 +91,8 @@ impl TcpFabric {
                 end: 0,
                 pending: VecDeque::new(),
                 dead: None,
+                last_heard: Instant::now(),
+                ping_out: false,
             });
         }
         let n = conns.len();
@@ -101,6 +103,7 @@ impl TcpFabric {
                 free: Vec::new(),
                 next_req: 1,
                 op_deadline: self.config.op_deadline,
+                keepalive: self.config.keepalive,
                 open: vec![None; n],
                 pollfds: Vec::with_capacity(n),
             }),
@@ -154,6 +157,8 @@ struct Inner {
     free: Vec<u32>,
     next_req: u64,
     op_deadline: Duration,
+    /// Send a PING on a connection with posts in flight silent for this long.
+    keepalive: Option<Duration>,
     /// Per node, the VERBS frame being built by the current submit.
     open: Vec<Option<OpenFrame>>,
     pollfds: Vec<libc::pollfd>,
@@ -183,6 +188,10 @@ struct Conn {
     pending: VecDeque<Pending>,
     /// Why the connection is unusable.
     dead: Option<String>,
+    /// When bytes last arrived (or the first request of a busy spell was queued).
+    last_heard: Instant,
+    /// A PING was sent and its PONG has not come back yet.
+    ping_out: bool,
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -340,6 +349,7 @@ impl Inner {
                     }
                     Ok(k) => {
                         c.end += k;
+                        c.last_heard = Instant::now();
                         match self.take_frames(m) {
                             Ok(n) => got |= n > 0,
                             Err(why) => {
@@ -356,8 +366,24 @@ impl Inner {
                     }
                 }
             }
+            self.keepalive(m);
         }
         got
+    }
+
+    /// Send a PING on connection `m` if it has posts in flight, no PING outstanding and
+    /// has heard nothing for the keepalive interval.
+    fn keepalive(&mut self, m: usize) {
+        let Some(every) = self.keepalive else { return };
+        let c = &mut self.conns[m];
+        if c.dead.is_some() || c.pending.is_empty() || c.ping_out || c.last_heard.elapsed() < every {
+            return;
+        }
+        wire::put_frame(&mut c.out, Kind::Ping, 0, &[]);
+        c.ping_out = true;
+        if let Err(why) = c.flush() {
+            self.kill(m, why);
+        }
     }
 
     /// Dispatch every complete frame buffered on connection `m`; returns how many.
@@ -401,7 +427,7 @@ impl Inner {
                     };
                     return Err(why);
                 }
-                Kind::Pong => {}
+                Kind::Pong => c.ping_out = false,
                 k => return Err(format!("unexpected {k:?} frame from the memory node")),
             }
             c.start += used;
@@ -546,6 +572,9 @@ impl Inner {
             );
             wire::set_count(&mut c.out, f.count_at, f.count);
             wire::end_frame(&mut c.out, f.frame);
+            if c.pending.is_empty() {
+                c.last_heard = Instant::now();
+            }
             c.pending.push_back(Pending { req, slot, gen });
             let s = &mut self.slots[slot as usize];
             s.state[m] = MnState::Waiting;

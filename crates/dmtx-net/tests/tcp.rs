@@ -319,3 +319,55 @@ fn dropping_a_transport_delivers_detached_posts() {
         }
     }
 }
+
+/// Goal: fencing (FORD §4.8). A compute node revoked through `RemoteControl::revoke`
+/// cannot land a write afterwards, cannot reconnect under its id, and other clients keep
+/// working. Method: client 1 writes fine; the controller revokes it on both nodes; its
+/// next post fails fast and its bytes are not in the region.
+#[test]
+fn revoked_client_cannot_write_or_reconnect() {
+    let s = servers(2);
+    let as_client = |id: u32| TcpConfig {
+        client_id: id,
+        ..config(Duration::from_secs(5))
+    };
+    let f1 = TcpFabric::connect(addrs(&s), as_client(1)).unwrap();
+    let t1 = f1.transport().unwrap();
+    let mut p = Post::new();
+    p.write(RemotePtr::new(MnId(0), 64), &[7; 8]);
+    p.write(RemotePtr::new(MnId(1), 64), &[7; 8]);
+    wait(&t1, &mut p).unwrap();
+
+    let ctl = RemoteControl::connect(addrs(&s), &as_client(2)).unwrap();
+    ctl.revoke(MnId(0), 1).unwrap();
+    ctl.try_revoke(MnId(1), 1).unwrap();
+
+    p.clear();
+    p.write(RemotePtr::new(MnId(0), 128), &[9; 8]);
+    p.write(RemotePtr::new(MnId(1), 128), &[9; 8]);
+    let started = Instant::now();
+    let e = wait(&t1, &mut p).unwrap_err();
+    assert!(matches!(e, VerbError::Unreachable { .. }), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    for srv in &s {
+        assert_eq!(srv.region().load(64).unwrap(), u64::from_le_bytes([7; 8]));
+        assert_eq!(srv.region().load(128).unwrap(), 0, "a revoked client's write landed");
+    }
+    // Reconnecting under the revoked id is refused, by the fabric and by a new endpoint.
+    let e = TcpFabric::connect(addrs(&s), as_client(1)).unwrap_err();
+    assert!(
+        matches!(e, NetError::Refused { code, .. } if code == wire::ErrorCode::REVOKED.0),
+        "{e}"
+    );
+    assert!(matches!(f1.endpoint(0), Err(VerbError::Unreachable { .. })));
+    // The controller and other clients keep working.
+    assert_eq!(ctl.tables(MnId(0)).unwrap(), vec![]);
+    let t3 = TcpFabric::connect(addrs(&s), as_client(3))
+        .unwrap()
+        .transport()
+        .unwrap();
+    p.clear();
+    p.write(RemotePtr::new(MnId(1), 192), &[3; 8]);
+    wait(&t3, &mut p).unwrap();
+    assert_eq!(s[1].region().load(192).unwrap(), u64::from_le_bytes([3; 8]));
+}

@@ -23,6 +23,27 @@
 //! - The rkey is random per server start, so a client that kept one across a restart is
 //!   refused (`BadRkey`) instead of writing into a fresh region.
 //!
+//! # Fencing (REVOKE)
+//!
+//! A compute node declared dead must not land a write afterwards (FORD §4.8; FaRM's
+//! precise membership). The CONTROL op REVOKE(client id) — sent by any client, e.g. the
+//! membership service through `RemoteControl::revoke` — fences that id out on this node:
+//!
+//! - every connection whose HELLO named the id is shut down, and the id is added to a
+//!   revoked set that lives as long as the server: its next HELLO gets an ERROR
+//!   `REVOKED` and is closed (a restarted node forgets the set, but also changes its
+//!   rkey, so old connections' ops are refused anyway);
+//! - each connection runs every VERBS / CONTROL frame under its own fence mutex after
+//!   checking a `fenced` flag; REVOKE sets the flag and then takes each fenced
+//!   connection's mutex once. So when REVOKE is answered, a frame of the revoked client
+//!   either ran entirely before (its ops landed) or will never run any op (it gets
+//!   `REVOKED` and the connection closes). The cost is one uncontended lock per frame.
+//! - REVOKE waits for a frame of the revoked client that is inside an op (e.g. one stalled
+//!   by the test knob) to finish; it never waits for the revoked client's network.
+//!
+//! Client ids are trusted like everything else after the handshake (see below): two
+//! compute nodes must not share an id, and a revoked node must rejoin under a new id.
+//!
 //! # Threads
 //!
 //! One accept thread, plus one thread per connection, up to
@@ -38,9 +59,10 @@
 //! The network is trusted: nothing is encrypted or authenticated per frame, and TLS is out
 //! of scope. The cluster id and token (compared in constant time) keep out strangers and
 //! clients of other clusters; the epoch keeps out clients fenced out of the membership
-//! view. A client that passed the handshake can read and write the whole region. What a
-//! client sends never crashes the server: lengths are checked before any allocation,
-//! every decode is bounds-checked, and every op is range-checked.
+//! view, and REVOKE fences out single clients. A client that passed the handshake can
+//! read and write the whole region. What a client sends never crashes the server:
+//! lengths are checked before any allocation, every decode is bounds-checked, and every
+//! op is range-checked.
 //!
 //! # Not done yet
 //!
@@ -49,6 +71,7 @@
 
 pub mod wire;
 
+use std::collections::HashSet;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -144,17 +167,74 @@ struct Shared {
     node: Arc<MemNode>,
     rkey: u64,
     stop: AtomicBool,
-    /// Clones of live connections' sockets, so shutdown can cut them at once.
-    live: Mutex<Vec<(u64, TcpStream)>>,
+    /// Live connections and revoked client ids.
+    registry: Mutex<Registry>,
     live_count: AtomicUsize,
     next_conn: AtomicU64,
 }
 
+#[derive(Debug, Default)]
+struct Registry {
+    live: Vec<Live>,
+    /// Client ids fenced out by REVOKE; their HELLOs are refused.
+    revoked: HashSet<u32>,
+}
+
+/// A live connection as the registry sees it.
+#[derive(Debug)]
+struct Live {
+    id: u64,
+    /// A clone of its socket, so shutdown and revoke can cut it at once.
+    stream: TcpStream,
+    /// The client id of its HELLO, once the handshake passed.
+    client: Option<u32>,
+    fence: Arc<Fence>,
+}
+
+/// Per-connection fence. A connection runs every VERBS / CONTROL frame holding `running`
+/// and checks `fenced` first; REVOKE sets `fenced` and then takes `running` once, so when
+/// it returns, no op of the revoked connection is running or can start.
+#[derive(Debug, Default)]
+struct Fence {
+    fenced: AtomicBool,
+    running: Mutex<()>,
+}
+
 impl Shared {
     fn close_all(&self) {
-        for (_, s) in self.live.lock().unwrap().iter() {
-            let _ = s.shutdown(Shutdown::Both);
+        for l in self.registry.lock().unwrap().live.iter() {
+            let _ = l.stream.shutdown(Shutdown::Both);
         }
+    }
+
+    /// Fence `client` out: refuse its future HELLOs, cut its connections, and wait until
+    /// none of them is inside an op. `own` is the calling connection's fence (not waited
+    /// for: it is the caller's own frame).
+    fn revoke(&self, client: u32, own: Option<&Arc<Fence>>) {
+        let fences: Vec<Arc<Fence>> = {
+            let mut reg = self.registry.lock().unwrap();
+            reg.revoked.insert(client);
+            reg.live
+                .iter()
+                .filter(|l| l.client == Some(client))
+                .map(|l| {
+                    l.fence.fenced.store(true, Ordering::SeqCst);
+                    let _ = l.stream.shutdown(Shutdown::Both);
+                    Arc::clone(&l.fence)
+                })
+                .collect()
+        };
+        for f in fences {
+            if own.is_some_and(|o| Arc::ptr_eq(o, &f)) {
+                continue;
+            }
+            drop(f.running.lock().unwrap_or_else(|p| p.into_inner()));
+        }
+    }
+
+    fn forget(&self, id: u64) {
+        self.registry.lock().unwrap().live.retain(|l| l.id != id);
+        self.live_count.fetch_sub(1, Ordering::SeqCst);
     }
 
     fn stopped(&self, external: Option<&AtomicBool>) -> bool {
@@ -207,7 +287,7 @@ impl Server {
                 node,
                 rkey: random_rkey(),
                 stop: AtomicBool::new(false),
-                live: Mutex::new(Vec::new()),
+                registry: Mutex::new(Registry::default()),
                 live_count: AtomicUsize::new(0),
                 next_conn: AtomicU64::new(0),
             }),
@@ -293,6 +373,18 @@ impl ServerHandle {
         self.shared.live_count.load(Ordering::SeqCst)
     }
 
+    /// Fence compute node `client_id` out, as the REVOKE control op does: cut every
+    /// connection whose HELLO named it, refuse its HELLOs from now on, and return once
+    /// none of its ops is running (so none can land afterwards).
+    pub fn revoke(&self, client_id: u32) {
+        self.shared.revoke(client_id, None);
+    }
+
+    /// Whether `client_id` was revoked on this server.
+    pub fn is_revoked(&self, client_id: u32) -> bool {
+        self.shared.registry.lock().unwrap().revoked.contains(&client_id)
+    }
+
     /// Stop accepting and cut every connection now (clients see the connection drop).
     /// Does not wait: a connection thread stalled inside an op ends when the op does.
     pub fn shutdown(&self) {
@@ -365,22 +457,24 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>, external: Option<&Ato
         }
         let id = shared.next_conn.fetch_add(1, Ordering::SeqCst);
         let Ok(clone) = stream.try_clone() else { continue };
-        shared.live.lock().unwrap().push((id, clone));
+        let fence = Arc::new(Fence::default());
+        shared.registry.lock().unwrap().live.push(Live {
+            id,
+            stream: clone,
+            client: None,
+            fence: Arc::clone(&fence),
+        });
         shared.live_count.fetch_add(1, Ordering::SeqCst);
         let s2 = Arc::clone(&shared);
         let spawned = std::thread::Builder::new()
             .name(format!("dmtx-{}-conn{id}", shared.config.node_id))
             .spawn(move || {
-                Conn::new(stream, Arc::clone(&s2)).run();
-                s2.live.lock().unwrap().retain(|(i, _)| *i != id);
-                s2.live_count.fetch_sub(1, Ordering::SeqCst);
+                Conn::new(stream, Arc::clone(&s2), ConnCtx { id, fence }).run();
+                s2.forget(id);
             });
         match spawned {
             Ok(h) => workers.push(h),
-            Err(_) => {
-                shared.live.lock().unwrap().retain(|(i, _)| *i != id);
-                shared.live_count.fetch_sub(1, Ordering::SeqCst);
-            }
+            Err(_) => shared.forget(id),
         }
     }
     shared.stop.store(true, Ordering::SeqCst);
@@ -414,10 +508,17 @@ enum Next {
     Close,
 }
 
+/// What a connection's frame handler needs to know about its connection.
+struct ConnCtx {
+    id: u64,
+    fence: Arc<Fence>,
+}
+
 /// One connection: one client queue pair.
 struct Conn {
     stream: TcpStream,
     shared: Arc<Shared>,
+    ctx: ConnCtx,
     inb: Vec<u8>,
     start: usize,
     end: usize,
@@ -426,10 +527,11 @@ struct Conn {
 }
 
 impl Conn {
-    fn new(stream: TcpStream, shared: Arc<Shared>) -> Self {
+    fn new(stream: TcpStream, shared: Arc<Shared>, ctx: ConnCtx) -> Self {
         Self {
             stream,
             shared,
+            ctx,
             inb: vec![0; RECV_BYTES_INITIAL],
             start: 0,
             end: 0,
@@ -448,7 +550,14 @@ impl Conn {
                 match wire::split_frame(&self.inb[self.start..self.end]) {
                     Ok(Some((h, _, used))) => {
                         let payload = self.start + wire::HEADER_BYTES..self.start + used;
-                        let next = handle(&self.shared, &mut self.ready, h, &self.inb[payload], &mut self.out);
+                        let next = handle(
+                            &self.shared,
+                            &self.ctx,
+                            &mut self.ready,
+                            h,
+                            &self.inb[payload],
+                            &mut self.out,
+                        );
                         self.start += used;
                         last_frame = Instant::now();
                         if let Next::Close = next {
@@ -530,7 +639,14 @@ impl Conn {
 }
 
 /// Answer one frame into `out`.
-fn handle(shared: &Shared, ready: &mut bool, h: wire::Header, payload: &[u8], out: &mut Vec<u8>) -> Next {
+fn handle(
+    shared: &Shared,
+    ctx: &ConnCtx,
+    ready: &mut bool,
+    h: wire::Header,
+    payload: &[u8],
+    out: &mut Vec<u8>,
+) -> Next {
     let req = h.request_id;
     let violation = |out: &mut Vec<u8>, code: ErrorCode, msg: String| {
         wire::put_error(out, req, code, &msg);
@@ -572,6 +688,20 @@ fn handle(shared: &Shared, ready: &mut bool, h: wire::Header, payload: &[u8], ou
                 );
                 return violation(out, ErrorCode::STALE_EPOCH, m);
             }
+            {
+                let mut reg = shared.registry.lock().unwrap();
+                if reg.revoked.contains(&hello.client_id) {
+                    drop(reg);
+                    let m = format!(
+                        "client {} was revoked (fenced out) on this memory node; rejoin under a new client id",
+                        hello.client_id
+                    );
+                    return violation(out, ErrorCode::REVOKED, m);
+                }
+                if let Some(l) = reg.live.iter_mut().find(|l| l.id == ctx.id) {
+                    l.client = Some(hello.client_id);
+                }
+            }
             *ready = true;
             let ok = wire::HelloOk {
                 node_id: cfg.node_id.0,
@@ -586,8 +716,18 @@ fn handle(shared: &Shared, ready: &mut bool, h: wire::Header, payload: &[u8], ou
             wire::end_frame(out, s);
             Next::Continue
         }
-        Kind::Verbs => serve_verbs(shared, req, payload, out),
-        Kind::Control => serve_control(shared, req, payload, out),
+        Kind::Verbs | Kind::Control => {
+            let _running = ctx.fence.running.lock().unwrap_or_else(|p| p.into_inner());
+            if ctx.fence.fenced.load(Ordering::SeqCst) {
+                let m = "this client was revoked (fenced out) on this memory node".to_owned();
+                return violation(out, ErrorCode::REVOKED, m);
+            }
+            if h.kind == Kind::Verbs {
+                serve_verbs(shared, req, payload, out)
+            } else {
+                serve_control(shared, ctx, req, payload, out)
+            }
+        }
         Kind::Ping => {
             if !payload.is_empty() {
                 return violation(out, ErrorCode::BAD_FRAME, "PING with a payload".into());
@@ -710,7 +850,7 @@ fn apply_op(rkey: u64, region: &Region, op: &WireOp<'_>, frame: usize, out: &mut
     }
 }
 
-fn serve_control(shared: &Shared, req: u64, payload: &[u8], out: &mut Vec<u8>) -> Next {
+fn serve_control(shared: &Shared, ctx: &ConnCtx, req: u64, payload: &[u8], out: &mut Vec<u8>) -> Next {
     let node = &shared.node;
     let r = match ControlReq::decode(payload) {
         Ok(r) => r,
@@ -738,6 +878,10 @@ fn serve_control(shared: &Shared, req: u64, payload: &[u8], out: &mut Vec<u8>) -
             Err(e) => ControlReply::Failed(e),
         },
         ControlReq::Tables => ControlReply::Tables(node.tables()),
+        ControlReq::Revoke { client_id } => {
+            shared.revoke(client_id, Some(&ctx.fence));
+            ControlReply::Done
+        }
     };
     let s = wire::begin_frame(out, Kind::ControlResult, req);
     reply.encode(out);

@@ -351,3 +351,93 @@ fn token_comparison() {
     assert!(!constant_time_eq(b"abc", b"abcd"));
     assert!(constant_time_eq(b"", b""));
 }
+
+fn hello_as(client_id: u32) -> Hello {
+    Hello { client_id, ..hello() }
+}
+
+fn handshake_as(s: &ServerHandle, client_id: u32) -> (TcpStream, u64) {
+    let mut t = connect(s);
+    send(&mut t, Kind::Hello, 1, |o| hello_as(client_id).encode(o));
+    let (h, p) = recv(&mut t).unwrap();
+    assert_eq!(h.kind, Kind::HelloOk, "{:?}", ErrorFrame::decode(&p));
+    (t, HelloOk::decode(&p).unwrap().regions[0].rkey)
+}
+
+fn write_op(id: u64, rkey: u64, offset: u64, v: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    let s = wire::begin_frame(&mut out, Kind::Verbs, id);
+    let at = wire::begin_verbs(&mut out);
+    WireOp::Write {
+        rkey,
+        offset,
+        data: &v.to_le_bytes(),
+    }
+    .encode(&mut out);
+    wire::set_count(&mut out, at, 1);
+    wire::end_frame(&mut out, s);
+    out
+}
+
+/// Goal: REVOKE fences a client out: its connections close, what it sends afterwards
+/// never lands, its next HELLO is refused, and other clients keep working. Method: two
+/// raw clients; client 2 revokes client 1 over CONTROL.
+#[test]
+fn revoke_fences_a_client_out() {
+    let s = server();
+    let (mut a, rkey) = handshake_as(&s, 1);
+    let (mut b, _) = handshake_as(&s, 2);
+    a.write_all(&write_op(50, rkey, 64, 11)).unwrap();
+    assert_eq!(recv(&mut a).unwrap().0.kind, Kind::VerbsResult);
+    send(&mut b, Kind::Control, 9, |o| {
+        wire::ControlReq::Revoke { client_id: 1 }.encode(o)
+    });
+    let (h, p) = recv(&mut b).unwrap();
+    assert_eq!((h.kind, h.request_id), (Kind::ControlResult, 9));
+    assert_eq!(wire::ControlReply::decode(&p).unwrap(), wire::ControlReply::Done);
+    assert!(s.is_revoked(1) && !s.is_revoked(2));
+    // The revoked connection is closed; a write sent anyway does not land.
+    let _ = a.write_all(&write_op(50, rkey, 128, 22));
+    assert!(recv(&mut a).is_none_or(|(h, _)| h.kind == Kind::Error));
+    assert_eq!(s.region().load(64).unwrap(), 11, "the write before the revoke landed");
+    assert_eq!(s.region().load(128).unwrap(), 0, "the write after the revoke did not");
+    // Reconnecting under the same id is refused.
+    let mut again = connect(&s);
+    send(&mut again, Kind::Hello, 1, |o| hello_as(1).encode(o));
+    expect_refused(&mut again, ErrorCode::REVOKED);
+    // Other clients are unaffected.
+    b.write_all(&write_op(50, rkey, 192, 33)).unwrap();
+    assert_eq!(recv(&mut b).unwrap().0.kind, Kind::VerbsResult);
+    assert_eq!(s.region().load(192).unwrap(), 33);
+    let (_c, _) = handshake_as(&s, 3);
+}
+
+/// Goal: when REVOKE returns, no op of the revoked client is running or can start, even
+/// a frame already in the server's receive buffer. Method: client 1 pipelines a WRITE
+/// stalled inside the region and a second WRITE; revoke while the first is stalled.
+#[test]
+fn revoke_waits_for_a_running_frame_and_drops_queued_ones() {
+    let s = server();
+    let (mut a, rkey) = handshake_as(&s, 1);
+    let gate = s.region().arm_stall(dmtx_verbs::StallKind::Write, 256);
+    let mut both = write_op(1, rkey, 256, 1);
+    both.extend_from_slice(&write_op(2, rkey, 320, 2));
+    a.write_all(&both).unwrap();
+    gate.wait_stalled();
+    std::thread::sleep(Duration::from_millis(20)); // let the second frame reach the server
+    std::thread::scope(|sc| {
+        let r = sc.spawn(|| s.revoke(1));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!r.is_finished(), "revoke waits for the op in progress");
+        drop(gate);
+        r.join().unwrap();
+    });
+    assert_eq!(s.region().load(256).unwrap(), 1, "the running frame completed");
+    assert_eq!(s.region().load(320).unwrap(), 0, "the queued frame never ran");
+    while let Some((h, _)) = recv(&mut a) {
+        assert!(
+            h.kind == Kind::Error || h.request_id == 1,
+            "only the first frame may be answered"
+        );
+    }
+}

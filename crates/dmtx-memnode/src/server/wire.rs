@@ -25,7 +25,7 @@
 //! | 2 HELLO_OK | MN→CN | node id u16, epoch u64, region count u16 (≤ [`REGIONS_MAX`]), per region: rkey u64, size u64 |
 //! | 3 VERBS | CN→MN | op count u32, then per op: op kind u8 ([`OpKind`] value), rkey u64, offset u64, then READ: len u32; WRITE: len u32 + bytes; CAS: expect u64, swap u64; FAA: add u64; FLUSH: nothing |
 //! | 4 VERBS_RESULT | MN→CN | result count u32, then per op: status u8 ([`OpResult`]), then OLD: u64; DATA: len u32 + bytes; OUT_OF_RANGE: region bytes u64; others nothing |
-//! | 5 CONTROL | CN→MN | op u8: 1 ALLOC bytes u64, align u64; 2 LOAD offset u64, len u32, bytes; 3 PUT_TABLE [`TableMeta`]; 4 TABLES |
+//! | 5 CONTROL | CN→MN | op u8: 1 ALLOC bytes u64, align u64; 2 LOAD offset u64, len u32, bytes; 3 PUT_TABLE [`TableMeta`]; 4 TABLES; 5 REVOKE client id u32 |
 //! | 6 CONTROL_RESULT | MN→CN | tag u8: 1 OFFSET u64; 2 DONE; 3 TABLES count u32 + metas; 4 FAILED [`ControlError`] (code u8 + fields) |
 //! | 7 ERROR | both | code u16 ([`ErrorCode`]), message len u16, UTF-8 message |
 //! | 8 PING / 9 PONG | both | empty |
@@ -317,7 +317,7 @@ pub struct Hello {
     pub version: u16,
     /// Cluster the client belongs to; must match the server's.
     pub cluster_id: u64,
-    /// The client's (compute node's) id, for logs.
+    /// The client's (compute node's) id: for logs, and the unit REVOKE fences out.
     pub client_id: u32,
     /// The membership epoch the client acts in; older than the server's is refused.
     pub epoch: u64,
@@ -775,6 +775,13 @@ pub enum ControlReq<'a> {
     PutTable(TableMeta),
     /// List the published tables.
     Tables,
+    /// Fence a compute node out (FORD §4.8): close every connection whose HELLO named
+    /// `client_id` and refuse that id from now on. Answered with DONE once no op of that
+    /// client can land any more.
+    Revoke {
+        /// The client id to fence out, as sent in its HELLO.
+        client_id: u32,
+    },
 }
 
 impl<'a> ControlReq<'a> {
@@ -797,6 +804,10 @@ impl<'a> ControlReq<'a> {
                 encode_table(out, t);
             }
             ControlReq::Tables => out.push(4),
+            ControlReq::Revoke { client_id } => {
+                out.push(5);
+                out.extend_from_slice(&client_id.to_le_bytes());
+            }
         }
     }
 
@@ -818,6 +829,9 @@ impl<'a> ControlReq<'a> {
             }
             3 => ControlReq::PutTable(decode_table(&mut c)?),
             4 => ControlReq::Tables,
+            5 => ControlReq::Revoke {
+                client_id: c.u32("revoke client id")?,
+            },
             v => {
                 return Err(WireError::UnknownTag {
                     what: "control op",
@@ -991,6 +1005,8 @@ impl ErrorCode {
     pub const TIMEOUT: Self = Self(9);
     /// The server is shutting down (closes).
     pub const SHUTDOWN: Self = Self(10);
+    /// The client id of the HELLO was revoked (fenced out by REVOKE); closes.
+    pub const REVOKED: Self = Self(11);
 }
 
 /// A refusal (ERROR).
@@ -1268,12 +1284,13 @@ mod tests {
         }
 
         #[test]
-        fn control_round_trips(k in 0u8..4, a in any::<u64>(), b in any::<u64>(), data in prop::collection::vec(any::<u8>(), 0..64), t in table()) {
+        fn control_round_trips(k in 0u8..5, a in any::<u64>(), b in any::<u64>(), data in prop::collection::vec(any::<u8>(), 0..64), t in table()) {
             let req = match k {
                 0 => ControlReq::Alloc { bytes: a, align: b },
                 1 => ControlReq::Load { offset: a, data: &data },
                 2 => ControlReq::PutTable(t),
-                _ => ControlReq::Tables,
+                3 => ControlReq::Tables,
+                _ => ControlReq::Revoke { client_id: a as u32 },
             };
             let f = frame(Kind::Control, a, |o| req.encode(o));
             prop_assert_eq!(ControlReq::decode(one(&f, Kind::Control, a)).unwrap(), req);
