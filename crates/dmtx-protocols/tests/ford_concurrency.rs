@@ -1,6 +1,7 @@
 //! FORD under contention: serializability of randomized concurrent transactions
-//! (invariants and read-only audits), the write-skew case the paper's validation
-//! admits, concurrent inserts and deletes, and memory-node failure during commit.
+//! (invariants, read-only audits and the isolation checker), concurrent inserts and
+//! deletes, and memory-node failure during commit. Write skew lives in
+//! `ford_isolation.rs` with the other broken-variant tests.
 
 mod common;
 
@@ -8,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use common::*;
-use dmtx_protocols::ford::{FordConfig, FordVariant};
-use dmtx_runtime::{block_on, AbortReason, LocalExecutor};
+use dmtx_protocols::ford::FordConfig;
+use dmtx_runtime::{block_on, AbortReason};
 use dmtx_verbs::MnId;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -98,60 +99,6 @@ fn transfers_and_audits_stay_serializable_under_heavy_contention() {
         audits.load(Ordering::Relaxed) > 100,
         "too few committed audits to mean anything"
     );
-}
-
-/// Write skew: each of two transactions withdraws 100 from its own account if the two
-/// accounts together hold at least 100, reading the other account read-only. Method:
-/// two coroutines on one executor interleave at every round trip, so both execute and
-/// validate before either commits. The fixed validation must abort at least one; the
-/// paper's version-only rule commits both and breaks the constraint.
-fn write_skew(variant: FordVariant) -> i64 {
-    let env = Env::new(
-        2,
-        50,
-        8,
-        4,
-        FordConfig {
-            variant,
-            ..FordConfig::default()
-        },
-    );
-    let w = env.worker(0);
-    let mut c0 = env.coord(&w, 0);
-    let mut c1 = env.coord(&w, 1);
-    // Warm caches so both transactions lock in their first round.
-    for c in [&mut c0, &mut c1] {
-        read_one(c, 0).unwrap();
-        read_one(c, 1).unwrap();
-    }
-    let mut ex = LocalExecutor::new();
-    for (c, mine) in [(&mut c0, 0u64), (&mut c1, 1u64)] {
-        ex.spawn(async move {
-            let _ = async {
-                let mut tx = c.begin();
-                let own = tx.add_rw(ACCTS, mine);
-                let other = tx.add_ro(ACCTS, 1 - mine);
-                tx.execute().await?;
-                if tx.get(own).balance + tx.get(other).balance >= 100 {
-                    tx.get_mut(own).balance -= 100;
-                }
-                tx.commit().await
-            }
-            .await;
-        });
-    }
-    ex.run(w.transport().as_ref());
-    env.scan(0).0
-}
-
-#[test]
-fn validation_with_the_lock_check_prevents_write_skew() {
-    assert!(write_skew(FordVariant::Fixed) >= 0, "constraint a + b >= 0 broken");
-}
-
-#[test]
-fn the_papers_version_only_validation_admits_write_skew() {
-    assert_eq!(write_skew(FordVariant::VersionOnlyValidation), -100);
 }
 
 /// Goal: of many coordinators inserting the same new key at once, exactly one wins.

@@ -610,22 +610,7 @@ impl Conn {
     /// Compact the receive buffer and grow it to hold the frame being received. The frame
     /// length was checked against the maximum by `split_frame` before this grows.
     fn make_room(&mut self) {
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
-        let need = match wire::decode_header(&self.inb[self.start..self.end]) {
-            Ok(Some(h)) => wire::HEADER_BYTES + h.payload_bytes as usize,
-            _ => wire::HEADER_BYTES,
-        };
-        if self.start + need > self.inb.len() || self.end == self.inb.len() {
-            self.inb.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        if need > self.inb.len() {
-            self.inb.resize(need, 0);
-        }
+        wire::make_room(&mut self.inb, &mut self.start, &mut self.end);
         debug_assert!(self.end < self.inb.len(), "a complete frame would have been answered");
     }
 

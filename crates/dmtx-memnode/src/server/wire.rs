@@ -1069,6 +1069,29 @@ pub fn check_payload(kind: Kind, p: &[u8]) -> Result<()> {
     }
 }
 
+/// Compact a receive buffer holding unparsed bytes `inb[*start..*end]` and grow it to
+/// hold the frame being received. Its length must already have been checked against
+/// [`FRAME_PAYLOAD_MAX`] (when its header was decoded), so this never grows past that.
+/// Shared by the server and the client so both treat partial frames alike.
+pub fn make_room(inb: &mut Vec<u8>, start: &mut usize, end: &mut usize) {
+    if *start == *end {
+        *start = 0;
+        *end = 0;
+    }
+    let need = match decode_header(&inb[*start..*end]) {
+        Ok(Some(h)) => HEADER_BYTES + h.payload_bytes as usize,
+        _ => HEADER_BYTES,
+    };
+    if *start + need > inb.len() || *end == inb.len() {
+        inb.copy_within(*start..*end, 0);
+        *end -= *start;
+        *start = 0;
+    }
+    if need > inb.len() {
+        inb.resize(need, 0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
