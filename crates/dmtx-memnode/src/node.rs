@@ -37,6 +37,18 @@ impl MemNode {
         }
     }
 
+    /// A node serving an existing region (a file-backed one, say).
+    pub fn with_region(id: MnId, region: Region) -> Self {
+        Self {
+            id,
+            region: Arc::new(region),
+            state: Mutex::new(NodeState {
+                next_free: RESERVED_PREFIX,
+                tables: Vec::new(),
+            }),
+        }
+    }
+
     /// The node's id.
     pub fn id(&self) -> MnId {
         self.id

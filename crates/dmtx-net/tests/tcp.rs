@@ -371,3 +371,47 @@ fn revoked_client_cannot_write_or_reconnect() {
     wait(&t3, &mut p).unwrap();
     assert_eq!(s[1].region().load(192).unwrap(), u64::from_le_bytes([3; 8]));
 }
+
+/// `--backing`: what a client wrote and flushed is still there after the node restarts
+/// on the same file; a DRAM node restarts empty.
+#[test]
+fn a_backed_node_keeps_flushed_data_across_a_restart() {
+    let dir = std::env::temp_dir().join(format!("dmtx-backing-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("mn0.region");
+    let start = |backing: Option<std::path::PathBuf>| {
+        let mut c = ServerConfig::new(MnId(0), REGION_BYTES_MIN);
+        c.cluster_id = CLUSTER;
+        c.token = TOKEN.to_vec();
+        c.backing = backing;
+        Server::bind(c).unwrap().spawn()
+    };
+    let at = RemotePtr::new(MnId(0), 8192);
+    for (backing, kept) in [(Some(file.clone()), true), (None, false)] {
+        let node = start(backing.clone());
+        let f = fabric(std::slice::from_ref(&node), Duration::from_secs(5));
+        let t = f.endpoint(0).unwrap();
+        let mut p = Post::new();
+        p.write(at, b"durable!");
+        p.flush(at);
+        wait(t.as_ref(), &mut p).unwrap();
+        drop(t);
+        drop(f);
+        node.shutdown();
+        node.join();
+
+        let node = start(backing);
+        let f = fabric(std::slice::from_ref(&node), Duration::from_secs(5));
+        let t = f.endpoint(0).unwrap();
+        p.clear();
+        let r = p.read(at, 8);
+        wait(t.as_ref(), &mut p).unwrap();
+        let expect: &[u8] = if kept { b"durable!" } else { &[0; 8] };
+        assert_eq!(p.bytes(r), expect, "backed = {kept}");
+        drop(t);
+        drop(f);
+        node.shutdown();
+        node.join();
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -39,6 +39,8 @@ pub enum StallKind {
 pub struct Region {
     words: Words,
     stalls: Arc<Stalls>,
+    /// True when the words are a shared mapping of a file (`--backing`).
+    file_backed: bool,
 }
 
 /// The words of a region: an anonymous mapping backed by transparent huge pages where
@@ -114,6 +116,34 @@ impl Words {
     fn mapped(_n: usize) -> Option<Self> {
         None
     }
+
+    /// `n` words shared with `file` (sized to fit): what is written reaches the file.
+    #[cfg(target_os = "linux")]
+    fn file(file: &std::fs::File, n: usize) -> std::io::Result<Self> {
+        use std::os::fd::AsRawFd;
+        let bytes = n * 8;
+        file.set_len(bytes as u64)?;
+        // SAFETY: a shared mapping of `bytes` bytes of a file we just sized; the file's
+        // bytes are valid `AtomicU64`s (any bit pattern is).
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Self {
+            ptr: std::ptr::NonNull::new(p as *mut AtomicU64).expect("mmap returned null"),
+            len: n,
+            mapped: Some(bytes),
+        })
+    }
 }
 
 impl std::ops::Deref for Words {
@@ -158,7 +188,60 @@ impl Region {
         Self {
             words: Words::zeroed(n),
             stalls: Arc::new(Stalls::default()),
+            file_backed: false,
         }
+    }
+
+    /// A region backed by the file at `path` (created if missing, sized to `bytes`): a
+    /// PM-like memory node. Its contents are what the file holds, so a node restarted
+    /// on the same file keeps them; [`Region::persist`] makes writes durable.
+    #[cfg(target_os = "linux")]
+    pub fn map_file(path: &std::path::Path, bytes: u64) -> std::io::Result<Self> {
+        let n = (bytes.div_ceil(8)).max(1) as usize;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        Ok(Self {
+            words: Words::file(&file, n)?,
+            stalls: Arc::new(Stalls::default()),
+            file_backed: true,
+        })
+    }
+
+    /// True when the region is a mapping of a file.
+    pub fn is_file_backed(&self) -> bool {
+        self.file_backed
+    }
+
+    /// Make everything written to `[offset, offset + len)` durable (msync). A no-op for
+    /// a memory region, whose contents die with the process anyway.
+    pub fn persist(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        if !self.file_backed || len == 0 {
+            return Ok(());
+        }
+        #[cfg(target_os = "linux")]
+        {
+            const PAGE: u64 = 4096;
+            let end = offset.saturating_add(len).min(self.bytes());
+            let start = (offset.min(end) / PAGE) * PAGE;
+            let base = self.words.as_ptr() as *mut u8;
+            // SAFETY: `[start, end)` lies inside the mapping and `start` is page-aligned
+            // (the mapping itself is page-aligned).
+            let rc = unsafe {
+                libc::msync(
+                    base.add(start as usize) as *mut libc::c_void,
+                    (end - start) as usize,
+                    libc::MS_SYNC,
+                )
+            };
+            if rc != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
     }
 
     /// Size in bytes.
@@ -449,6 +532,25 @@ mod tests {
         assert_eq!(r.cas(4, 0, 1), Err(RegionError::Misaligned));
         assert_eq!(r.faa(64, 1), Err(RegionError::OutOfRange { region_bytes: 64 }));
         assert_eq!(r.cas(56, 0, 1), Ok(0));
+    }
+
+    #[test]
+    fn a_file_backed_region_keeps_its_bytes() {
+        let path = std::env::temp_dir().join(format!("dmtx-region-{}", std::process::id()));
+        let r = Region::map_file(&path, 1 << 16).unwrap();
+        assert!(r.is_file_backed());
+        r.write(4096, b"persist me").unwrap();
+        r.persist(4096, 10).unwrap();
+        drop(r);
+        let r = Region::map_file(&path, 1 << 16).unwrap();
+        let mut got = [0u8; 10];
+        r.read(4096, &mut got).unwrap();
+        assert_eq!(&got, b"persist me");
+        assert!(
+            Region::new(64).persist(0, 64).is_ok(),
+            "a memory region has nothing to persist"
+        );
+        std::fs::remove_file(&path).unwrap();
     }
 
     proptest! {

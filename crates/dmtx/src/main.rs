@@ -110,6 +110,10 @@ struct MemnodeArgs {
     /// The membership epoch of the cluster file.
     #[arg(long, default_value_t = 0)]
     epoch: u64,
+    /// Back the region with this file (a PM-like node): FLUSH persists, and a restart on
+    /// the same file keeps the region's bytes. Without it the node is DRAM and restarts empty.
+    #[arg(long, value_name = "FILE")]
+    backing: Option<std::path::PathBuf>,
 }
 
 /// `dmtx check` flags.
@@ -199,6 +203,7 @@ fn memnode(args: &MemnodeArgs) -> anyhow::Result<i32> {
     cfg.listen = args.listen;
     cfg.cluster_id = args.cluster_id;
     cfg.epoch = args.epoch;
+    cfg.backing = args.backing.clone();
     match &args.token_file {
         Some(path) => cfg.token = dmtx::cluster::read_token(path)?,
         None => eprintln!(

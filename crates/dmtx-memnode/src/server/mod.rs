@@ -107,6 +107,9 @@ pub struct ServerConfig {
     pub handshake_timeout: Duration,
     /// A connection with no frame for this long is closed; `None` keeps it forever.
     pub idle_timeout: Option<Duration>,
+    /// Back the region with this file (a PM-like node): FLUSH persists, and a restart on
+    /// the same file keeps the region's bytes. `None` is a DRAM node that starts empty.
+    pub backing: Option<std::path::PathBuf>,
 }
 
 impl ServerConfig {
@@ -123,6 +126,7 @@ impl ServerConfig {
             connections_max: 256,
             handshake_timeout: Duration::from_secs(5),
             idle_timeout: None,
+            backing: None,
         }
     }
 }
@@ -279,7 +283,18 @@ impl Server {
             source,
         })?;
         listener.set_nonblocking(true)?;
-        let node = Arc::new(MemNode::new(config.node_id, config.region_bytes));
+        let node = Arc::new(match &config.backing {
+            None => MemNode::new(config.node_id, config.region_bytes),
+            Some(path) => {
+                let region = Region::map_file(path, config.region_bytes).map_err(|e| {
+                    ServerError::Config(format!(
+                        "--backing {}: {e}; check the path and free space",
+                        path.display()
+                    ))
+                })?;
+                MemNode::with_region(config.node_id, region)
+            }
+        });
         Ok(Self {
             listener,
             shared: Arc::new(Shared {
@@ -825,8 +840,15 @@ fn apply_op(rkey: u64, region: &Region, op: &WireOp<'_>, frame: usize, out: &mut
             Err(e) => refused(out, e),
         },
         WireOp::Flush { .. } => {
-            // DRAM: nothing to persist; ops of a connection already complete in order.
             if offset >= bytes {
+                return refused(out, RegionError::OutOfRange { region_bytes: bytes });
+            }
+            // A DRAM node has nothing to persist (ops of a connection already complete in
+            // order). A file-backed node syncs the whole mapping: a superset of what this
+            // connection wrote, which the kernel limits to dirty pages.
+            if region.persist(0, bytes).is_err() {
+                // The wire has no status for an I/O failure yet; refusing is what keeps
+                // the client from believing the data durable.
                 return refused(out, RegionError::OutOfRange { region_bytes: bytes });
             }
             OpResult::Done.encode(out);
