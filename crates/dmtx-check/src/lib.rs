@@ -11,7 +11,7 @@
 //! adjacency and iterative Tarjan, a few seconds per million transactions.
 //!
 //! [`recorder::Recorder`] records a running coordinator's transactions (the runtime's
-//! `TxnObserver` hook) and [`format`] reads and writes histories as versioned JSON
+//! `TxnObserver` hook) and [`format`](mod@format) reads and writes histories as versioned JSON
 //! lines (`dmtx bench --history FILE`, `dmtx check FILE`).
 //!
 //! Depends on `dmtx-runtime` (for [`Isolation`](dmtx_runtime::Isolation) and the

@@ -4,16 +4,16 @@
 //!
 //! # Phases (Fig. 9)
 //!
-//! 1. **Execution** ([`execute`]): read-write objects are locked and read in one
+//! 1. **Execution** (`execute.rs`): read-write objects are locked and read in one
 //!    doorbell batch per primary, `CAS(vlock, 0 → me)` then `READ(slot)` (hitchhiked
 //!    locking, §4.2). Read-only objects are plain READs, from a backup when
 //!    `backup_read` is on (§4.4). On an address-cache miss the home bucket is read
 //!    first; a read-only object is taken straight out of that bucket, a read-write one
 //!    is locked in the next round (§4.2, last paragraph).
-//! 2. **Validation** ([`validate`]): one READ of the primary's `vlock`+`version` (16 B)
+//! 2. **Validation** (`validate.rs`): one READ of the primary's `vlock`+`version` (16 B)
 //!    per read-only object, skipped when the transaction read a single object and writes
 //!    nothing.
-//! 3. **Commit** ([`commit`]): one round trip to all replicas (coalescent commit, §4.3).
+//! 3. **Commit** (`commit.rs`): one round trip to all replicas (coalescent commit, §4.3).
 //!    Per memory node the batch is: the undo log WRITE, then per record on a primary
 //!    `CAS(vlock, me → me|INVISIBLE)` + `WRITE(bytes 8..)`, on a backup
 //!    `WRITE(INVISIBLE|me, bytes 8..)`, and on a backup a final FLUSH (selective remote
@@ -52,7 +52,7 @@
 //!   serialized but its locked writes land only at its commit, so a read-only reader can
 //!   see a later transaction's write without its. dmtx reads the `vlock` word in the same
 //!   16-byte validation READ and fails if anyone holds it, at no extra round trip (see
-//!   [`validate`]). The published rule is kept as [`FordVariant::VersionOnlyValidation`],
+//!   `validate.rs`). The published rule is kept as [`FordVariant::VersionOnlyValidation`],
 //!   a test-only broken variant the checker catches.
 //! - **Undo logs ride in the commit batch.** Instead of a separate post during
 //!   execution, each memory node's undo log WRITE is placed first in that node's
