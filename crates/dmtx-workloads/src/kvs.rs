@@ -441,11 +441,7 @@ impl Workload for Kvs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit;
-
-    fn knobs(pairs: &[&str]) -> Knobs {
-        Knobs::parse(pairs.iter().copied()).unwrap()
-    }
+    use crate::testkit::{self, knobs};
 
     #[test]
     fn from_knobs_defaults_and_errors() {

@@ -448,12 +448,8 @@ impl Workload for SmallBank {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit;
+    use crate::testkit::{self, knobs};
     use dmtx_runtime::AbortReason;
-
-    fn knobs(pairs: &[&str]) -> Knobs {
-        Knobs::parse(pairs.iter().copied()).unwrap()
-    }
 
     #[test]
     fn mix_table_matches_ford_table_2() {

@@ -125,3 +125,8 @@ pub(crate) fn run_under_ford<W: Workload>(w: &W, coordinators: u16, txns: usize,
     run.snapshot.seal();
     run
 }
+
+/// Knobs from `key=value` pairs.
+pub(crate) fn knobs(pairs: &[&str]) -> dmtx_runtime::Knobs {
+    dmtx_runtime::Knobs::parse(pairs.iter().copied()).unwrap()
+}
