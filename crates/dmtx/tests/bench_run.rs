@@ -5,9 +5,12 @@
 //! `--duration`, the stop flag), and reports a failed invariant as a result, not an
 //! error. Method: tiny tables via knobs, one or two threads, then parse the JSON back.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 
+use common::run_registry;
 use dmtx::driver::{self, RunHooks, Silent};
 use dmtx::results::{self, BenchResult, StopReason};
 use dmtx::{registry, BenchArgs, BenchConfig, OutTarget, StopRule};
@@ -22,19 +25,6 @@ fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("dmtx-bench-run-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
-}
-
-fn run_registry(args: &BenchArgs) -> BenchResult {
-    let cfg = BenchConfig::from_args(args).unwrap();
-    let stop = AtomicBool::new(false);
-    registry::run(
-        &cfg,
-        &RunHooks {
-            stop: &stop,
-            monitor: &Silent,
-        },
-    )
-    .unwrap()
 }
 
 fn small(workload: &str, set: &[&str]) -> BenchArgs {

@@ -4,11 +4,11 @@
 //! every recorded history is serializable, and contention really happened (lock
 //! conflicts and validation aborts were seen).
 
-use std::sync::atomic::AtomicBool;
+mod common;
 
-use dmtx::driver::{RunHooks, Silent};
+use common::run_registry;
 use dmtx::results::BenchResult;
-use dmtx::{registry, BenchArgs, BenchConfig};
+use dmtx::BenchArgs;
 
 fn run(workload: &str, set: &[&str], seed: u64) -> BenchResult {
     let args = BenchArgs {
@@ -23,16 +23,11 @@ fn run(workload: &str, set: &[&str], seed: u64) -> BenchResult {
         check: true,
         ..BenchArgs::default()
     };
-    let cfg = BenchConfig::from_args(&args).unwrap();
-    let stop = AtomicBool::new(false);
-    registry::run(
-        &cfg,
-        &RunHooks {
-            stop: &stop,
-            monitor: &Silent,
-        },
-    )
-    .unwrap()
+    let r = run_registry(&args);
+    let check = r.check.as_ref().expect("--check records and checks the history");
+    assert!(check.clean, "{}\n{}", check.summary, check.findings.join("\n"));
+    assert_eq!(check.committed, r.committed, "every commit is in the history");
+    r
 }
 
 fn aborts(r: &BenchResult, reason: &str) -> u64 {
