@@ -79,6 +79,14 @@ pub enum ControlError {
         /// What the transport knows.
         why: String,
     },
+    /// A file-backed node could not make its allocator or catalog durable.
+    #[error("{mn}: cannot persist node metadata: {why}; check the --backing file's disk")]
+    Persist {
+        /// The node.
+        mn: MnId,
+        /// What failed.
+        why: String,
+    },
     /// A table with this id was already published on the node.
     #[error("{mn}: table id {id} is already defined (as `{name}`); table ids must be unique")]
     DuplicateTable {

@@ -23,11 +23,13 @@
 
 #![warn(missing_docs)]
 
+mod backing;
 mod control;
 mod local;
 mod node;
 pub mod server;
 
+pub use backing::BackingError;
 pub use control::{Control, ControlError, Result, TableMeta};
 pub use local::LocalCluster;
 pub use node::MemNode;

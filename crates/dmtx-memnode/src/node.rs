@@ -1,9 +1,11 @@
 //! One memory node: region, allocator, catalog.
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use dmtx_verbs::{MnId, Region};
 
+use crate::backing::{BackingError, NodeMeta, Sidecar};
 use crate::{ControlError, Result, TableMeta};
 
 /// A memory node's state. The region is shared with whatever serves verbs on it.
@@ -12,6 +14,8 @@ pub struct MemNode {
     id: MnId,
     region: Arc<Region>,
     state: Mutex<NodeState>,
+    /// Where a file-backed node keeps its allocator and catalog ([`crate::backing`]).
+    sidecar: Option<Sidecar>,
 }
 
 #[derive(Debug)]
@@ -34,10 +38,11 @@ impl MemNode {
                 next_free: RESERVED_PREFIX,
                 tables: Vec::new(),
             }),
+            sidecar: None,
         }
     }
 
-    /// A node serving an existing region (a file-backed one, say).
+    /// A node serving an existing region whose allocator and catalog start empty.
     pub fn with_region(id: MnId, region: Region) -> Self {
         Self {
             id,
@@ -46,6 +51,54 @@ impl MemNode {
                 next_free: RESERVED_PREFIX,
                 tables: Vec::new(),
             }),
+            sidecar: None,
+        }
+    }
+
+    /// A PM-like node over the file `path` (created if missing): the region is the file's
+    /// mapping, and the allocator cursor and table catalog are kept in `path.meta`, so a
+    /// node restarted on the same file keeps its bytes, its tables and its free space.
+    /// Returns the node and whether it came back from an earlier start.
+    pub fn open_backed(id: MnId, path: &Path, region_bytes: u64) -> std::result::Result<(Self, bool), BackingError> {
+        let sidecar = Sidecar::of(path);
+        let saved = sidecar.load(id, region_bytes)?;
+        let region = Region::map_file(path, region_bytes).map_err(|source| BackingError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        let reopened = saved.is_some();
+        let (next_free, tables) = match saved {
+            Some(m) => (m.next_free, m.tables),
+            None => (RESERVED_PREFIX, Vec::new()),
+        };
+        let node = Self {
+            id,
+            region: Arc::new(region),
+            state: Mutex::new(NodeState { next_free, tables }),
+            sidecar: Some(sidecar),
+        };
+        if !reopened {
+            node.save(&node.state.lock().unwrap())?;
+        }
+        Ok((node, reopened))
+    }
+
+    fn save(&self, st: &NodeState) -> std::result::Result<(), BackingError> {
+        let Some(sidecar) = &self.sidecar else {
+            return Ok(());
+        };
+        sidecar.save(&NodeMeta {
+            node: self.id,
+            region_bytes: self.region.bytes(),
+            next_free: st.next_free,
+            tables: st.tables.clone(),
+        })
+    }
+
+    fn persist_error(&self, e: impl std::fmt::Display) -> ControlError {
+        ControlError::Persist {
+            mn: self.id,
+            why: e.to_string(),
         }
     }
 
@@ -73,7 +126,12 @@ impl MemNode {
                 region_bytes: self.region.bytes(),
             });
         };
+        let before = st.next_free;
         st.next_free = end;
+        if let Err(e) = self.save(&st) {
+            st.next_free = before;
+            return Err(self.persist_error(e));
+        }
         Ok(start)
     }
 
@@ -102,7 +160,17 @@ impl MemNode {
                 name: t.name.clone(),
             });
         }
+        if self.sidecar.is_some() {
+            // A published table's bytes must survive a restart before the catalog says so.
+            self.region
+                .persist(0, self.region.bytes())
+                .map_err(|e| self.persist_error(e))?;
+        }
         st.tables.push(meta.clone());
+        if let Err(e) = self.save(&st) {
+            st.tables.pop();
+            return Err(self.persist_error(e));
+        }
         Ok(())
     }
 
@@ -126,6 +194,51 @@ mod tests {
         let e = n.alloc(8192, 8).unwrap_err();
         assert!(e.to_string().contains("--mn-bytes"), "{e}");
         assert!(matches!(e, ControlError::OutOfMemory { requested: 8192, .. }));
+    }
+
+    #[test]
+    fn a_backed_node_keeps_bytes_tables_and_free_space_across_restarts() {
+        let dir = std::env::temp_dir().join(format!("dmtx-node-backed-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("mn0");
+        let m = table(1);
+        let at = {
+            let (n, reopened) = MemNode::open_backed(MnId(0), &path, 1 << 16).unwrap();
+            assert!(!reopened);
+            let at = n.alloc(100, 64).unwrap();
+            n.load(at, b"durable").unwrap();
+            n.put_table(&m).unwrap();
+            at
+        };
+        let (n, reopened) = MemNode::open_backed(MnId(0), &path, 1 << 16).unwrap();
+        assert!(reopened);
+        assert_eq!(n.tables(), vec![m.clone()]);
+        let mut back = [0u8; 7];
+        n.region().read(at, &mut back).unwrap();
+        assert_eq!(&back, b"durable");
+        assert!(
+            n.alloc(8, 8).unwrap() >= at + 100,
+            "space handed out before the restart is not reused"
+        );
+        assert!(matches!(n.put_table(&m), Err(ControlError::DuplicateTable { .. })));
+        let e = MemNode::open_backed(MnId(0), &path, 1 << 17).unwrap_err().to_string();
+        assert!(e.contains("--size 65536"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn table(id: u32) -> TableMeta {
+        TableMeta {
+            id,
+            name: "t".into(),
+            value_bytes: 8,
+            slot_bytes: 48,
+            slots_per_bucket: 4,
+            bucket_bytes: 208,
+            bucket_count: 2,
+            overflow_bucket_count: 1,
+            replicas: vec![(MnId(0), 64)],
+        }
     }
 
     #[test]

@@ -29,6 +29,8 @@
 //! | 6 CONTROL_RESULT | MN→CN | tag u8: 1 OFFSET u64; 2 DONE; 3 TABLES count u32 + metas; 4 FAILED [`ControlError`] (code u8 + fields) |
 //! | 7 ERROR | both | code u16 ([`ErrorCode`]), message len u16, UTF-8 message |
 //! | 8 PING / 9 PONG | both | empty |
+//! | 10 PEER_HELLO | CN→CN | from thread u16, to node u16, to thread u16, then a HELLO payload (its client id is the sending compute node) |
+//! | 11 MESSAGES | CN→CN | entries of `dmtx_verbs::msg` back to back (kind u8, flags u8, 2 zero bytes, len u32, id u64, payload) |
 //!
 //! A [`TableMeta`] is: id u32, name len u16 + UTF-8, value bytes u32, slot bytes u32,
 //! slots per bucket u32, bucket bytes u32, bucket count u64, overflow bucket count u64,
@@ -128,6 +130,9 @@ pub enum WireError {
         /// Bytes left over.
         extra: usize,
     },
+    /// A MESSAGES payload is not a list of entries.
+    #[error("malformed messages: {0}")]
+    Messages(String),
 }
 
 /// `Result` with a [`WireError`].
@@ -155,6 +160,10 @@ pub enum Kind {
     Ping = 8,
     /// Its answer.
     Pong = 9,
+    /// Compute-node handshake on a CN↔CN messaging connection ([`PeerHello`]).
+    PeerHello = 10,
+    /// CN↔CN messages: the entries of `dmtx_verbs::msg`, back to back.
+    Messages = 11,
 }
 
 impl Kind {
@@ -170,6 +179,8 @@ impl Kind {
             7 => Kind::Error,
             8 => Kind::Ping,
             9 => Kind::Pong,
+            10 => Kind::PeerHello,
+            11 => Kind::Messages,
             v => return Err(WireError::UnknownKind(v)),
         })
     }
@@ -370,6 +381,54 @@ impl Hello {
             token,
         })
     }
+}
+
+/// The handshake of a CN↔CN messaging connection (PEER_HELLO): a [`Hello`] whose
+/// `client_id` is the sending compute node, plus the worker threads at both ends. The
+/// listener answers HELLO_OK (its compute-node id, no regions) or ERROR.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerHello {
+    /// Cluster, version, epoch, token and the sending compute node (`client_id`).
+    pub hello: Hello,
+    /// The sending worker thread.
+    pub from_thread: u16,
+    /// The receiving compute node (a listener refuses another's messages).
+    pub to_cn: u16,
+    /// The receiving worker thread.
+    pub to_thread: u16,
+}
+
+impl PeerHello {
+    /// Append as a payload.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        for v in [self.from_thread, self.to_cn, self.to_thread] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        self.hello.encode(out);
+    }
+
+    /// Decode a payload.
+    pub fn decode(p: &[u8]) -> Result<Self> {
+        let mut c = Cur { buf: p };
+        let from_thread = c.u16("peer hello from thread")?;
+        let to_cn = c.u16("peer hello to node")?;
+        let to_thread = c.u16("peer hello to thread")?;
+        Ok(Self {
+            hello: Hello::decode(c.buf)?,
+            from_thread,
+            to_cn,
+            to_thread,
+        })
+    }
+}
+
+/// Compare two secrets in time that depends only on their lengths.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y));
+    std::hint::black_box(diff) == 0
 }
 
 /// One registered region as announced in HELLO_OK.
@@ -938,6 +997,10 @@ fn encode_control_error(out: &mut Vec<u8>, e: &ControlError) {
             u64s(out, 5, *mn, &[]);
             put_str16(out, why);
         }
+        ControlError::Persist { mn, why } => {
+            u64s(out, 6, *mn, &[]);
+            put_str16(out, why);
+        }
     }
 }
 
@@ -967,6 +1030,10 @@ fn decode_control_error(c: &mut Cur<'_>) -> Result<ControlError> {
             name: c.str16("table name")?,
         },
         5 => ControlError::Unreachable {
+            mn,
+            why: c.str16("reason")?,
+        },
+        6 => ControlError::Persist {
             mn,
             why: c.str16("reason")?,
         },
@@ -1066,6 +1133,10 @@ pub fn check_payload(kind: Kind, p: &[u8]) -> Result<()> {
         Kind::ControlResult => ControlReply::decode(p).map(drop),
         Kind::Error => ErrorFrame::decode(p).map(drop),
         Kind::Ping | Kind::Pong => Cur { buf: p }.finish("PING/PONG"),
+        Kind::PeerHello => PeerHello::decode(p).map(drop),
+        Kind::Messages => dmtx_verbs::msg::decode_entries(p, &mut |_| {})
+            .map(drop)
+            .map_err(|e| WireError::Messages(e.to_string())),
     }
 }
 
@@ -1152,7 +1223,7 @@ mod tests {
     }
 
     fn control_error() -> impl Strategy<Value = ControlError> {
-        (0u8..4, any::<u16>(), any::<[u64; 3]>(), "[a-z]{0,8}").prop_map(|(k, mn, v, name)| {
+        (0u8..6, any::<u16>(), any::<[u64; 3]>(), "[a-z]{0,8}").prop_map(|(k, mn, v, name)| {
             let mn = MnId(mn);
             match k {
                 0 => ControlError::OutOfMemory {
@@ -1171,11 +1242,13 @@ mod tests {
                     mn,
                     mn_count: v[0] as u32 as usize,
                 },
-                _ => ControlError::DuplicateTable {
+                3 => ControlError::DuplicateTable {
                     mn,
                     id: v[0] as u32,
                     name,
                 },
+                4 => ControlError::Unreachable { mn, why: name },
+                _ => ControlError::Persist { mn, why: name },
             }
         })
     }
