@@ -69,6 +69,7 @@
 mod conn;
 mod control;
 mod error;
+pub mod msg;
 mod transport;
 
 use std::time::Duration;

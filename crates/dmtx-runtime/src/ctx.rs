@@ -7,6 +7,7 @@ use std::sync::Arc;
 use dmtx_store::Catalog;
 use dmtx_verbs::{MnCounters, Post, PostCounters, Submitted, Transport, VerbError};
 
+use crate::rpc::Rpc;
 use crate::{yield_now, AddrCache, Clock};
 
 /// A coordinator's id: unique in the cluster, never 0 when used as a lock owner.
@@ -73,6 +74,8 @@ pub struct CoordCtx {
     pub per_mn: Vec<MnCounters>,
     /// The last verb error seen, for reporting faults.
     pub last_fault: Option<VerbError>,
+    /// The worker thread's CN↔CN messaging endpoint, when the node has messaging.
+    pub rpc: Option<Rc<Rpc>>,
 }
 
 impl CoordCtx {
@@ -94,6 +97,7 @@ impl CoordCtx {
             txn_counters: PostCounters::default(),
             per_mn,
             last_fault: None,
+            rpc: None,
         }
     }
 

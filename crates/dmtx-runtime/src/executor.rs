@@ -11,18 +11,33 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
+use std::rc::Rc;
+
 use dmtx_verbs::Transport;
+
+use crate::rpc::Progress;
 
 /// Round-robin executor for one worker thread.
 #[derive(Default)]
 pub struct LocalExecutor<'a> {
     tasks: Vec<Pin<Box<dyn Future<Output = ()> + 'a>>>,
+    /// Driven after the transport on every pass: the thread's messaging endpoint.
+    pollers: Vec<Rc<dyn Progress>>,
 }
 
 impl<'a> LocalExecutor<'a> {
     /// An executor with no tasks.
     pub fn new() -> Self {
-        Self { tasks: Vec::new() }
+        Self {
+            tasks: Vec::new(),
+            pollers: Vec::new(),
+        }
+    }
+
+    /// Drive `p` after every pass, as the transport is (a worker's [`crate::Rpc`], so its
+    /// handler runs between coordinators).
+    pub fn add_poller(&mut self, p: Rc<dyn Progress>) {
+        self.pollers.push(p);
     }
 
     /// Add a task (a coordinator's loop).
@@ -44,6 +59,9 @@ impl<'a> LocalExecutor<'a> {
                 }
             }
             transport.progress();
+            for p in &self.pollers {
+                p.progress();
+            }
         }
     }
 }

@@ -51,6 +51,11 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     const KNOBS: &'static [KnobSpec];
     /// The isolation level it provides.
     const ISOLATION: Isolation;
+    /// Whether its coordinators message other compute nodes (LOTUS lock RPCs, OOCC
+    /// leases, Calvin): the runtime then gives every worker an [`crate::Rpc`]
+    /// (`ctx.rpc`), driven by the worker's executor. Protocols that only use verbs leave
+    /// it `false` and pay nothing for messaging.
+    const MESSAGING: bool = false;
 
     /// Build from `--set` values (unknown keys are refused before this is called).
     fn from_knobs(knobs: &Knobs) -> std::result::Result<Self, KnobError>;

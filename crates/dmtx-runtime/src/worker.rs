@@ -5,9 +5,11 @@ use std::sync::Arc;
 
 use dmtx_memnode::Control;
 use dmtx_store::Catalog;
+use dmtx_verbs::msg::MsgFabric;
 use dmtx_verbs::{Fabric, Transport};
 
-use crate::{AddrCache, Clock, CoordCtx, CoordId, Coordinator, Protocol, Result, SharedAddrCache};
+use crate::rpc::{Rpc, RpcConfig};
+use crate::{AddrCache, Clock, CoordCtx, CoordId, Coordinator, LocalExecutor, Protocol, Result, SharedAddrCache};
 
 /// A compute node: its view of the cluster and the caches its threads share.
 #[derive(Clone)]
@@ -24,6 +26,10 @@ pub struct Cn {
     pub cache: Arc<SharedAddrCache>,
     /// Time.
     pub clock: Arc<dyn Clock>,
+    /// CN↔CN messaging, when the cluster has it ([`Cn::with_messaging`]).
+    pub msg: Option<Arc<dyn MsgFabric>>,
+    /// Limits of the threads' calls.
+    pub rpc_config: RpcConfig,
 }
 
 impl Cn {
@@ -37,17 +43,36 @@ impl Cn {
             catalog,
             cache: Arc::new(SharedAddrCache::new()),
             clock,
+            msg: None,
+            rpc_config: RpcConfig::default(),
         })
+    }
+
+    /// Give the node's threads CN↔CN messaging: each worker gets an [`Rpc`] on its
+    /// mailbox of `fabric`, driven by its executor.
+    pub fn with_messaging(mut self, fabric: Arc<dyn MsgFabric>, config: RpcConfig) -> Self {
+        self.msg = Some(fabric);
+        self.rpc_config = config;
+        self
     }
 
     /// Set up worker thread `thread`; call this on that thread.
     pub fn worker(&self, thread: u16) -> Result<Worker> {
         let transport: Rc<dyn Transport> = Rc::from(self.fabric.endpoint(thread as u32)?);
+        let rpc = match &self.msg {
+            Some(m) => Some(Rc::new(Rpc::new(
+                m.mailbox(thread)?,
+                Arc::clone(&self.clock),
+                self.rpc_config,
+            ))),
+            None => None,
+        };
         Ok(Worker {
             cn: self.clone(),
             thread,
             transport,
             cache: Rc::new(AddrCache::new(Arc::clone(&self.cache))),
+            rpc,
         })
     }
 }
@@ -58,12 +83,28 @@ pub struct Worker {
     thread: u16,
     transport: Rc<dyn Transport>,
     cache: Rc<AddrCache>,
+    rpc: Option<Rc<Rpc>>,
 }
 
 impl Worker {
     /// The thread's transport (give it to the executor for progress).
     pub fn transport(&self) -> &Rc<dyn Transport> {
         &self.transport
+    }
+
+    /// The thread's messaging endpoint, when the node has messaging.
+    pub fn rpc(&self) -> Option<&Rc<Rpc>> {
+        self.rpc.as_ref()
+    }
+
+    /// An executor for this thread's coordinators that also drives its messaging, so
+    /// requests are handled between coordinators. Run it with [`Worker::transport`].
+    pub fn executor<'a>(&self) -> LocalExecutor<'a> {
+        let mut ex = LocalExecutor::new();
+        if let Some(r) = &self.rpc {
+            ex.add_poller(Rc::clone(r) as Rc<dyn crate::rpc::Progress>);
+        }
+        ex
     }
 
     /// The compute node.
@@ -73,7 +114,7 @@ impl Worker {
 
     /// A bare context for coroutine `coroutine` (setup work, scans).
     pub fn ctx(&self, coroutine: u16) -> CoordCtx {
-        CoordCtx::new(
+        let mut ctx = CoordCtx::new(
             CoordId {
                 cn: self.cn.id,
                 thread: self.thread,
@@ -83,7 +124,9 @@ impl Worker {
             Arc::clone(&self.cn.clock),
             Arc::clone(&self.cn.catalog),
             Rc::clone(&self.cache),
-        )
+        );
+        ctx.rpc = self.rpc.clone();
+        ctx
     }
 
     /// A coordinator running `proto` as coroutine `coroutine` of this thread.

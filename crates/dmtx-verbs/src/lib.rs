@@ -36,6 +36,7 @@
 pub mod conformance;
 mod error;
 pub mod mem;
+pub mod msg;
 mod post;
 mod ptr;
 pub mod region;

@@ -35,8 +35,7 @@ use dmtx_check::recorder::Recorder;
 use dmtx_check::{check as check_history, check_options};
 use dmtx_memnode::{Control, ControlError, LocalCluster, TableMeta};
 use dmtx_runtime::{
-    block_on, scan_table, AddrCache, Clock, Cn, CoordCtx, CoordId, Coordinator, LocalExecutor, Protocol, RealClock,
-    SharedAddrCache,
+    block_on, scan_table, AddrCache, Clock, Cn, CoordCtx, CoordId, Coordinator, Protocol, RealClock, SharedAddrCache,
 };
 use dmtx_store::{create_table, placement, Catalog, TableBuilder, TableSpec};
 use dmtx_verbs::{Fabric, MemFabric, MnCounters, MnId, Region, Transport};
@@ -223,7 +222,18 @@ pub fn run<P: Protocol, W: Workload>(
     let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
     let transport_name = pool.fabric.name();
     let (fabric, control) = (pool.fabric, pool.control);
-    let cn = Cn::connect(0, fabric, control, Arc::clone(&clock))?;
+    let mut cn = Cn::connect(0, fabric, control, Arc::clone(&clock))?;
+    if P::MESSAGING {
+        if cfg.cluster.is_some() {
+            return Err(RunError::Unsupported(format!(
+                "protocol `{}` messages other compute nodes, and `--cluster` runs do not wire CN-to-CN \
+                 messaging yet; run it in-process (without --cluster)",
+                P::NAME
+            )));
+        }
+        let net = dmtx_verbs::msg::MemMsgNet::new(1, cfg.threads);
+        cn = cn.with_messaging(Arc::new(net.fabric(0)), dmtx_runtime::RpcConfig::default());
+    }
     let types = workload.txn_types();
 
     let budget = match cfg.stop {
@@ -565,7 +575,7 @@ fn worker_thread<P: Protocol, W: Workload>(
         attempted: Cell::new(0),
     };
     {
-        let mut ex = LocalExecutor::new();
+        let mut ex = worker.executor();
         for (coord, local) in coords.iter_mut().zip(locals.iter_mut()) {
             ex.spawn(drive(shared.workload, coord, local, &th));
         }

@@ -62,6 +62,9 @@ pub enum RunError {
         /// What the tables and coordinators need there.
         needed: u64,
     },
+    /// The run asks for something this build cannot do yet; the message says what to do.
+    #[error("{0}")]
+    Unsupported(String),
     /// The history could not be written (`--history`).
     #[error("writing the history: {0}")]
     History(#[from] dmtx_check::format::FormatError),
