@@ -6,7 +6,7 @@
 //! (a [`dmtx_verbs::Transport`]). [`RemoteControl`] implements
 //! [`dmtx_memnode::Control`] (allocate, load, publish and fetch tables) over separate
 //! connections. Both speak wire v1, defined in [`dmtx_memnode::server::wire`] next to
-//! the server.
+//! the server. [`msg`] carries CN↔CN messages over TCP ([`msg::TcpMsgFabric`]).
 //!
 //! # Behaviour
 //!
@@ -36,7 +36,7 @@
 //! # Not done yet
 //!
 //! Reconnecting after a lost connection (a new endpoint reconnects), N regions per node,
-//! CN↔CN messaging, TLS (out of scope: the network is trusted; see
+//! TLS (out of scope: the network is trusted; see
 //! [`dmtx_memnode::server`] for the threat model).
 //!
 //! Depends on `dmtx-verbs` and `dmtx-memnode` only (never on store, runtime or protocols).
