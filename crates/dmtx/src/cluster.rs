@@ -7,6 +7,9 @@
 //! epoch = 1              # membership epoch: bumped whenever members change
 //! token_file = "token"   # shared secret, relative to this file; must not be readable by others
 //! replicas = 2           # copies of every table (1 primary + backups)
+//! op_deadline = "10s"    # optional: a post unanswered this long fails (node lost)
+//! connect_timeout = "5s" # optional: TCP connect + handshake
+//! keepalive = "1s"       # optional: PING a silent connection with posts in flight ("off": never)
 //!
 //! [[memory_nodes]]
 //! id = 0
@@ -34,6 +37,7 @@
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -60,6 +64,9 @@ struct RawCluster {
     compute_nodes: Vec<RawComputeNode>,
     #[serde(default)]
     placement: Vec<RawPlacement>,
+    op_deadline: Option<String>,
+    connect_timeout: Option<String>,
+    keepalive: Option<String>,
 }
 
 fn default_replicas() -> u16 {
@@ -125,6 +132,59 @@ pub struct ClusterView {
     pub compute_nodes: Vec<ComputeNodeSpec>,
     /// Table name → memory node holding its primary.
     pub placement: Vec<(String, u16)>,
+    /// Time limits of the `tcp` transport.
+    pub timeouts: Timeouts,
+}
+
+/// How long compute nodes wait for memory nodes (defaults: those of `TcpConfig::new`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// A post unanswered this long fails with `Unreachable`.
+    pub op_deadline: Duration,
+    /// TCP connect plus handshake.
+    pub connect_timeout: Duration,
+    /// PING interval on a silent connection with posts in flight; `None` never pings.
+    pub keepalive: Option<Duration>,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        let d = dmtx_net::TcpConfig::new(0, b"");
+        Self {
+            op_deadline: d.op_deadline,
+            connect_timeout: d.connect_timeout,
+            keepalive: d.keepalive,
+        }
+    }
+}
+
+impl Timeouts {
+    /// Apply to a transport configuration.
+    pub fn apply(&self, c: &mut dmtx_net::TcpConfig) {
+        c.op_deadline = self.op_deadline;
+        c.connect_timeout = self.connect_timeout;
+        c.keepalive = self.keepalive;
+    }
+}
+
+/// A duration written as an integer with a unit: `250ms`, `10s`, `2m`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("\"{text}\": expected a whole number with a unit, e.g. \"500ms\" or \"10s\""))?;
+    let d = match unit.trim() {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" | "min" => Duration::from_secs(n.saturating_mul(60)),
+        u => return Err(format!("\"{text}\": unknown unit `{u}`; use ms, s or m")),
+    };
+    if d.is_zero() {
+        return Err(format!("\"{text}\": must be more than zero"));
+    }
+    Ok(d)
 }
 
 /// A cluster file that could not be used.
@@ -229,6 +289,23 @@ impl ClusterView {
             }
             placement.push((p.table.clone(), p.primary));
         }
+        let mut timeouts = Timeouts::default();
+        let field = |name: &str, v: &Option<String>| -> Result<Option<Duration>, ClusterError> {
+            v.as_deref()
+                .map(|v| parse_duration(v).map_err(|e| err(format!("`{name}` = {e}"))))
+                .transpose()
+        };
+        if let Some(d) = field("op_deadline", &raw.op_deadline)? {
+            timeouts.op_deadline = d;
+        }
+        if let Some(d) = field("connect_timeout", &raw.connect_timeout)? {
+            timeouts.connect_timeout = d;
+        }
+        match raw.keepalive.as_deref() {
+            Some("off") => timeouts.keepalive = None,
+            Some(_) => timeouts.keepalive = field("keepalive", &raw.keepalive)?,
+            None => {}
+        }
         let token_file = raw.token_file.map(|t| match path.parent() {
             Some(dir) if Path::new(&t).is_relative() => dir.join(t),
             _ => PathBuf::from(t),
@@ -241,6 +318,7 @@ impl ClusterView {
             memory_nodes,
             compute_nodes,
             placement,
+            timeouts,
         })
     }
 
@@ -365,6 +443,28 @@ impl LocalNodes {
     }
 }
 
+impl LocalNodes {
+    /// CPU time (user + system) each memory-node process has used so far, from
+    /// `/proc/PID/stat`; `None` where it cannot be read (not Linux, process gone).
+    pub fn cpu_seconds(&self) -> Vec<Option<f64>> {
+        self.children.iter().map(|c| process_cpu_seconds(c.id())).collect()
+    }
+}
+
+/// User + system CPU seconds of process `pid` (Linux `/proc`).
+pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th
+    // fields of the whole line, i.e. the 12th and 13th after ") ".
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut f = rest.split_whitespace().skip(11);
+    let utime: u64 = f.next()?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| (utime + stime) as f64 / hz as f64)
+}
+
 impl Drop for LocalNodes {
     fn drop(&mut self) {
         for c in &mut self.children {
@@ -391,6 +491,45 @@ impl Drop for LocalNodes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timeouts_come_from_the_file_with_clear_errors() {
+        let p = Path::new("/x/cluster.toml");
+        let v = ClusterView::parse(GOOD, p).unwrap();
+        assert_eq!(v.timeouts, Timeouts::default());
+        let with = GOOD.replace(
+            "replicas = 2\n",
+            "replicas = 2\nop_deadline = \"1500ms\"\nconnect_timeout = \"2s\"\nkeepalive = \"off\"\n",
+        );
+        let t = ClusterView::parse(&with, p).unwrap().timeouts;
+        assert_eq!(t.op_deadline, Duration::from_millis(1500));
+        assert_eq!(t.connect_timeout, Duration::from_secs(2));
+        assert_eq!(t.keepalive, None);
+        for (bad, want) in [
+            ("op_deadline = \"10\"", "unknown unit"),
+            ("op_deadline = \"0s\"", "more than zero"),
+            ("keepalive = \"soon\"", "`keepalive`"),
+        ] {
+            let e =
+                ClusterView::parse(&GOOD.replace("replicas = 2\n", &format!("replicas = 2\n{bad}\n")), p).unwrap_err();
+            assert!(e.what.contains(want), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn cpu_time_of_a_busy_process_is_read() {
+        let me = std::process::id();
+        let before = process_cpu_seconds(me).expect("readable on Linux");
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < std::time::Duration::from_millis(300) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let after = process_cpu_seconds(me).unwrap();
+        assert!(after - before >= 0.1, "{before} -> {after}");
+        assert_eq!(process_cpu_seconds(u32::MAX), None);
+    }
 
     const GOOD: &str = r#"
 format = "dmtx-cluster"

@@ -95,6 +95,22 @@ pub struct BenchArgs {
     /// in-process cluster (memory nodes and replicas then come from the file).
     #[arg(long, value_name = "FILE")]
     pub cluster: Option<String>,
+
+    /// What a transaction that loses a memory node (`fault` abort: unreachable node,
+    /// missed op deadline) does to the run: `stop` ends it at once with an error naming
+    /// the node; `continue` keeps running and counts fault aborts (failure experiments).
+    #[arg(long = "on-fault", value_enum, default_value_t = OnFault::Stop)]
+    pub on_fault: OnFault,
+}
+
+/// `--on-fault`: what a lost memory node does to a run.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnFault {
+    /// End the run with an error naming the node.
+    #[default]
+    Stop,
+    /// Keep running; the affected transactions abort with reason `fault`.
+    Continue,
 }
 
 impl Default for BenchArgs {
@@ -117,6 +133,7 @@ impl Default for BenchArgs {
             check: false,
             history: None,
             cluster: None,
+            on_fault: OnFault::Stop,
         }
     }
 }
@@ -228,6 +245,8 @@ pub struct BenchConfig {
     pub history: Option<PathBuf>,
     /// Remote memory nodes (`--cluster`); `None` runs an in-process cluster.
     pub cluster: Option<crate::cluster::ClusterView>,
+    /// What a `fault` abort does to the run.
+    pub on_fault: OnFault,
 }
 
 impl BenchConfig {
@@ -311,6 +330,7 @@ impl BenchConfig {
             check: args.check || args.history.is_some(),
             history: args.history.as_ref().map(PathBuf::from),
             cluster: None,
+            on_fault: args.on_fault,
         })
     }
 

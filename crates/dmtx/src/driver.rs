@@ -35,13 +35,14 @@ use dmtx_check::recorder::Recorder;
 use dmtx_check::{check as check_history, check_options};
 use dmtx_memnode::{Control, ControlError, LocalCluster, TableMeta};
 use dmtx_runtime::{
-    block_on, scan_table, AddrCache, Clock, Cn, CoordCtx, CoordId, Coordinator, Protocol, RealClock, SharedAddrCache,
+    block_on, scan_table, AbortReason, AddrCache, Clock, Cn, CoordCtx, CoordId, Coordinator, Protocol, RealClock,
+    SharedAddrCache,
 };
 use dmtx_store::{create_table, placement, Catalog, TableBuilder, TableSpec};
 use dmtx_verbs::{Fabric, MemFabric, MnCounters, MnId, Region, Transport};
 use dmtx_workloads::{Snapshot, Workload};
 
-use crate::config::{BenchConfig, StopRule};
+use crate::config::{BenchConfig, OnFault, StopRule};
 use crate::error::RunError;
 use crate::results::{BenchResult, CheckResult, InvariantResult, RawRun, StopReason};
 use crate::stats::RunStats;
@@ -255,6 +256,7 @@ pub fn run<P: Protocol, W: Workload>(
         },
         progress: (0..cfg.threads).map(|_| ThreadProgress::default()).collect(),
         types: types.len(),
+        fault: Mutex::new(None),
     };
 
     let mut started_at_unix_s = 0.0;
@@ -287,6 +289,10 @@ pub fn run<P: Protocol, W: Workload>(
             let elapsed = Duration::from_nanos(clock.now_ns().saturating_sub(start_ns));
             if hooks.stop.load(Ordering::Relaxed) {
                 stop_reason = StopReason::Interrupt;
+                break;
+            }
+            if shared.fault.lock().unwrap().is_some() {
+                stop_reason = StopReason::Error;
                 break;
             }
             if handles.iter().all(|h| h.is_finished()) {
@@ -341,6 +347,13 @@ pub fn run<P: Protocol, W: Workload>(
         locals.extend(o.locals);
         end_ns = end_ns.max(o.end_ns);
         last_fault = last_fault.or(o.last_fault);
+    }
+    if let Some((why, at_ns)) = shared.fault.lock().unwrap().take() {
+        // The lost node cannot be scanned for the invariant check: report the fault.
+        return Err(RunError::Fault {
+            why,
+            after: Duration::from_nanos(at_ns.saturating_sub(start_ns)),
+        });
     }
     if stop_reason == StopReason::Error {
         // Every thread returned Ok, so none failed: they ran out of work early.
@@ -449,6 +462,7 @@ fn remote_pool(view: &crate::cluster::ClusterView, need: &[u64]) -> Result<Memor
     };
     let mut tcp = dmtx_net::TcpConfig::new(view.cluster_id, &token);
     tcp.epoch = view.epoch;
+    view.timeouts.apply(&mut tcp);
     let nodes: Vec<(MnId, std::net::SocketAddr)> = view.memory_nodes.iter().map(|m| (MnId(m.id), m.address)).collect();
     let control = dmtx_net::RemoteControl::connect(nodes.clone(), &tcp)?;
     let fabric = dmtx_net::TcpFabric::connect(nodes, tcp)?;
@@ -488,6 +502,8 @@ struct Shared<'a, P: Protocol, W: Workload> {
     credit_batch: u64,
     progress: Vec<ThreadProgress>,
     types: usize,
+    /// The first fault of a `--on-fault stop` run, and when it happened.
+    fault: Mutex<Option<(String, u64)>>,
 }
 
 impl<P: Protocol, W: Workload> Shared<'_, P, W> {
@@ -573,6 +589,7 @@ fn worker_thread<P: Protocol, W: Workload>(
         progress: &shared.progress[t as usize],
         committed: Cell::new(0),
         attempted: Cell::new(0),
+        stop_on_fault: (shared.cfg.on_fault == OnFault::Stop).then_some(&shared.fault),
     };
     {
         let mut ex = worker.executor();
@@ -615,6 +632,8 @@ struct ThreadCtx<'a> {
     progress: &'a ThreadProgress,
     committed: Cell<u64>,
     attempted: Cell<u64>,
+    /// `--on-fault stop`: where the first fault goes (and the run stops).
+    stop_on_fault: Option<&'a Mutex<Option<(String, u64)>>>,
 }
 
 impl ThreadCtx<'_> {
@@ -683,6 +702,15 @@ async fn drive<P: Protocol, W: Workload>(
             Err(abort) => {
                 th.stats.borrow_mut().abort(ty, abort.reason, &counters);
                 th.return_credit();
+                if let (AbortReason::Fault, Some(slot)) = (abort.reason, th.stop_on_fault) {
+                    let why = coord
+                        .ctx
+                        .last_fault
+                        .as_ref()
+                        .map_or("a verb failed".into(), |f| f.to_string());
+                    slot.lock().unwrap().get_or_insert((why, coord.ctx.clock.now_ns()));
+                    th.stop.store(true, Ordering::Relaxed);
+                }
             }
         }
         th.publish(outcome.is_ok());
@@ -742,6 +770,7 @@ mod tests {
             progress: &progress,
             committed: Cell::new(0),
             attempted: Cell::new(0),
+            stop_on_fault: None,
         };
         let (mut committed, mut aborted) = (0, 0);
         while th.take_credit() {

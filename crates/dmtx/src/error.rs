@@ -62,6 +62,14 @@ pub enum RunError {
         /// What the tables and coordinators need there.
         needed: u64,
     },
+    /// A memory node was lost mid-run and `--on-fault stop` ended the run.
+    #[error("{why}; stopped the run after {after:.1?} (`--on-fault continue` keeps running with fault aborts)")]
+    Fault {
+        /// The verb error a coordinator saw (names the node).
+        why: String,
+        /// Time from the start barrier to the fault.
+        after: std::time::Duration,
+    },
     /// The run asks for something this build cannot do yet; the message says what to do.
     #[error("{0}")]
     Unsupported(String),
