@@ -26,6 +26,8 @@ pub struct RemoteControl {
 #[derive(Debug)]
 struct CtlConn {
     mn: MnId,
+    addr: SocketAddr,
+    config: TcpConfig,
     stream: TcpStream,
     buf: Vec<u8>,
     out: Vec<u8>,
@@ -37,7 +39,19 @@ impl CtlConn {
     fn call(&mut self, req: &ControlReq<'_>) -> Result<ControlReply> {
         let mn = self.mn;
         if let Some(why) = &self.broken {
-            return Err(NetError::Lost { mn, why: why.clone() });
+            // Reopen (the node may have restarted); control calls are rare, so no backoff.
+            match conn::open(mn, self.addr, &self.config, self.config.op_deadline) {
+                Ok(h) => {
+                    self.stream = h.stream;
+                    self.broken = None;
+                }
+                Err(e) => {
+                    return Err(NetError::Lost {
+                        mn,
+                        why: format!("{why}; reconnecting: {e}"),
+                    })
+                }
+            }
         }
         let id = self.next_req;
         self.next_req += 1;
@@ -95,6 +109,8 @@ impl RemoteControl {
             let h = conn::open(mn, addr, config, config.op_deadline)?;
             conns.push(Mutex::new(CtlConn {
                 mn,
+                addr,
+                config: config.clone(),
                 stream: h.stream,
                 buf: Vec::new(),
                 out: Vec::new(),
@@ -165,7 +181,13 @@ impl RemoteControl {
 
     /// [`Control::tables`], with transport errors as values.
     pub fn try_tables(&self, mn: MnId) -> Result<Vec<TableMeta>> {
-        match self.call(mn, &ControlReq::Tables)? {
+        // Read-only, so a call that finds its connection dead (the node restarted since
+        // the last call) is simply made again on a fresh one.
+        let reply = match self.call(mn, &ControlReq::Tables) {
+            Err(NetError::Lost { .. }) => self.call(mn, &ControlReq::Tables)?,
+            r => r?,
+        };
+        match reply {
             ControlReply::Tables(t) => Ok(t),
             r => Err(unexpected_reply(mn, r)),
         }

@@ -30,13 +30,18 @@
 //!   [`dmtx_memnode::server`]). A revoked client's posts fail with
 //!   [`VerbError::Unreachable`] and its reconnects with [`NetError::Refused`]
 //!   (code `REVOKED`).
+//! - Reconnecting: the next post to a node whose connection died reopens it (at most once
+//!   per [`RECONNECT_BACKOFF`]; posts in between fail at once), as an RDMA queue pair is
+//!   reset. A node that comes back with a new rkey restarted:
+//!   [`dmtx_verbs::Transport::restarts`] counts it, and the runtime then drops its address
+//!   caches and refetches table metadata. [`RemoteControl`] reopens a broken connection
+//!   on its next call. A revoked client's reconnect is refused.
 //! - Deviation from `mem`: a post naming a node that does not exist fails as a whole at
 //!   submit, without running its other batches.
 //!
 //! # Not done yet
 //!
-//! Reconnecting after a lost connection (a new endpoint reconnects), N regions per node,
-//! TLS (out of scope: the network is trusted; see
+//! N regions per node, TLS (out of scope: the network is trusted; see
 //! [`dmtx_memnode::server`] for the threat model).
 //!
 //! Depends on `dmtx-verbs` and `dmtx-memnode` only (never on store, runtime or protocols).
@@ -76,7 +81,7 @@ use std::time::Duration;
 
 pub use control::{RemoteControl, LOAD_CHUNK_BYTES};
 pub use error::{NetError, Result};
-pub use transport::{TcpFabric, TcpTransport, INFLIGHT_MAX};
+pub use transport::{TcpFabric, TcpTransport, INFLIGHT_MAX, RECONNECT_BACKOFF};
 
 #[cfg(doc)]
 use dmtx_verbs::VerbError;

@@ -16,6 +16,8 @@ use crate::{NetError, TcpConfig};
 
 /// Most posts in flight on one connection; a submit beyond it first waits for replies.
 pub const INFLIGHT_MAX: usize = 1024;
+/// A connection that failed to reopen is not tried again for this long.
+pub const RECONNECT_BACKOFF: Duration = Duration::from_millis(500);
 /// Longest a `progress` call sleeps in `poll(2)` when nothing has arrived.
 const PROGRESS_WAIT_MAX: Duration = Duration::from_millis(1);
 /// Initial receive buffer per connection (grows to the largest reply seen).
@@ -93,6 +95,7 @@ impl TcpFabric {
                 dead: None,
                 last_heard: Instant::now(),
                 ping_out: false,
+                retry_at: None,
             });
         }
         let n = conns.len();
@@ -106,6 +109,9 @@ impl TcpFabric {
                 keepalive: self.config.keepalive,
                 open: vec![None; n],
                 pollfds: Vec::with_capacity(n),
+                addrs: self.addrs.clone(),
+                config: self.config.clone(),
+                restarts: 0,
                 attached_live: 0,
                 polls_since_io: 0,
             }),
@@ -164,6 +170,11 @@ struct Inner {
     /// Per node, the VERBS frame being built by the current submit.
     open: Vec<Option<OpenFrame>>,
     pollfds: Vec<libc::pollfd>,
+    /// Where each node listens and how to shake hands: for reconnecting.
+    addrs: Vec<SocketAddr>,
+    config: TcpConfig,
+    /// Reconnects that found a node restarted (a new rkey).
+    restarts: u64,
     /// Posts in flight that a coordinator polls (not detached).
     attached_live: usize,
     /// Polls of waiting posts since the sockets were last read. `poll` reads only once
@@ -201,6 +212,8 @@ struct Conn {
     last_heard: Instant,
     /// A PING was sent and its PONG has not come back yet.
     ping_out: bool,
+    /// A dead connection is not reopened before this (after a failed attempt).
+    retry_at: Option<Instant>,
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -289,6 +302,45 @@ impl Inner {
             *st = MnState::Idle;
         }
         (idx, s.gen)
+    }
+
+    /// Reopen dead connection `m` (like resetting an RDMA queue pair), at most once per
+    /// [`RECONNECT_BACKOFF`]. Posts that were in flight on it already failed; a node that
+    /// answers with a new rkey restarted, which [`Transport::restarts`] reports.
+    fn revive(&mut self, m: usize) {
+        let c = &self.conns[m];
+        if c.dead.is_none() || c.retry_at.is_some_and(|t| Instant::now() < t) {
+            return;
+        }
+        let (mn, addr) = (c.mn, self.addrs[m]);
+        let opened = conn::open(mn, addr, &self.config, self.config.connect_timeout).and_then(|h| {
+            h.stream
+                .set_nonblocking(true)
+                .map_err(|e| NetError::Lost { mn, why: e.to_string() })?;
+            Ok(h)
+        });
+        let c = &mut self.conns[m];
+        match opened {
+            Ok(h) => {
+                if h.rkey != c.rkey {
+                    self.restarts += 1;
+                }
+                c.stream = h.stream;
+                c.rkey = h.rkey;
+                c.out.clear();
+                c.sent = 0;
+                c.start = 0;
+                c.end = 0;
+                c.dead = None;
+                c.ping_out = false;
+                c.retry_at = None;
+                c.last_heard = Instant::now();
+            }
+            Err(e) => {
+                c.dead = Some(e.to_string());
+                c.retry_at = Some(Instant::now() + RECONNECT_BACKOFF);
+            }
+        }
     }
 
     fn free_slot(slots: &mut [Slot], free: &mut Vec<u32>, idx: u32) {
@@ -506,9 +558,11 @@ impl Inner {
         }
         for op in post.ops() {
             let mn = op.ptr().mn;
-            let Some(c) = self.conns.get(mn.index()) else {
+            if mn.index() >= n {
                 return Submitted::Done(Err(VerbError::UnknownNode { mn, mn_count: n }));
-            };
+            }
+            self.revive(mn.index());
+            let c = &self.conns[mn.index()];
             if let Some(why) = &c.dead {
                 return Submitted::Done(Err(VerbError::Unreachable { mn, why: why.clone() }));
             }
@@ -787,6 +841,10 @@ impl Transport for TcpTransport {
                 Inner::free_slot(slots, free, idx);
             }
         }
+    }
+
+    fn restarts(&self) -> u64 {
+        self.inner.borrow().restarts
     }
 
     fn progress(&self) {

@@ -85,6 +85,12 @@ impl AddrCache {
         self.shared.shard(key).lock().unwrap().insert((table, key), rel);
     }
 
+    /// Forget every address, on this thread and CN-wide (a memory node restarted).
+    pub fn clear(&self) {
+        self.local.borrow_mut().clear();
+        self.shared.clear();
+    }
+
     /// Forget `key` if it is still cached at `stale_rel` (another thread may already
     /// have cached the new address).
     pub fn evict(&self, table: u32, key: u64, stale_rel: u64) {

@@ -4,6 +4,7 @@
 use std::rc::Rc;
 use std::sync::Arc;
 
+use dmtx_memnode::Control;
 use dmtx_store::Catalog;
 use dmtx_verbs::{MnCounters, Post, PostCounters, Submitted, Transport, VerbError};
 
@@ -76,6 +77,10 @@ pub struct CoordCtx {
     pub last_fault: Option<VerbError>,
     /// The worker thread's CN↔CN messaging endpoint, when the node has messaging.
     pub rpc: Option<Rc<Rpc>>,
+    /// Where table metadata is refetched from after a memory node restarted.
+    pub control: Option<Arc<dyn Control>>,
+    /// [`Transport::restarts`] when this context last refreshed.
+    seen_restarts: u64,
 }
 
 impl CoordCtx {
@@ -98,6 +103,8 @@ impl CoordCtx {
             per_mn,
             last_fault: None,
             rpc: None,
+            control: None,
+            seen_restarts: 0,
         }
     }
 
@@ -140,7 +147,35 @@ impl CoordCtx {
         if let Err(e) = &res {
             self.last_fault = Some(e.clone());
         }
+        if self.transport.restarts() != self.seen_restarts {
+            self.after_restart();
+        }
         res
+    }
+
+    /// A memory node restarted (the transport reconnected and found a new region key):
+    /// its memory may be empty or reloaded, so every cached address goes and the table
+    /// metadata is fetched again. A failed fetch keeps the old catalog and is reported as
+    /// the last fault; the next post tries again.
+    #[cold]
+    fn after_restart(&mut self) {
+        self.cache.clear();
+        let Some(control) = &self.control else {
+            self.seen_restarts = self.transport.restarts();
+            return;
+        };
+        match Catalog::fetch(control.as_ref()) {
+            Ok(c) => {
+                self.catalog = Arc::new(c);
+                self.seen_restarts = self.transport.restarts();
+            }
+            Err(e) => {
+                self.last_fault = Some(VerbError::Unreachable {
+                    mn: dmtx_verbs::MnId(0),
+                    why: format!("refetching table metadata after a memory-node restart: {e}"),
+                })
+            }
+        }
     }
 
     /// Post without waiting (background release); counted apart from round trips.

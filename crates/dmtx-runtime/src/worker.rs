@@ -126,6 +126,7 @@ impl Worker {
             Rc::clone(&self.cache),
         );
         ctx.rpc = self.rpc.clone();
+        ctx.control = Some(Arc::clone(&self.cn.control));
         ctx
     }
 

@@ -42,6 +42,13 @@ pub trait Transport {
     /// Let the transport make progress (poll sockets, advance the NIC model). Called by
     /// executors when every coordinator is waiting.
     fn progress(&self) {}
+
+    /// How many times this endpoint found a memory node restarted (it reconnected and the
+    /// node's region key had changed). When it grows, the node's memory may have been
+    /// reset or reloaded: cached remote addresses and table metadata must be refetched.
+    fn restarts(&self) -> u64 {
+        0
+    }
 }
 
 /// A cluster's network: hands each worker thread its own [`Transport`].
