@@ -1,8 +1,11 @@
 //! Round-trip benchmark of the `tcp` transport against a raw TCP echo, all on 127.0.0.1.
 //!
 //! ```text
-//! cargo run --release -p dmtx-net --example rtt -- [--pings N]
+//! cargo run --release -p dmtx-net --example rtt -- [--pings N] [--threads N]
 //! ```
+//!
+//! `--threads` sets the memory node's serving threads (default: `ServerConfig::new`'s);
+//! one connection is served by one of them.
 //!
 //! 1. Raw TCP echo RTT: a blocking std::net client/server pair (TCP_NODELAY on both ends)
 //!    exchanging messages of exactly the sizes of a dmtx single-op 64-byte READ (request
@@ -292,6 +295,7 @@ fn pipeline(t: &TcpTransport, depth: usize) -> PipeResult {
 
 fn main() {
     let mut pings = 100_000usize;
+    let mut threads = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -302,8 +306,16 @@ fn main() {
                     .filter(|&v| v > 0)
                     .expect("--pings takes a positive number")
             }
+            "--threads" => {
+                threads = Some(
+                    args.next()
+                        .and_then(|v| v.parse::<usize>().ok())
+                        .filter(|&v| v > 0)
+                        .expect("--threads takes a positive number"),
+                )
+            }
             other => {
-                eprintln!("unknown argument {other}; usage: rtt [--pings N]");
+                eprintln!("unknown argument {other}; usage: rtt [--pings N] [--threads N]");
                 std::process::exit(2);
             }
         }
@@ -318,13 +330,16 @@ fn main() {
     let client_pinned = pin(CLIENT_CPU);
     let (echo, echo_srv_pinned) = echo_rtt(pings, req_bytes, resp_bytes);
 
-    // 2. dmtx: spawn the server (and open the connections, whose server threads are
-    // spawned by the accept thread) with this thread pinned to the server CPU, so every
-    // server thread inherits that mask; then move back to the client CPU.
+    // 2. dmtx: spawn the server (its accept and serving threads) with this thread pinned
+    // to the server CPU, so every server thread inherits that mask; then move back to
+    // the client CPU.
     let srv_pinned = pin(SERVER_CPU);
-    let server = Server::bind(ServerConfig::new(MnId(0), 1 << 20))
-        .expect("bind memory node")
-        .spawn();
+    let mut config = ServerConfig::new(MnId(0), 1 << 20);
+    if let Some(n) = threads {
+        config.threads = n;
+    }
+    let server_threads = config.threads;
+    let server = Server::bind(config).expect("bind memory node").spawn();
     let fabric =
         TcpFabric::connect(vec![(MnId(0), server.local_addr())], TcpConfig::new(0, b"")).expect("connect fabric");
     let t = fabric.transport().expect("open transport");
@@ -344,7 +359,7 @@ fn main() {
         }
     };
     println!(
-        "pinning: client {}; echo server {}; memnode threads {} ({})",
+        "pinning: client {}; echo server {}; memnode ({server_threads} serving threads) {} ({})",
         pin_note(client_pinned, CLIENT_CPU),
         pin_note(echo_srv_pinned, SERVER_CPU),
         pin_note(srv_pinned, SERVER_CPU),

@@ -28,6 +28,7 @@
 
 // The layers, for programs that embed dmtx (see `examples/bank.rs`).
 pub use dmtx_memnode as memnode;
+pub use dmtx_net as net;
 pub use dmtx_protocols as protocols;
 pub use dmtx_runtime as runtime;
 pub use dmtx_store as store;

@@ -114,6 +114,10 @@ struct MemnodeArgs {
     /// the same file keeps the region's bytes. Without it the node is DRAM and restarts empty.
     #[arg(long, value_name = "FILE")]
     backing: Option<std::path::PathBuf>,
+    /// Serving threads, each polling its share of the connections [default: the CPUs,
+    /// clamped to 2..=4].
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
 }
 
 /// `dmtx check` flags.
@@ -191,7 +195,20 @@ fn cluster_up(args: &ClusterUpArgs) -> anyhow::Result<i32> {
         "after --: drop --cluster, `cluster up` provides it"
     );
     bench_args.cluster = Some(nodes.cluster_file.display().to_string());
+    let (cpu_before, started) = (nodes.cpu_seconds(), std::time::Instant::now());
     let code = bench(&bench_args);
+    // How busy the memory nodes were: with enough coroutines the compute side, not the
+    // memory node, should be the bottleneck.
+    let wall = started.elapsed().as_secs_f64();
+    for (i, (a, b)) in cpu_before.iter().zip(nodes.cpu_seconds()).enumerate() {
+        if let (Some(a), Some(b)) = (a, b) {
+            eprintln!(
+                "memory node {i}: {:.2} s CPU in {wall:.1} s ({:.2} cores, loading included)",
+                b - a,
+                (b - a) / wall
+            );
+        }
+    }
     drop(nodes);
     code
 }
@@ -204,6 +221,9 @@ fn memnode(args: &MemnodeArgs) -> anyhow::Result<i32> {
     cfg.cluster_id = args.cluster_id;
     cfg.epoch = args.epoch;
     cfg.backing = args.backing.clone();
+    if let Some(n) = args.threads {
+        cfg.threads = n;
+    }
     match &args.token_file {
         Some(path) => cfg.token = dmtx::cluster::read_token(path)?,
         None => eprintln!(

@@ -18,10 +18,53 @@
 //! - A protocol violation (a frame over [`wire::FRAME_PAYLOAD_MAX`], an unknown kind, an
 //!   undecodable payload, a frame before HELLO, wrong magic, version, cluster id, token or
 //!   a stale epoch) gets one ERROR frame and closes **that connection only**.
-//! - FLUSH only checks its address: the region is DRAM, so there is nothing to persist,
-//!   and ops of a connection already complete in order (READ-after-WRITE holds).
+//! - FLUSH checks its address; on a DRAM node there is nothing to persist (ops of a
+//!   connection already complete in order, so READ-after-WRITE holds), on a node backed
+//!   by a file ([`ServerConfig::backing`]) it syncs the mapping ([`Region::persist`])
+//!   before answering.
 //! - The rkey is random per server start, so a client that kept one across a restart is
 //!   refused (`BadRkey`) instead of writing into a fresh region.
+//!
+//! # Threads and polling
+//!
+//! One accept thread (the caller of [`Server::serve_until`], or the thread that
+//! [`Server::spawn`] starts) and [`ServerConfig::threads`] serving threads. The acceptor
+//! enforces [`ServerConfig::connections_max`], sets `TCP_NODELAY` and hands each new
+//! connection to one serving thread, which owns it until it closes: the thread that is
+//! not inside an op right now and owns the fewest connections (ties rotate). Each serving
+//! thread polls its sockets with edge-triggered epoll (`mio`); handshake, idle and write
+//! timeouts are checked every 20 ms. One poll round of a connection is:
+//!
+//! - **at most one `read`**, into a per-connection buffer. A short read took everything
+//!   the socket had (epoll reports the next bytes), so only a read that filled the buffer
+//!   is followed by another one, next round; the usual read that returns `WouldBlock` is
+//!   never issued.
+//! - **every complete frame answered** (pipelining), in order, into a per-connection
+//!   output buffer: replies are encoded in place and READ data is copied from the region
+//!   straight into it, so nothing is allocated per op once the buffers have grown.
+//! - **at most one `write`** of all pending replies. They are one contiguous buffer, so
+//!   one `write(2)` sends them (no `writev` needed). A partial write keeps the tail
+//!   queued and registers WRITABLE interest, only while replies are pending.
+//!
+//! A lone request thus costs the server three syscalls: `epoll_wait`, `read`, `write`.
+//!
+//! **Backpressure.** Once a connection has 1 MiB of replies unsent or 1024 replies queued
+//! since its queue was last empty, it answers no frame and reads nothing until the
+//! client takes replies; the client's pipelined requests wait in the sockets and its sends
+//! block. A connection holds at most its receive buffer (64 KiB, or the largest frame
+//! received), the send budget and one reply (a READ reply is at most
+//! [`wire::FRAME_PAYLOAD_MAX`]), and a client that never reads does not slow the other
+//! connections of its thread.
+//!
+//! **What a stall blocks.** A serving thread runs one op at a time, like a processing unit
+//! of an RDMA NIC: an op stalled by the test knob ([`Region::arm_stall`]), or slowed by a
+//! page fault on a backed region, holds up every connection of that thread, and only
+//! those. New connections avoid a thread that is inside an op, so a client that connects
+//! while another's op is stalled is served (the conformance suite's tear test needs
+//! exactly that). The default thread count is the machine's parallelism clamped to 2..=4:
+//! at least two so that one stalled op never stops a whole node, at most four because a
+//! node is bound by syscalls and, on one machine, shares the CPUs with compute nodes and
+//! other memory nodes.
 //!
 //! # Fencing (REVOKE)
 //!
@@ -33,26 +76,23 @@
 //!   revoked set that lives as long as the server: its next HELLO gets an ERROR
 //!   `REVOKED` and is closed (a restarted node forgets the set, but also changes its
 //!   rkey, so old connections' ops are refused anyway);
-//! - each connection runs every VERBS / CONTROL frame under its own fence mutex after
-//!   checking a `fenced` flag; REVOKE sets the flag and then takes each fenced
-//!   connection's mutex once. So when REVOKE is answered, a frame of the revoked client
-//!   either ran entirely before (its ops landed) or will never run any op (it gets
-//!   `REVOKED` and the connection closes). The cost is one uncontended lock per frame.
-//! - REVOKE waits for a frame of the revoked client that is inside an op (e.g. one stalled
-//!   by the test knob) to finish; it never waits for the revoked client's network.
+//! - each connection has a fence: a `fenced` flag and a `running` mutex. Its serving thread
+//!   holds `running` while it answers the frames of one round of that connection, and
+//!   checks `fenced` before each VERBS / CONTROL frame. REVOKE sets `fenced` on every
+//!   connection of the id (under the registry lock, so a concurrent HELLO either is
+//!   refused or is found), then takes each one's `running` once. So when REVOKE is
+//!   answered, a frame of the revoked client either ran entirely before (its ops landed)
+//!   or will never run any op (it gets `REVOKED` and the connection closes). The cost is
+//!   one uncontended lock per connection and round.
+//! - Threads do not change the argument: a thread holds a fence only while it answers
+//!   frames of that very connection, and checks the flag before each one, so REVOKE waits
+//!   at most for the op in progress (e.g. one stalled by the test knob), never for the
+//!   revoked client's network or for other connections. A REVOKE answered on thread A
+//!   never waits for itself (its own fence is skipped), and the other connections of A
+//!   hold no fence while A runs the REVOKE (a thread answers one connection at a time).
 //!
 //! Client ids are trusted like everything else after the handshake (see below): two
 //! compute nodes must not share an id, and a revoked node must rejoin under a new id.
-//!
-//! # Threads
-//!
-//! One accept thread, plus one thread per connection, up to
-//! [`ServerConfig::connections_max`]. Thread-per-connection is the simplest design that
-//! keeps the verb contract: a READ stalled by the test knob (or a slow page fault) blocks
-//! only its own queue pair. A poll-based design with N serving threads is future work.
-//! Each connection reads whatever the socket has, answers every complete frame in the
-//! buffer, and sends all the replies with one `write_all` (pipelining, batched replies).
-//! `TCP_NODELAY` is set on every socket.
 //!
 //! # Threat model
 //!
@@ -66,25 +106,28 @@
 //!
 //! # Not done yet
 //!
-//! Several regions per node (the wire format already carries a list), N-thread polling,
-//! a way to raise the epoch of a running server, and persistence (FLUSH to PMem/SSD).
+//! Several regions per node (the wire format already carries a list), a way to raise the
+//! epoch of a running server, and moving a busy connection to an idle serving thread
+//! (connections stay on the thread they were given).
 
+mod frames;
+mod poll;
 pub mod wire;
 
 use std::collections::HashSet;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use dmtx_verbs::region::RegionError;
 use dmtx_verbs::{MnId, Region};
 
 use crate::MemNode;
-use wire::{ControlReply, ControlReq, ErrorCode, Kind, OpResult, WireOp};
+use poll::{Adopt, Link, Poller};
+use wire::ErrorCode;
 
 /// How a memory-node server is set up.
 #[derive(Clone, Debug)]
@@ -101,20 +144,32 @@ pub struct ServerConfig {
     pub token: Vec<u8>,
     /// Membership epoch; HELLO naming an older one is refused.
     pub epoch: u64,
-    /// Most connections served at once (one thread each); more are refused.
+    /// Most connections served at once; more are refused.
     pub connections_max: usize,
+    /// Serving threads; each owns a share of the connections and polls them (module doc).
+    /// [`ServerConfig::new`] sets [`default_threads`].
+    pub threads: usize,
     /// Time a new connection has to complete its HELLO.
     pub handshake_timeout: Duration,
     /// A connection with no frame for this long is closed; `None` keeps it forever.
     pub idle_timeout: Option<Duration>,
     /// Back the region with this file (a PM-like node): FLUSH persists, and a restart on
-    /// the same file keeps the region's bytes. `None` is a DRAM node that starts empty.
+    /// the same file keeps the region's bytes, its allocator and its published tables
+    /// (`FILE.meta`, see [`crate::MemNode::open_backed`]). `None` is a DRAM node that
+    /// starts empty.
     pub backing: Option<std::path::PathBuf>,
+}
+
+/// The default number of serving threads: the machine's parallelism clamped to 2..=4
+/// (at least two so that one stalled op never stops a whole node; see the module doc).
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 4)
 }
 
 impl ServerConfig {
     /// Defaults for node `node_id` with a region of `region_bytes`: loopback with a free
-    /// port, cluster 0, empty token, epoch 0, 256 connections, 5 s handshake, no idle limit.
+    /// port, cluster 0, empty token, epoch 0, 256 connections, [`default_threads`] serving
+    /// threads, 5 s handshake, no idle limit.
     pub fn new(node_id: MnId, region_bytes: u64) -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -124,6 +179,7 @@ impl ServerConfig {
             token: Vec::new(),
             epoch: 0,
             connections_max: 256,
+            threads: default_threads(),
             handshake_timeout: Duration::from_secs(5),
             idle_timeout: None,
             backing: None,
@@ -153,16 +209,13 @@ pub enum ServerError {
 
 /// How often blocked threads look at the shutdown flag and their timeouts.
 const TICK: Duration = Duration::from_millis(20);
-/// A peer that does not take our replies for this long is dropped.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Initial receive buffer per connection (grows to the largest frame seen).
-const RECV_BYTES_INITIAL: usize = 64 << 10;
 
 /// A bound, not yet serving memory-node server.
 #[derive(Debug)]
 pub struct Server {
     listener: TcpListener,
     shared: Arc<Shared>,
+    pollers: Vec<Poller>,
 }
 
 #[derive(Debug)]
@@ -175,6 +228,8 @@ struct Shared {
     registry: Mutex<Registry>,
     live_count: AtomicUsize,
     next_conn: AtomicU64,
+    /// One per serving thread.
+    links: Vec<Arc<Link>>,
 }
 
 #[derive(Debug, Default)]
@@ -188,26 +243,46 @@ struct Registry {
 #[derive(Debug)]
 struct Live {
     id: u64,
-    /// A clone of its socket, so shutdown and revoke can cut it at once.
-    stream: TcpStream,
+    /// Its socket's descriptor, so shutdown and revoke can cut it at once from any thread.
+    /// Its owner removes the entry (under the registry lock) before closing the socket, so
+    /// a descriptor found here is open and still this connection's.
+    fd: RawFd,
     /// The client id of its HELLO, once the handshake passed.
     client: Option<u32>,
     fence: Arc<Fence>,
 }
 
-/// Per-connection fence. A connection runs every VERBS / CONTROL frame holding `running`
-/// and checks `fenced` first; REVOKE sets `fenced` and then takes `running` once, so when
-/// it returns, no op of the revoked connection is running or can start.
+/// Per-connection fence. A serving thread answers the frames of a connection holding
+/// `running` and checks `fenced` before each VERBS / CONTROL frame; REVOKE sets `fenced`
+/// and then takes `running` once, so when it returns, no op of the revoked connection is
+/// running or can start.
 #[derive(Debug, Default)]
 struct Fence {
     fenced: AtomicBool,
     running: Mutex<()>,
 }
 
+/// Shut a live connection's socket down both ways (the peer sees the connection drop; its
+/// owner sees end-of-file and closes it).
+fn cut(fd: RawFd) {
+    // SAFETY: `fd` is an open socket: the registry lock is held, and a connection leaves
+    // the registry before its socket is closed (see `Live::fd`).
+    unsafe {
+        libc::shutdown(fd, libc::SHUT_RDWR);
+    }
+}
+
 impl Shared {
     fn close_all(&self) {
         for l in self.registry.lock().unwrap().live.iter() {
-            let _ = l.stream.shutdown(Shutdown::Both);
+            cut(l.fd);
+        }
+    }
+
+    /// Wake every serving thread (to notice `stop`).
+    fn wake_all(&self) {
+        for l in &self.links {
+            let _ = l.waker.wake();
         }
     }
 
@@ -223,7 +298,7 @@ impl Shared {
                 .filter(|l| l.client == Some(client))
                 .map(|l| {
                     l.fence.fenced.store(true, Ordering::SeqCst);
-                    let _ = l.stream.shutdown(Shutdown::Both);
+                    cut(l.fd);
                     Arc::clone(&l.fence)
                 })
                 .collect()
@@ -244,6 +319,11 @@ impl Shared {
     fn stopped(&self, external: Option<&AtomicBool>) -> bool {
         self.stop.load(Ordering::SeqCst) || external.is_some_and(|f| f.load(Ordering::SeqCst))
     }
+
+    /// Bytes held by every connection's receive and send buffers.
+    fn buffered_bytes(&self) -> usize {
+        self.links.iter().map(|l| l.held.load(Ordering::SeqCst)).sum()
+    }
 }
 
 /// A fresh random rkey (never 0), different at every server start.
@@ -259,7 +339,8 @@ fn random_rkey() -> u64 {
 }
 
 impl Server {
-    /// Validate `config`, allocate the region and bind the listener.
+    /// Validate `config`, allocate the region, bind the listener and make the serving
+    /// threads' pollers (the threads start with [`Server::spawn`] or [`Server::serve_until`]).
     pub fn bind(config: ServerConfig) -> Result<Self, ServerError> {
         if config.token.len() > wire::TOKEN_BYTES_MAX {
             return Err(ServerError::Config(format!(
@@ -273,6 +354,11 @@ impl Server {
                 "connections_max is 0; allow at least one connection".into(),
             ));
         }
+        if config.threads == 0 {
+            return Err(ServerError::Config(
+                "threads is 0; serve with at least one thread (`--threads`)".into(),
+            ));
+        }
         if config.region_bytes == 0 {
             return Err(ServerError::Config(
                 "region_bytes is 0; give the region some memory".into(),
@@ -283,16 +369,15 @@ impl Server {
             source,
         })?;
         listener.set_nonblocking(true)?;
+        let pollers = (0..config.threads)
+            .map(|_| Poller::new())
+            .collect::<io::Result<Vec<_>>>()?;
         let node = Arc::new(match &config.backing {
             None => MemNode::new(config.node_id, config.region_bytes),
             Some(path) => {
-                let region = Region::map_file(path, config.region_bytes).map_err(|e| {
-                    ServerError::Config(format!(
-                        "--backing {}: {e}; check the path and free space",
-                        path.display()
-                    ))
-                })?;
-                MemNode::with_region(config.node_id, region)
+                MemNode::open_backed(config.node_id, path, config.region_bytes)
+                    .map_err(|e| ServerError::Config(format!("--backing: {e}")))?
+                    .0
             }
         });
         Ok(Self {
@@ -305,7 +390,9 @@ impl Server {
                 registry: Mutex::new(Registry::default()),
                 live_count: AtomicUsize::new(0),
                 next_conn: AtomicU64::new(0),
+                links: pollers.iter().map(|p| Arc::clone(p.link())).collect(),
             }),
+            pollers,
         })
     }
 
@@ -329,22 +416,24 @@ impl Server {
         self.shared.rkey
     }
 
-    /// Serve on this thread until `stop` is set, then close every connection and return
-    /// once their threads have ended.
+    /// Serve on this thread (as the acceptor, with the serving threads beside it) until
+    /// `stop` is set, then close every connection and return once every thread has ended.
     pub fn serve_until(self, stop: &AtomicBool) {
-        accept_loop(self.listener, self.shared, Some(stop));
+        let workers = spawn_workers(self.pollers, &self.shared);
+        accept_loop(self.listener, self.shared, workers, Some(stop));
     }
 
-    /// Serve on a background thread; the handle shuts it down.
+    /// Serve on background threads; the handle shuts them down.
     pub fn spawn(self) -> ServerHandle {
         let addr = self.local_addr();
         let shared = Arc::clone(&self.shared);
+        let workers = spawn_workers(self.pollers, &shared);
         let name = format!("dmtx-{}-accept", shared.config.node_id);
         let listener = self.listener;
         let s2 = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name(name)
-            .spawn(move || accept_loop(listener, s2, None))
+            .spawn(move || accept_loop(listener, s2, workers, None))
             .expect("spawn the accept thread");
         ServerHandle {
             addr,
@@ -352,6 +441,21 @@ impl Server {
             thread: Some(thread),
         }
     }
+}
+
+/// Start the serving threads (they inherit the caller's CPU affinity).
+fn spawn_workers(pollers: Vec<Poller>, shared: &Arc<Shared>) -> Vec<JoinHandle<()>> {
+    pollers
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let s = Arc::clone(shared);
+            std::thread::Builder::new()
+                .name(format!("dmtx-{}-serve{i}", shared.config.node_id))
+                .spawn(move || p.run(s))
+                .expect("spawn a serving thread")
+        })
+        .collect()
 }
 
 /// A server running on background threads. Dropping it shuts it down and waits.
@@ -388,6 +492,12 @@ impl ServerHandle {
         self.shared.live_count.load(Ordering::SeqCst)
     }
 
+    /// Bytes the connections' receive and send buffers hold now (their capacities): what
+    /// backpressure keeps bounded however much a client pipelines.
+    pub fn buffered_bytes(&self) -> usize {
+        self.shared.buffered_bytes()
+    }
+
     /// Fence compute node `client_id` out, as the REVOKE control op does: cut every
     /// connection whose HELLO named it, refuse its HELLOs from now on, and return once
     /// none of its ops is running (so none can land afterwards).
@@ -401,10 +511,11 @@ impl ServerHandle {
     }
 
     /// Stop accepting and cut every connection now (clients see the connection drop).
-    /// Does not wait: a connection thread stalled inside an op ends when the op does.
+    /// Does not wait: a serving thread stalled inside an op ends when the op does.
     pub fn shutdown(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.close_all();
+        self.shared.wake_all();
     }
 
     /// Shut down and wait for every server thread to end.
@@ -438,11 +549,39 @@ fn wait_readable(fd: i32, timeout: Duration) -> bool {
     n > 0
 }
 
-fn accept_loop(listener: TcpListener, shared: Arc<Shared>, external: Option<&AtomicBool>) {
-    let mut workers: Vec<JoinHandle<()>> = Vec::new();
+/// The serving thread for a new connection: one not inside an op, then the one with the
+/// fewest connections; ties go round-robin from `rr`.
+fn pick(links: &[Arc<Link>], rr: &mut usize) -> usize {
+    let n = links.len();
+    let key = |i: usize| {
+        (
+            links[i].inside.load(Ordering::Relaxed),
+            links[i].conns.load(Ordering::SeqCst),
+        )
+    };
+    let mut best = *rr % n;
+    let mut best_key = key(best);
+    for k in 1..n {
+        let i = (*rr + k) % n;
+        let ki = key(i);
+        if ki < best_key {
+            best = i;
+            best_key = ki;
+        }
+    }
+    *rr = best + 1;
+    best
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    external: Option<&AtomicBool>,
+) {
+    let mut rr = 0usize;
     while !shared.stopped(external) {
         if !wait_readable(listener.as_raw_fd(), TICK) {
-            workers.retain(|h| !h.is_finished());
             continue;
         }
         let stream = match listener.accept() {
@@ -454,10 +593,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>, external: Option<&Ato
                 continue;
             }
         };
-        workers.retain(|h| !h.is_finished());
         let _ = stream.set_nodelay(true);
-        let _ = stream.set_nonblocking(false);
-        let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
         let max = shared.config.connections_max;
         if shared.live_count.load(Ordering::SeqCst) >= max {
             refuse(
@@ -470,436 +606,45 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>, external: Option<&Ato
             );
             continue;
         }
+        if stream.set_nonblocking(true).is_err() {
+            continue;
+        }
         let id = shared.next_conn.fetch_add(1, Ordering::SeqCst);
-        let Ok(clone) = stream.try_clone() else { continue };
         let fence = Arc::new(Fence::default());
         shared.registry.lock().unwrap().live.push(Live {
             id,
-            stream: clone,
+            fd: stream.as_raw_fd(),
             client: None,
             fence: Arc::clone(&fence),
         });
         shared.live_count.fetch_add(1, Ordering::SeqCst);
-        let s2 = Arc::clone(&shared);
-        let spawned = std::thread::Builder::new()
-            .name(format!("dmtx-{}-conn{id}", shared.config.node_id))
-            .spawn(move || {
-                Conn::new(stream, Arc::clone(&s2), ConnCtx { id, fence }).run();
-                s2.forget(id);
-            });
-        match spawned {
-            Ok(h) => workers.push(h),
-            Err(_) => shared.forget(id),
-        }
+        let w = pick(&shared.links, &mut rr);
+        shared.links[w].hand(Adopt {
+            id,
+            stream,
+            fence,
+            opened: Instant::now(),
+        });
     }
     shared.stop.store(true, Ordering::SeqCst);
     shared.close_all();
+    shared.wake_all();
     for h in workers {
         let _ = h.join();
+    }
+    // Connections handed over after their thread had stopped.
+    for l in &shared.links {
+        l.drain(&shared);
     }
 }
 
 fn refuse(mut stream: TcpStream, code: ErrorCode, message: &str) {
     let mut out = Vec::new();
     wire::put_error(&mut out, 0, code, message);
+    let _ = stream.set_nonblocking(false);
     let _ = stream.set_write_timeout(Some(TICK));
     let _ = stream.write_all(&out);
     let _ = stream.shutdown(Shutdown::Both);
-}
-
-/// Compare secrets in time that depends only on their lengths.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = (a.len() ^ b.len()) as u64;
-    for i in 0..a.len().max(b.len()) {
-        diff |= u64::from(a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0));
-    }
-    std::hint::black_box(diff) == 0
-}
-
-/// What to do with a connection after a frame.
-enum Next {
-    Continue,
-    /// An ERROR frame is in `out`; send it and close.
-    Close,
-}
-
-/// What a connection's frame handler needs to know about its connection.
-struct ConnCtx {
-    id: u64,
-    fence: Arc<Fence>,
-}
-
-/// One connection: one client queue pair.
-struct Conn {
-    stream: TcpStream,
-    shared: Arc<Shared>,
-    ctx: ConnCtx,
-    inb: Vec<u8>,
-    start: usize,
-    end: usize,
-    out: Vec<u8>,
-    ready: bool,
-}
-
-impl Conn {
-    fn new(stream: TcpStream, shared: Arc<Shared>, ctx: ConnCtx) -> Self {
-        Self {
-            stream,
-            shared,
-            ctx,
-            inb: vec![0; RECV_BYTES_INITIAL],
-            start: 0,
-            end: 0,
-            out: Vec::with_capacity(RECV_BYTES_INITIAL),
-            ready: false,
-        }
-    }
-
-    fn run(mut self) {
-        let _ = self.stream.set_read_timeout(Some(TICK));
-        let opened = Instant::now();
-        let mut last_frame = opened;
-        loop {
-            // Answer every complete frame already buffered (pipelining).
-            loop {
-                match wire::split_frame(&self.inb[self.start..self.end]) {
-                    Ok(Some((h, _, used))) => {
-                        let payload = self.start + wire::HEADER_BYTES..self.start + used;
-                        let next = handle(
-                            &self.shared,
-                            &self.ctx,
-                            &mut self.ready,
-                            h,
-                            &self.inb[payload],
-                            &mut self.out,
-                        );
-                        self.start += used;
-                        last_frame = Instant::now();
-                        if let Next::Close = next {
-                            return self.close();
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        wire::put_error(&mut self.out, 0, ErrorCode::BAD_FRAME, &e.to_string());
-                        return self.close();
-                    }
-                }
-            }
-            // One write for all replies of this read.
-            if !self.out.is_empty() {
-                if self.stream.write_all(&self.out).is_err() {
-                    return;
-                }
-                self.out.clear();
-            }
-            self.make_room();
-            match self.stream.read(&mut self.inb[self.end..]) {
-                Ok(0) => return,
-                Ok(n) => self.end += n,
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                    if self.shared.stop.load(Ordering::SeqCst) {
-                        wire::put_error(&mut self.out, 0, ErrorCode::SHUTDOWN, "memory node is shutting down");
-                        return self.close();
-                    }
-                    let cfg = &self.shared.config;
-                    if !self.ready && opened.elapsed() > cfg.handshake_timeout {
-                        let m = format!("no HELLO within {:?}", cfg.handshake_timeout);
-                        wire::put_error(&mut self.out, 0, ErrorCode::TIMEOUT, &m);
-                        return self.close();
-                    }
-                    if let Some(idle) = cfg.idle_timeout {
-                        if last_frame.elapsed() > idle {
-                            let m = format!("idle for more than {idle:?}");
-                            wire::put_error(&mut self.out, 0, ErrorCode::TIMEOUT, &m);
-                            return self.close();
-                        }
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return,
-            }
-        }
-    }
-
-    /// Compact the receive buffer and grow it to hold the frame being received. The frame
-    /// length was checked against the maximum by `split_frame` before this grows.
-    fn make_room(&mut self) {
-        wire::make_room(&mut self.inb, &mut self.start, &mut self.end);
-        debug_assert!(self.end < self.inb.len(), "a complete frame would have been answered");
-    }
-
-    fn close(mut self) {
-        if !self.out.is_empty() {
-            let _ = self.stream.set_write_timeout(Some(TICK));
-            let _ = self.stream.write_all(&self.out);
-        }
-        let _ = self.stream.shutdown(Shutdown::Both);
-    }
-}
-
-/// Answer one frame into `out`.
-fn handle(
-    shared: &Shared,
-    ctx: &ConnCtx,
-    ready: &mut bool,
-    h: wire::Header,
-    payload: &[u8],
-    out: &mut Vec<u8>,
-) -> Next {
-    let req = h.request_id;
-    let violation = |out: &mut Vec<u8>, code: ErrorCode, msg: String| {
-        wire::put_error(out, req, code, &msg);
-        Next::Close
-    };
-    if !*ready && h.kind != Kind::Hello {
-        return violation(out, ErrorCode::NOT_EXPECTED, format!("{:?} before HELLO", h.kind));
-    }
-    match h.kind {
-        Kind::Hello if *ready => violation(out, ErrorCode::NOT_EXPECTED, "second HELLO".into()),
-        Kind::Hello => {
-            let hello = match wire::Hello::decode(payload) {
-                Ok(x) => x,
-                Err(e) => return violation(out, ErrorCode::BAD_FRAME, e.to_string()),
-            };
-            let cfg = &shared.config;
-            if hello.version != wire::PROTOCOL_VERSION {
-                let m = format!(
-                    "protocol version {} is not supported; this memory node speaks {}; run matching dmtx builds",
-                    hello.version,
-                    wire::PROTOCOL_VERSION
-                );
-                return violation(out, ErrorCode::BAD_VERSION, m);
-            }
-            if hello.cluster_id != cfg.cluster_id {
-                let m = format!(
-                    "cluster id {} does not match this node's {}; check --cluster-id",
-                    hello.cluster_id, cfg.cluster_id
-                );
-                return violation(out, ErrorCode::BAD_CLUSTER, m);
-            }
-            if !constant_time_eq(&hello.token, &cfg.token) {
-                return violation(out, ErrorCode::BAD_TOKEN, "wrong cluster token; check --token".into());
-            }
-            if hello.epoch < cfg.epoch {
-                let m = format!(
-                    "epoch {} is older than this node's {}; the client was fenced out, rejoin the view",
-                    hello.epoch, cfg.epoch
-                );
-                return violation(out, ErrorCode::STALE_EPOCH, m);
-            }
-            {
-                let mut reg = shared.registry.lock().unwrap();
-                if reg.revoked.contains(&hello.client_id) {
-                    drop(reg);
-                    let m = format!(
-                        "client {} was revoked (fenced out) on this memory node; rejoin under a new client id",
-                        hello.client_id
-                    );
-                    return violation(out, ErrorCode::REVOKED, m);
-                }
-                if let Some(l) = reg.live.iter_mut().find(|l| l.id == ctx.id) {
-                    l.client = Some(hello.client_id);
-                }
-            }
-            *ready = true;
-            let ok = wire::HelloOk {
-                node_id: cfg.node_id.0,
-                epoch: cfg.epoch,
-                regions: vec![wire::RegionInfo {
-                    rkey: shared.rkey,
-                    bytes: shared.node.region().bytes(),
-                }],
-            };
-            let s = wire::begin_frame(out, Kind::HelloOk, req);
-            ok.encode(out);
-            wire::end_frame(out, s);
-            Next::Continue
-        }
-        Kind::Verbs | Kind::Control => {
-            let _running = ctx.fence.running.lock().unwrap_or_else(|p| p.into_inner());
-            if ctx.fence.fenced.load(Ordering::SeqCst) {
-                let m = "this client was revoked (fenced out) on this memory node".to_owned();
-                return violation(out, ErrorCode::REVOKED, m);
-            }
-            if h.kind == Kind::Verbs {
-                serve_verbs(shared, req, payload, out)
-            } else {
-                serve_control(shared, ctx, req, payload, out)
-            }
-        }
-        Kind::Ping => {
-            if !payload.is_empty() {
-                return violation(out, ErrorCode::BAD_FRAME, "PING with a payload".into());
-            }
-            wire::put_frame(out, Kind::Pong, req, &[]);
-            Next::Continue
-        }
-        k => violation(out, ErrorCode::NOT_EXPECTED, format!("{k:?} is not a request")),
-    }
-}
-
-fn serve_verbs(shared: &Shared, req: u64, payload: &[u8], out: &mut Vec<u8>) -> Next {
-    let region = shared.node.region();
-    let frame = wire::begin_frame(out, Kind::VerbsResult, req);
-    let count_at = wire::begin_verbs(out);
-    let undo = |out: &mut Vec<u8>, e: wire::WireError| {
-        out.truncate(frame);
-        wire::put_error(out, req, ErrorCode::BAD_FRAME, &e.to_string());
-        Next::Close
-    };
-    let mut ops = match wire::OpsReader::new(payload) {
-        Ok(r) => r,
-        Err(e) => return undo(out, e),
-    };
-    let mut count = 0u32;
-    let mut failed = false;
-    loop {
-        let op = match ops.next_op() {
-            Ok(Some(op)) => op,
-            Ok(None) => break,
-            Err(e) => return undo(out, e),
-        };
-        count += 1;
-        if failed {
-            OpResult::Skipped.encode(out);
-            continue;
-        }
-        let ok = apply_op(shared.rkey, region, &op, frame, out);
-        failed = !ok;
-    }
-    wire::set_count(out, count_at, count);
-    wire::end_frame(out, frame);
-    Next::Continue
-}
-
-/// Run one op and append its result; false when the op failed (the batch stops).
-fn apply_op(rkey: u64, region: &Region, op: &WireOp<'_>, frame: usize, out: &mut Vec<u8>) -> bool {
-    let (op_rkey, offset) = match *op {
-        WireOp::Read { rkey, offset, .. }
-        | WireOp::Write { rkey, offset, .. }
-        | WireOp::Cas { rkey, offset, .. }
-        | WireOp::Faa { rkey, offset, .. }
-        | WireOp::Flush { rkey, offset } => (rkey, offset),
-    };
-    if op_rkey != rkey {
-        OpResult::BadRkey.encode(out);
-        return false;
-    }
-    let bytes = region.bytes();
-    let refused = |out: &mut Vec<u8>, e: RegionError| {
-        match e {
-            RegionError::OutOfRange { region_bytes } => OpResult::OutOfRange { region_bytes }.encode(out),
-            RegionError::Misaligned => OpResult::Misaligned.encode(out),
-        }
-        false
-    };
-    match *op {
-        WireOp::Read { len, .. } => {
-            // Range and reply size are checked before the reply grows by `len`.
-            if offset.checked_add(len as u64).is_none_or(|end| end > bytes) {
-                return refused(out, RegionError::OutOfRange { region_bytes: bytes });
-            }
-            let payload_after = out.len() - frame - wire::HEADER_BYTES + 5 + len as usize;
-            if payload_after > wire::FRAME_PAYLOAD_MAX as usize {
-                OpResult::TooLarge.encode(out);
-                return false;
-            }
-            let mark = out.len();
-            out.push(wire::STATUS_DATA);
-            out.extend_from_slice(&len.to_le_bytes());
-            let at = out.len();
-            out.resize(at + len as usize, 0);
-            match region.read(offset, &mut out[at..]) {
-                Ok(()) => true,
-                Err(e) => {
-                    out.truncate(mark);
-                    refused(out, e)
-                }
-            }
-        }
-        WireOp::Write { data, .. } => match region.write(offset, data) {
-            Ok(()) => {
-                OpResult::Done.encode(out);
-                true
-            }
-            Err(e) => refused(out, e),
-        },
-        WireOp::Cas { expect, swap, .. } => match region.cas(offset, expect, swap) {
-            Ok(old) => {
-                OpResult::Old(old).encode(out);
-                true
-            }
-            Err(e) => refused(out, e),
-        },
-        WireOp::Faa { add, .. } => match region.faa(offset, add) {
-            Ok(old) => {
-                OpResult::Old(old).encode(out);
-                true
-            }
-            Err(e) => refused(out, e),
-        },
-        WireOp::Flush { .. } => {
-            if offset >= bytes {
-                return refused(out, RegionError::OutOfRange { region_bytes: bytes });
-            }
-            // A DRAM node has nothing to persist (ops of a connection already complete in
-            // order). A file-backed node syncs the whole mapping: a superset of what this
-            // connection wrote, which the kernel limits to dirty pages.
-            if region.persist(0, bytes).is_err() {
-                // The wire has no status for an I/O failure yet; refusing is what keeps
-                // the client from believing the data durable.
-                return refused(out, RegionError::OutOfRange { region_bytes: bytes });
-            }
-            OpResult::Done.encode(out);
-            true
-        }
-    }
-}
-
-fn serve_control(shared: &Shared, ctx: &ConnCtx, req: u64, payload: &[u8], out: &mut Vec<u8>) -> Next {
-    let node = &shared.node;
-    let r = match ControlReq::decode(payload) {
-        Ok(r) => r,
-        Err(e) => {
-            wire::put_error(out, req, ErrorCode::BAD_FRAME, &e.to_string());
-            return Next::Close;
-        }
-    };
-    let reply = match r {
-        ControlReq::Alloc { align, .. } if !align.is_power_of_two() => {
-            let m = format!("alloc alignment {align} is not a power of two");
-            wire::put_error(out, req, ErrorCode::BAD_REQUEST, &m);
-            return Next::Continue;
-        }
-        ControlReq::Alloc { bytes, align } => match node.alloc(bytes, align) {
-            Ok(at) => ControlReply::Offset(at),
-            Err(e) => ControlReply::Failed(e),
-        },
-        ControlReq::Load { offset, data } => match node.load(offset, data) {
-            Ok(()) => ControlReply::Done,
-            Err(e) => ControlReply::Failed(e),
-        },
-        ControlReq::PutTable(t) => match node.put_table(&t) {
-            Ok(()) => ControlReply::Done,
-            Err(e) => ControlReply::Failed(e),
-        },
-        ControlReq::Tables => ControlReply::Tables(node.tables()),
-        ControlReq::Revoke { client_id } => {
-            shared.revoke(client_id, Some(&ctx.fence));
-            ControlReply::Done
-        }
-    };
-    let s = wire::begin_frame(out, Kind::ControlResult, req);
-    reply.encode(out);
-    if out.len() - s - wire::HEADER_BYTES > wire::FRAME_PAYLOAD_MAX as usize {
-        out.truncate(s);
-        let m = "the table catalog does not fit in one frame; publish fewer or smaller tables";
-        wire::put_error(out, req, ErrorCode::BAD_REQUEST, m);
-        return Next::Continue;
-    }
-    wire::end_frame(out, s);
-    Next::Continue
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+use super::wire::constant_time_eq;
 use super::wire::{self, ErrorCode, ErrorFrame, Hello, HelloOk, Kind, OpResult, WireOp};
 use super::*;
 
@@ -440,4 +441,266 @@ fn revoke_waits_for_a_running_frame_and_drops_queued_ones() {
             "only the first frame may be answered"
         );
     }
+}
+
+fn server_with(threads: usize, region_bytes: u64) -> ServerHandle {
+    let mut c = ServerConfig::new(MnId(2), region_bytes);
+    c.cluster_id = 7;
+    c.token = TOKEN.to_vec();
+    c.epoch = 3;
+    c.threads = threads;
+    Server::bind(c).unwrap().spawn()
+}
+
+/// Handshake on a server whose region is not the default size.
+fn handshake_any(s: &ServerHandle) -> (TcpStream, u64) {
+    let mut t = connect(s);
+    send(&mut t, Kind::Hello, 1, |o| hello().encode(o));
+    let (h, p) = recv(&mut t).unwrap();
+    assert_eq!(h.kind, Kind::HelloOk, "{:?}", ErrorFrame::decode(&p));
+    (t, HelloOk::decode(&p).unwrap().regions[0].rkey)
+}
+
+/// Append one single-op VERBS frame.
+fn put_verbs(out: &mut Vec<u8>, id: u64, op: WireOp<'_>) {
+    let f = wire::begin_frame(out, Kind::Verbs, id);
+    let at = wire::begin_verbs(out);
+    op.encode(out);
+    wire::set_count(out, at, 1);
+    wire::end_frame(out, f);
+}
+
+/// A byte of the test pattern at region offset `at`.
+fn pattern(at: usize) -> u8 {
+    (at as u8) ^ ((at >> 9) as u8)
+}
+
+/// Fill the region with the test pattern; returns the pattern (to compare replies with).
+fn fill_pattern(s: &ServerHandle, bytes: usize) -> Vec<u8> {
+    let data: Vec<u8> = (0..bytes).map(pattern).collect();
+    s.region().write(0, &data).unwrap();
+    data
+}
+
+/// Goal: more connections than serving threads are all served at once, each pipelining,
+/// every reply in order, and new connections spread over the threads. Method: 2 threads,
+/// 12 connections opened up front; each pipelines 64 FAA frames per round, 20 rounds, on
+/// a shared word and on its own word.
+#[test]
+fn many_connections_pipeline_concurrently_over_few_threads() {
+    const CONNS: usize = 12;
+    const ROUNDS: u64 = 20;
+    const DEPTH: u64 = 64;
+    let s = server_with(2, 1 << 16);
+    let mut conns: Vec<(TcpStream, u64)> = (0..CONNS).map(|_| handshake_any(&s)).collect();
+    assert_eq!(s.connection_count(), CONNS);
+    for l in &s.shared.links {
+        assert!(
+            l.conns.load(Ordering::SeqCst) >= 1,
+            "every serving thread got connections"
+        );
+    }
+    let barrier = std::sync::Barrier::new(CONNS);
+    std::thread::scope(|sc| {
+        for (i, (t, rkey)) in conns.iter_mut().enumerate() {
+            let barrier = &barrier;
+            sc.spawn(move || {
+                let own = 1024 + 8 * i as u64;
+                let mut out = Vec::new();
+                barrier.wait();
+                for round in 0..ROUNDS {
+                    out.clear();
+                    for k in 0..DEPTH {
+                        let id = (round * DEPTH + k) * 2;
+                        put_verbs(
+                            &mut out,
+                            id,
+                            WireOp::Faa {
+                                rkey: *rkey,
+                                offset: 0,
+                                add: 1,
+                            },
+                        );
+                        put_verbs(
+                            &mut out,
+                            id + 1,
+                            WireOp::Faa {
+                                rkey: *rkey,
+                                offset: own,
+                                add: 1,
+                            },
+                        );
+                    }
+                    t.write_all(&out).unwrap();
+                    for k in 0..DEPTH {
+                        let id = (round * DEPTH + k) * 2;
+                        let (h, _) = recv(t).unwrap();
+                        assert_eq!((h.kind, h.request_id), (Kind::VerbsResult, id));
+                        let (h, p) = recv(t).unwrap();
+                        assert_eq!(h.request_id, id + 1);
+                        assert_eq!(results(&p), [OpResult::Old(round * DEPTH + k)]);
+                    }
+                }
+            });
+        }
+    });
+    let total = CONNS as u64 * ROUNDS * DEPTH;
+    assert_eq!(s.region().load(0).unwrap(), total, "no FAA lost");
+}
+
+/// Goal: backpressure. A client that pipelines far more READs than the send queue holds
+/// and reads no reply neither makes the server buffer them all nor stops the other
+/// connections of its serving thread, and later gets every reply. Method: 1 serving
+/// thread; client A pipelines 384 READs of 64 KiB (24 MiB of replies, more than the
+/// sockets and the budget hold) without reading; meanwhile client B runs round trips;
+/// then A reads and checks every byte.
+#[test]
+fn a_client_that_does_not_read_is_backpressured() {
+    const FRAMES: u64 = 384;
+    const LEN: u32 = 64 << 10;
+    const REGION: u64 = 1 << 20;
+    // A reads the region past its first 64 KiB, B adds to word 0.
+    let a_offset = |i: u64| u64::from(LEN) + (i * u64::from(LEN)) % (REGION - u64::from(LEN));
+    let s = server_with(1, REGION);
+    let pat = fill_pattern(&s, REGION as usize);
+    let (mut a, rkey) = handshake_any(&s);
+    let (mut b, _) = handshake_any(&s);
+    let mut burst = Vec::new();
+    for i in 0..FRAMES {
+        let offset = a_offset(i);
+        put_verbs(&mut burst, i, WireOp::Read { rkey, offset, len: LEN });
+    }
+    let mut writer = a.try_clone().unwrap();
+    let sender = std::thread::spawn(move || writer.write_all(&burst).unwrap());
+    std::thread::sleep(Duration::from_millis(200)); // the server answers until the queue is full
+    let mut peak = s.buffered_bytes();
+    let first = s.region().load(0).unwrap(); // a word A does not read
+    for i in 0..50u64 {
+        let p = verbs(
+            &mut b,
+            10_000 + i,
+            &[WireOp::Faa {
+                rkey,
+                offset: 0,
+                add: 1,
+            }],
+        );
+        assert_eq!(results(&p), [OpResult::Old(first + i)]);
+        peak = peak.max(s.buffered_bytes());
+    }
+    // Receive buffers, the send budget and one reply per connection, with Vec growth.
+    let bound = 2 * (64 << 10) + 2 * (poll::SEND_QUEUE_BYTES + LEN as usize + 64) * 2;
+    assert!(peak <= bound, "server buffers {peak} B, bound {bound} B");
+    let mut got = 0u64;
+    while got < FRAMES {
+        let (h, p) = recv(&mut a).unwrap();
+        assert_eq!((h.kind, h.request_id), (Kind::VerbsResult, got));
+        let offset = a_offset(got) as usize;
+        let [OpResult::Data(d)] = results(&p)[..] else {
+            panic!("reply {got} is not data")
+        };
+        assert_eq!(d.len(), LEN as usize);
+        assert!(d == &pat[offset..offset + LEN as usize], "reply {got}");
+        got += 1;
+        if got.is_multiple_of(64) {
+            peak = peak.max(s.buffered_bytes());
+        }
+    }
+    sender.join().unwrap();
+    assert!(peak <= bound, "server buffers {peak} B, bound {bound} B");
+}
+
+/// Goal: partial writes. A slow reader of large READ replies gets every byte, in order,
+/// and the serving thread keeps serving another connection meanwhile. Method: 1 serving
+/// thread; client A pipelines 8 READs of 2 MiB and reads them 16 KiB at a time with
+/// pauses; client B runs round trips in between.
+#[test]
+fn a_slow_reader_gets_every_byte_of_large_replies() {
+    const FRAMES: u64 = 8;
+    const LEN: u32 = 2 << 20;
+    const REGION: u64 = 8 << 20;
+    let s = server_with(1, REGION);
+    let pat = fill_pattern(&s, REGION as usize);
+    let (mut a, rkey) = handshake_any(&s);
+    let (mut b, _) = handshake_any(&s);
+    let mut burst = Vec::new();
+    for i in 0..FRAMES {
+        let offset = (i * u64::from(LEN) + 8 * i) % (REGION - u64::from(LEN));
+        put_verbs(&mut burst, i, WireOp::Read { rkey, offset, len: LEN });
+    }
+    a.write_all(&burst).unwrap();
+    let mut stream = Vec::new();
+    let mut chunk = vec![0u8; 16 << 10];
+    let expect_bytes = FRAMES as usize * (wire::HEADER_BYTES + 4 + 5 + LEN as usize);
+    let mut faa = 0u64;
+    while stream.len() < expect_bytes {
+        let n = a.read(&mut chunk).unwrap();
+        assert!(n > 0, "connection closed after {} bytes", stream.len());
+        stream.extend_from_slice(&chunk[..n]);
+        if stream.len().is_multiple_of(8) || n < chunk.len() {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        if faa < 20 && stream.len() > (faa as usize + 1) * (expect_bytes / 21) {
+            let p = verbs(
+                &mut b,
+                500 + faa,
+                &[WireOp::Faa {
+                    rkey,
+                    offset: 0,
+                    add: 1,
+                }],
+            );
+            assert_eq!(results(&p).len(), 1);
+            faa += 1;
+        }
+    }
+    assert_eq!(stream.len(), expect_bytes, "nothing more than the replies");
+    let mut at = 0;
+    for i in 0..FRAMES {
+        let (h, p, used) = wire::split_frame(&stream[at..]).unwrap().unwrap();
+        assert_eq!((h.kind, h.request_id), (Kind::VerbsResult, i));
+        let offset = ((i * u64::from(LEN) + 8 * i) % (REGION - u64::from(LEN))) as usize;
+        let [OpResult::Data(d)] = results(p)[..] else {
+            panic!("reply {i} is not data")
+        };
+        assert_eq!(d.len(), LEN as usize);
+        assert!(d == &pat[offset..offset + LEN as usize], "reply {i}");
+        at += used;
+    }
+    assert_eq!(faa, 20, "the other connection was served meanwhile");
+}
+
+/// Goal: an op stalled inside the region holds up its serving thread only: a client that
+/// connects meanwhile is given another thread and served. Method: 2 threads; client A's
+/// WRITE is stalled by the test knob; client B connects and runs a round trip.
+#[test]
+fn a_new_connection_avoids_a_thread_stalled_in_an_op() {
+    let s = server_with(2, 1 << 16);
+    let (mut a, rkey) = handshake_any(&s);
+    let gate = s.region().arm_stall(dmtx_verbs::StallKind::Write, 256);
+    a.write_all(&write_op(1, rkey, 256, 9)).unwrap();
+    gate.wait_stalled();
+    let (mut b, _) = handshake_any(&s);
+    let p = verbs(
+        &mut b,
+        2,
+        &[WireOp::Faa {
+            rkey,
+            offset: 8,
+            add: 1,
+        }],
+    );
+    assert_eq!(results(&p), [OpResult::Old(0)]);
+    drop(gate);
+    let (h, _) = recv(&mut a).unwrap();
+    assert_eq!((h.kind, h.request_id), (Kind::VerbsResult, 1));
+    assert_eq!(s.region().load(256).unwrap(), 9);
+}
+
+#[test]
+fn zero_threads_is_a_config_error() {
+    let mut c = ServerConfig::new(MnId(0), 4096);
+    c.threads = 0;
+    assert!(matches!(Server::bind(c), Err(ServerError::Config(_))));
+    assert!((2..=4).contains(&default_threads()));
 }
