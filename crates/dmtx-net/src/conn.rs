@@ -41,37 +41,46 @@ pub(crate) fn open(mn: MnId, addr: SocketAddr, config: &TcpConfig, timeout: Dura
     set_user_timeout(&stream, config.op_deadline).map_err(lost)?;
     stream.set_read_timeout(Some(timeout)).map_err(lost)?;
     stream.set_write_timeout(Some(timeout)).map_err(lost)?;
+    stream.write_all(&hello_frame(config)).map_err(lost)?;
+    let mut buf = Vec::new();
+    let h = read_frame(mn, &mut stream, &mut buf)?;
+    let (rkey, region_bytes) = accept(mn, addr, h.kind, &buf)?;
+    Ok(Handshaken {
+        stream,
+        rkey,
+        region_bytes,
+    })
+}
+
+/// The whole HELLO frame a config sends.
+pub(crate) fn hello_frame(config: &TcpConfig) -> Vec<u8> {
     let mut out = Vec::new();
     let s = wire::begin_frame(&mut out, Kind::Hello, 0);
     hello(config).encode(&mut out);
     wire::end_frame(&mut out, s);
-    stream.write_all(&out).map_err(lost)?;
-    let mut buf = Vec::new();
-    let h = read_frame(mn, &mut stream, &mut buf)?;
-    match h.kind {
-        Kind::HelloOk => {
-            let ok = HelloOk::decode(&buf).map_err(|e| NetError::Protocol { mn, why: e.to_string() })?;
-            if ok.node_id != mn.0 {
-                return Err(NetError::WrongNode {
-                    mn,
-                    addr,
-                    served: ok.node_id,
-                });
-            }
-            let Some(r) = ok.regions.first() else {
-                return Err(NetError::Protocol {
-                    mn,
-                    why: "HELLO_OK announced no region".into(),
-                });
-            };
-            Ok(Handshaken {
-                stream,
-                rkey: r.rkey,
-                region_bytes: r.bytes,
-            })
-        }
-        k => Err(unexpected(mn, k, &buf)),
+    out
+}
+
+/// Judge the answer to a HELLO: `(rkey, region bytes)` of the node's region, or why not.
+pub(crate) fn accept(mn: MnId, addr: SocketAddr, kind: Kind, payload: &[u8]) -> Result<(u64, u64)> {
+    if kind != Kind::HelloOk {
+        return Err(unexpected(mn, kind, payload));
     }
+    let ok = HelloOk::decode(payload).map_err(|e| NetError::Protocol { mn, why: e.to_string() })?;
+    if ok.node_id != mn.0 {
+        return Err(NetError::WrongNode {
+            mn,
+            addr,
+            served: ok.node_id,
+        });
+    }
+    let Some(r) = ok.regions.first() else {
+        return Err(NetError::Protocol {
+            mn,
+            why: "HELLO_OK announced no region".into(),
+        });
+    };
+    Ok((r.rkey, r.bytes))
 }
 
 /// The error for a frame of kind `k` where another was expected (an ERROR is a refusal).

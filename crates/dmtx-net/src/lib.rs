@@ -30,9 +30,10 @@
 //!   [`dmtx_memnode::server`]). A revoked client's posts fail with
 //!   [`VerbError::Unreachable`] and its reconnects with [`NetError::Refused`]
 //!   (code `REVOKED`).
-//! - Reconnecting: the next post to a node whose connection died reopens it (at most once
-//!   per [`RECONNECT_BACKOFF`]; posts in between fail at once), as an RDMA queue pair is
-//!   reset. A node that comes back with a new rkey restarted:
+//! - Reconnecting: the next post to a node whose connection died starts reopening it, as
+//!   an RDMA queue pair is reset, without blocking the thread (a nonblocking connect and
+//!   handshake advanced on every pass; at most one attempt per [`RECONNECT_BACKOFF`]
+//!   after a failed one); posts to the node fail at once until it is back. A node that comes back with a new rkey restarted:
 //!   [`dmtx_verbs::Transport::restarts`] counts it, and the runtime then drops its address
 //!   caches and refetches table metadata. [`RemoteControl`] reopens a broken connection
 //!   on its next call. A revoked client's reconnect is refused.
@@ -75,6 +76,7 @@ mod conn;
 mod control;
 mod error;
 pub mod msg;
+mod reopen;
 mod transport;
 
 use std::time::Duration;

@@ -12,6 +12,7 @@ use dmtx_memnode::server::wire::{self, Kind, OpResult, WireOp};
 use dmtx_verbs::{Fabric, MnId, Op, Post, PostParts, Result, Submitted, Ticket, Transport, VerbError};
 
 use crate::conn;
+use crate::reopen::{Reopen, Step};
 use crate::{NetError, TcpConfig};
 
 /// Most posts in flight on one connection; a submit beyond it first waits for replies.
@@ -96,6 +97,7 @@ impl TcpFabric {
                 last_heard: Instant::now(),
                 ping_out: false,
                 retry_at: None,
+                reopen: None,
             });
         }
         let n = conns.len();
@@ -214,6 +216,8 @@ struct Conn {
     ping_out: bool,
     /// A dead connection is not reopened before this (after a failed attempt).
     retry_at: Option<Instant>,
+    /// The reconnect under way, if any.
+    reopen: Option<Reopen>,
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -304,29 +308,41 @@ impl Inner {
         (idx, s.gen)
     }
 
-    /// Reopen dead connection `m` (like resetting an RDMA queue pair), at most once per
-    /// [`RECONNECT_BACKOFF`]. Posts that were in flight on it already failed; a node that
-    /// answers with a new rkey restarted, which [`Transport::restarts`] reports.
+    /// Work on reopening dead connection `m` (like resetting an RDMA queue pair) without
+    /// blocking: start a nonblocking connect (at most once per [`RECONNECT_BACKOFF`]
+    /// after a failed one), or advance the one under way. Posts that were in flight on
+    /// the old connection already failed; a node that answers with a new rkey restarted,
+    /// which [`Transport::restarts`] reports.
     fn revive(&mut self, m: usize) {
-        let c = &self.conns[m];
-        if c.dead.is_none() || c.retry_at.is_some_and(|t| Instant::now() < t) {
+        let c = &mut self.conns[m];
+        if c.dead.is_none() {
             return;
         }
-        let (mn, addr) = (c.mn, self.addrs[m]);
-        let opened = conn::open(mn, addr, &self.config, self.config.connect_timeout).and_then(|h| {
-            h.stream
-                .set_nonblocking(true)
-                .map_err(|e| NetError::Lost { mn, why: e.to_string() })?;
-            Ok(h)
-        });
-        let c = &mut self.conns[m];
-        match opened {
-            Ok(h) => {
-                if h.rkey != c.rkey {
+        let Some(mut r) = c.reopen.take() else {
+            if c.retry_at.is_some_and(|t| Instant::now() < t) {
+                return;
+            }
+            match Reopen::start(self.addrs[m], &self.config) {
+                Ok(r) => c.reopen = Some(r),
+                Err(e) => {
+                    c.dead = Some(format!("reconnecting to {}: {e}", c.mn));
+                    c.retry_at = Some(Instant::now() + RECONNECT_BACKOFF);
+                }
+            }
+            return;
+        };
+        match r.step(c.mn, &self.config) {
+            Step::Pending => c.reopen = Some(r),
+            Step::Failed(why) => {
+                c.dead = Some(why);
+                c.retry_at = Some(Instant::now() + RECONNECT_BACKOFF);
+            }
+            Step::Done { rkey } => {
+                if rkey != c.rkey {
                     self.restarts += 1;
                 }
-                c.stream = h.stream;
-                c.rkey = h.rkey;
+                c.stream = r.into_stream();
+                c.rkey = rkey;
                 c.out.clear();
                 c.sent = 0;
                 c.start = 0;
@@ -335,10 +351,6 @@ impl Inner {
                 c.ping_out = false;
                 c.retry_at = None;
                 c.last_heard = Instant::now();
-            }
-            Err(e) => {
-                c.dead = Some(e.to_string());
-                c.retry_at = Some(Instant::now() + RECONNECT_BACKOFF);
             }
         }
     }
@@ -380,6 +392,9 @@ impl Inner {
         let mut got = false;
         for m in 0..self.conns.len() {
             if self.conns[m].dead.is_some() {
+                if self.conns[m].reopen.is_some() {
+                    self.revive(m);
+                }
                 continue;
             }
             if let Err(why) = self.conns[m].flush() {
