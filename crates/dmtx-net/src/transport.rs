@@ -116,6 +116,7 @@ impl TcpFabric {
                 restarts: 0,
                 attached_live: 0,
                 polls_since_io: 0,
+                replied_since_progress: false,
             }),
         })
     }
@@ -184,6 +185,9 @@ struct Inner {
     /// coordinator: with 16 coordinators waiting, one `read` per socket per pass
     /// instead of 16 that mostly return `EAGAIN`.
     polls_since_io: usize,
+    /// A reply arrived since the executor last called `progress`: some coordinator can
+    /// run, so `progress` must not sleep.
+    replied_since_progress: bool,
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -246,6 +250,9 @@ struct Slot {
     live: bool,
     detached: bool,
     waiting: u32,
+    /// A coordinator has polled it before (its first poll, right after submit, never
+    /// reads: the reply cannot be there yet).
+    polled: bool,
     deadline: Instant,
     state: Vec<MnState>,
     replies: Vec<Vec<u8>>,
@@ -286,6 +293,7 @@ impl Inner {
                     live: false,
                     detached: false,
                     waiting: 0,
+                    polled: false,
                     deadline: Instant::now(),
                     state: (0..n).map(|_| MnState::Idle).collect(),
                     replies: (0..n).map(|_| Vec::new()).collect(),
@@ -301,6 +309,7 @@ impl Inner {
         s.live = true;
         s.detached = detached;
         s.waiting = 0;
+        s.polled = false;
         s.deadline = Instant::now() + self.op_deadline;
         for st in &mut s.state {
             *st = MnState::Idle;
@@ -439,6 +448,7 @@ impl Inner {
             }
             self.keepalive(m);
         }
+        self.replied_since_progress |= got;
         got
     }
 
@@ -831,9 +841,13 @@ impl Transport for TcpTransport {
             );
         }
         if g.slots[idx].waiting > 0 {
-            g.polls_since_io += 1;
-            if g.polls_since_io >= g.attached_live {
-                g.io();
+            if !g.slots[idx].polled {
+                g.slots[idx].polled = true;
+            } else {
+                g.polls_since_io += 1;
+                if g.polls_since_io >= g.attached_live {
+                    g.io();
+                }
             }
         }
         if g.slots[idx].waiting > 0 {
@@ -862,15 +876,21 @@ impl Transport for TcpTransport {
         self.inner.borrow().restarts
     }
 
+    /// Sleep in `poll(2)` until a reply can be read (at most [`PROGRESS_WAIT_MAX`]), then
+    /// read it; unless a reply already came in during this pass, so some coordinator can
+    /// run now. Per lone request this makes the client's syscalls `sendto` (submit),
+    /// `poll`, `recvfrom`: a read is only issued when `poll` said there is data.
     fn progress(&self) {
         let mut g = self.inner.borrow_mut();
-        if g.io() {
+        g.enforce_deadlines();
+        if std::mem::take(&mut g.replied_since_progress) {
             return;
         }
-        g.enforce_deadlines();
-        if g.in_flight() {
+        let unsent = g.conns.iter().any(|c| c.dead.is_none() && c.sent < c.out.len());
+        if g.in_flight() || unsent {
             g.wait(PROGRESS_WAIT_MAX);
             g.io();
+            g.replied_since_progress = false;
         }
     }
 }
