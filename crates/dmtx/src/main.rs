@@ -195,7 +195,9 @@ fn cluster_up(args: &ClusterUpArgs) -> anyhow::Result<i32> {
         "after --: drop --cluster, `cluster up` provides it"
     );
     bench_args.cluster = Some(nodes.cluster_file.display().to_string());
-    let (cpu_before, started) = (nodes.cpu_seconds(), std::time::Instant::now());
+    let me = std::process::id();
+    let (cpu_before, own_before) = (nodes.cpu_seconds(), dmtx::cluster::process_cpu_seconds(me));
+    let started = std::time::Instant::now();
     let code = bench(&bench_args);
     // How busy the memory nodes were: with enough coroutines the compute side, not the
     // memory node, should be the bottleneck.
@@ -208,6 +210,13 @@ fn cluster_up(args: &ClusterUpArgs) -> anyhow::Result<i32> {
                 (b - a) / wall
             );
         }
+    }
+    if let (Some(a), Some(b)) = (own_before, dmtx::cluster::process_cpu_seconds(me)) {
+        eprintln!(
+            "compute node (this process): {:.2} s CPU in {wall:.1} s ({:.2} cores)",
+            b - a,
+            (b - a) / wall
+        );
     }
     drop(nodes);
     code
