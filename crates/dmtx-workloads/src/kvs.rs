@@ -44,7 +44,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::zipf::{uniform, KeyGen, Zipf};
-use crate::{InvariantError, RecordSink, Snapshot, Workload};
+use crate::{InvariantError, Outcome, RecordSink, Snapshot, Workload};
 
 /// Id of the KVS table.
 pub const KVS_TABLE_ID: u32 = 0;
@@ -313,7 +313,7 @@ impl Workload for Kvs {
         &self,
         local: &mut KvsLocal,
         coord: &mut Coordinator<P>,
-    ) -> (usize, Result<(), Abort>) {
+    ) -> (usize, Result<Outcome, Abort>) {
         let n = self.cfg.objects as usize;
         let rw = self.pick_rw(&mut local.rng);
         let ty = usize::from(rw);
@@ -355,7 +355,7 @@ impl Workload for Kvs {
                 local.writes_committed += n as u64;
             }
         }
-        (ty, res)
+        (ty, res.map(|()| Outcome::Committed))
     }
 
     fn check(&self, locals: &[KvsLocal], snapshot: &Snapshot) -> Result<String, InvariantError> {

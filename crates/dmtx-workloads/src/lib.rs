@@ -43,5 +43,5 @@ pub mod zipf;
 pub use kvs::{Kvs, KvsConfig, KvsLocal, KvsValue};
 pub use smallbank::{SmallBank, SmallBankConfig, SmallBankLocal};
 pub use snapshot::Snapshot;
-pub use workload::{InvariantError, RecordSink, Workload};
+pub use workload::{InvariantError, Outcome, RecordSink, Workload};
 pub use zipf::{KeyGen, Zipf};

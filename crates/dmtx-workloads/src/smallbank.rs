@@ -44,7 +44,7 @@ use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
 
 use crate::zipf::uniform;
-use crate::{InvariantError, RecordSink, Snapshot, Workload};
+use crate::{InvariantError, Outcome, RecordSink, Snapshot, Workload};
 
 /// Id of the savings table.
 pub const SAVINGS_TABLE_ID: u32 = 0;
@@ -311,7 +311,7 @@ impl Workload for SmallBank {
         &self,
         local: &mut SmallBankLocal,
         coord: &mut Coordinator<P>,
-    ) -> (usize, Result<(), Abort>) {
+    ) -> (usize, Result<Outcome, Abort>) {
         let ty = Self::pick_type(&mut local.rng);
         let rng = &mut local.rng;
         let mut txn = coord.begin();
@@ -396,7 +396,7 @@ impl Workload for SmallBank {
             local.delta_cents += delta;
             local.committed[ty] += 1;
         }
-        (ty, res)
+        (ty, res.map(|()| Outcome::Committed))
     }
 
     fn check(&self, locals: &[SmallBankLocal], snapshot: &Snapshot) -> Result<String, InvariantError> {

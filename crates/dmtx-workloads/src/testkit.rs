@@ -86,7 +86,7 @@ pub(crate) fn run_under_ford<W: Workload>(w: &W, coordinators: u16, txns: usize,
                 let (ty, res) = w.run_one(&mut local, &mut coord).await;
                 assert!(ty < types, "type index {ty} out of {types}");
                 match res {
-                    Ok(()) => committed[ty] += 1,
+                    Ok(_) => committed[ty] += 1,
                     Err(a) => *aborts.entry(a.reason).or_default() += 1,
                 }
             }

@@ -7,6 +7,20 @@ use dmtx_store::{StoreError, TableSpec};
 
 use crate::Snapshot;
 
+/// How a transaction that was not aborted by the protocol ended.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Committed and did what it set out to do.
+    Committed,
+    /// Committed, but the benchmark's spec does not count it as successful (TATP: the
+    /// subscriber or row was not found, an insert found a duplicate). Counted as a commit
+    /// (what the papers count) and apart from `successful` (the spec's throughput).
+    Unsuccessful,
+    /// The workload rolled it back on purpose (TPC-C NewOrder's 1% unused item): neither a
+    /// commit nor a concurrency abort, counted as `rolled_back`.
+    RolledBack,
+}
+
 /// A benchmark: its tables, their initial records, its transaction mix and the
 /// invariants that must hold after any run.
 ///
@@ -43,7 +57,7 @@ pub trait Workload: Send + Sync + Sized + 'static {
         &self,
         local: &mut Self::Local,
         coord: &mut Coordinator<P>,
-    ) -> impl Future<Output = (usize, Result<(), Abort>)>;
+    ) -> impl Future<Output = (usize, Result<Outcome, Abort>)>;
 
     /// Check the invariants on the quiesced database, given every coordinator's local
     /// state. `Ok` carries a one-line description of what was checked.

@@ -40,7 +40,7 @@ use dmtx_runtime::{
 };
 use dmtx_store::{create_table, placement, Catalog, TableBuilder, TableSpec};
 use dmtx_verbs::{Fabric, MemFabric, MnCounters, MnId, Region, Transport};
-use dmtx_workloads::{Snapshot, Workload};
+use dmtx_workloads::{Outcome, Snapshot, Workload};
 
 use crate::config::{BenchConfig, OnFault, StopRule};
 use crate::error::RunError;
@@ -698,7 +698,15 @@ async fn drive<P: Protocol, W: Workload>(
         let latency_ns = coord.ctx.clock.now_ns().saturating_sub(start_ns);
         let counters = coord.ctx.txn_counters;
         match outcome {
-            Ok(()) => th.stats.borrow_mut().commit(ty, &counters, latency_ns),
+            Ok(o @ (Outcome::Committed | Outcome::Unsuccessful)) => {
+                th.stats
+                    .borrow_mut()
+                    .commit(ty, &counters, latency_ns, o == Outcome::Committed)
+            }
+            Ok(Outcome::RolledBack) => {
+                th.stats.borrow_mut().rolled_back(ty, &counters);
+                th.return_credit();
+            }
             Err(abort) => {
                 th.stats.borrow_mut().abort(ty, abort.reason, &counters);
                 th.return_credit();
@@ -713,7 +721,7 @@ async fn drive<P: Protocol, W: Workload>(
                 }
             }
         }
-        th.publish(outcome.is_ok());
+        th.publish(matches!(outcome, Ok(Outcome::Committed | Outcome::Unsuccessful)));
     }
 }
 

@@ -15,7 +15,9 @@
 //! | `config` | object | `threads`, `coroutines`, `duration_s` *or* `txns`, `seed`, `memory_nodes`, `replicas`, `mn_bytes`, `knobs` (every knob of the protocol and workload with its effective value, defaults included, as strings) |
 //! | `stop_reason` | string | `duration`, `txns` or `interrupt` (Ctrl-C: results so far) |
 //! | `elapsed_s` | float | measured run time |
-//! | `committed`, `aborted`, `attempted` | int | transaction attempts by outcome (`attempted = committed + aborted`) |
+//! | `committed`, `aborted`, `attempted` | int | transaction attempts by outcome (`attempted = committed + aborted + rolled_back`) |
+//! | `successful` | int | committed attempts the workload's spec counts as successful (TATP: not "not found" or "duplicate"); equals `committed` for most workloads |
+//! | `rolled_back` | int | attempts the workload rolled back on purpose (TPC-C NewOrder's 1%): neither commits nor aborts |
 //! | `committed_tps`, `attempted_tps` | float | per second of `elapsed_s` |
 //! | `abort_rate` | float | `aborted / attempted`, 0 to 1 |
 //! | `abort_reasons` | object | every abort reason (`lock_conflict`, `validation`, `invisible`, `torn`, `not_found`, `duplicate`, `user`, `fault`, `table_full`) → count, zeros included |
@@ -32,7 +34,7 @@
 //!
 //! | key | meaning |
 //! | --- | --- |
-//! | `committed`, `aborted`, `abort_rate` | as above, for this type |
+//! | `committed`, `aborted`, `abort_rate`, `successful`, `rolled_back` | as above, for this type |
 //! | `abort_reasons` | reason → count, non-zero reasons only |
 //! | `rtt_per_commit` | round trips (posts waited for) of committed attempts / committed |
 //! | `ops_per_commit` | {`read`,`write`,`cas`,`faa`,`flush`}: verbs of committed attempts / committed |
@@ -101,6 +103,12 @@ pub struct BenchResult {
     pub aborted: u64,
     /// All attempts.
     pub attempted: u64,
+    /// Committed attempts the workload counts as successful.
+    #[serde(default)]
+    pub successful: u64,
+    /// Attempts the workload rolled back on purpose.
+    #[serde(default)]
+    pub rolled_back: u64,
     /// Commits per second.
     pub committed_tps: f64,
     /// Attempts per second.
@@ -260,6 +268,12 @@ pub struct TxnTypeResult {
     pub committed: u64,
     /// Aborted attempts.
     pub aborted: u64,
+    /// Committed attempts the workload counts as successful.
+    #[serde(default)]
+    pub successful: u64,
+    /// Attempts the workload rolled back on purpose.
+    #[serde(default)]
+    pub rolled_back: u64,
     /// Aborted / attempted (0 when nothing was attempted).
     pub abort_rate: f64,
     /// Non-zero abort reasons.
@@ -290,6 +304,8 @@ impl TxnTypeResult {
         Self {
             committed: t.committed,
             aborted: t.aborted,
+            successful: t.successful(),
+            rolled_back: t.rolled_back,
             abort_rate: ratio(t.aborted, t.attempted()),
             abort_reasons: (0..REASON_SLOTS)
                 .filter(|&s| t.abort_reasons[s] > 0)
@@ -463,9 +479,11 @@ impl BenchResult {
             elapsed_s: round(elapsed_s, 6),
             committed: total.committed,
             aborted: total.aborted,
-            attempted: total.committed + total.aborted,
+            attempted: total.committed + total.aborted + total.rolled_back,
+            successful: total.successful,
+            rolled_back: total.rolled_back,
             committed_tps: per_s(total.committed),
-            attempted_tps: per_s(total.committed + total.aborted),
+            attempted_tps: per_s(total.committed + total.aborted + total.rolled_back),
             abort_rate: total.abort_rate,
             abort_reasons,
             latency_us: total.latency_us,
@@ -535,6 +553,21 @@ impl BenchResult {
             "  committed   {:>12} txns  {:>12.1} txn/s",
             self.committed, self.committed_tps
         );
+        if self.successful != self.committed {
+            let _ = writeln!(
+                o,
+                "  successful  {:>12} txns  {:>12.1} txn/s   (the spec's count: committed minus not-found/duplicate)",
+                self.successful,
+                self.successful as f64 / self.elapsed_s.max(f64::MIN_POSITIVE)
+            );
+        }
+        if self.rolled_back > 0 {
+            let _ = writeln!(
+                o,
+                "  rolled back {:>12} txns  (by the workload, on purpose)",
+                self.rolled_back
+            );
+        }
         let _ = writeln!(
             o,
             "  attempted   {:>12} txns  {:>12.1} txn/s   abort rate {:.2}%",
@@ -751,8 +784,8 @@ mod tests {
             ..Default::default()
         };
         c.ops[OpKind::Cas as usize] = 2;
-        s.commit(0, &c, 5_000);
-        s.commit(0, &c, 7_000);
+        s.commit(0, &c, 5_000, true);
+        s.commit(0, &c, 7_000, true);
         s.abort(
             0,
             AbortReason::LockConflict,

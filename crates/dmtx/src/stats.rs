@@ -42,6 +42,10 @@ pub struct TypeStats {
     pub committed: u64,
     /// Aborted attempts.
     pub aborted: u64,
+    /// Committed attempts the workload's spec does not count as successful.
+    pub unsuccessful: u64,
+    /// Attempts the workload rolled back on purpose (neither committed nor aborted).
+    pub rolled_back: u64,
     /// Aborted attempts by reason slot ([`reason_slot`]).
     pub abort_reasons: [u64; REASON_SLOTS],
     /// Verbs of committed attempts, summed.
@@ -57,6 +61,8 @@ impl Default for TypeStats {
         Self {
             committed: 0,
             aborted: 0,
+            unsuccessful: 0,
+            rolled_back: 0,
             abort_reasons: [0; REASON_SLOTS],
             committed_counters: PostCounters::default(),
             aborted_counters: PostCounters::default(),
@@ -70,6 +76,8 @@ impl TypeStats {
     pub fn merge(&mut self, other: &TypeStats) {
         self.committed += other.committed;
         self.aborted += other.aborted;
+        self.unsuccessful += other.unsuccessful;
+        self.rolled_back += other.rolled_back;
         for (a, b) in self.abort_reasons.iter_mut().zip(other.abort_reasons) {
             *a += b;
         }
@@ -78,9 +86,14 @@ impl TypeStats {
         self.latency_ns.add(&other.latency_ns).expect("histograms share bounds");
     }
 
-    /// Committed plus aborted.
+    /// Committed, aborted and rolled back.
     pub fn attempted(&self) -> u64 {
-        self.committed + self.aborted
+        self.committed + self.aborted + self.rolled_back
+    }
+
+    /// Committed and successful.
+    pub fn successful(&self) -> u64 {
+        self.committed - self.unsuccessful
     }
 }
 
@@ -108,11 +121,13 @@ impl RunStats {
         }
     }
 
-    /// Count a committed attempt of type `ty`.
+    /// Count a committed attempt of type `ty` (`successful` as the workload's spec
+    /// counts it).
     #[inline]
-    pub fn commit(&mut self, ty: usize, counters: &PostCounters, latency_ns: u64) {
+    pub fn commit(&mut self, ty: usize, counters: &PostCounters, latency_ns: u64, successful: bool) {
         let t = self.ty(ty);
         t.committed += 1;
+        t.unsuccessful += u64::from(!successful);
         t.committed_counters.add(counters);
         t.latency_ns.saturating_record(latency_ns.max(1));
     }
@@ -123,6 +138,15 @@ impl RunStats {
         let t = self.ty(ty);
         t.aborted += 1;
         t.abort_reasons[reason_slot(reason)] += 1;
+        t.aborted_counters.add(counters);
+    }
+
+    /// Count an attempt of type `ty` that the workload rolled back on purpose; its verbs
+    /// count as those of an aborted attempt (work that committed nothing).
+    #[inline]
+    pub fn rolled_back(&mut self, ty: usize, counters: &PostCounters) {
+        let t = self.ty(ty);
+        t.rolled_back += 1;
         t.aborted_counters.add(counters);
     }
 
@@ -157,11 +181,12 @@ mod tests {
             rtts: 2,
             ..Default::default()
         };
-        a.commit(0, &c, 1_000);
-        a.commit(0, &c, 3_000);
+        a.commit(0, &c, 1_000, true);
+        a.commit(0, &c, 3_000, false);
         a.abort(1, AbortReason::Validation, &c);
+        a.rolled_back(1, &c);
         let mut b = RunStats::new(2);
-        b.commit(1, &c, 2_000);
+        b.commit(1, &c, 2_000, true);
         b.merge(&a);
         assert_eq!(b.types[0].committed, 2);
         assert_eq!(b.types[1].committed, 1);
@@ -169,8 +194,10 @@ mod tests {
         assert_eq!(b.types[1].abort_reasons[reason_slot(AbortReason::Validation)], 1);
         let all = b.total();
         assert_eq!(all.committed, 3);
+        assert_eq!((all.successful(), all.unsuccessful, all.rolled_back), (2, 1, 1));
+        assert_eq!(all.attempted(), 5);
         assert_eq!(all.committed_counters.rtts, 6);
-        assert_eq!(all.aborted_counters.rtts, 2);
+        assert_eq!(all.aborted_counters.rtts, 4);
         assert_eq!(all.latency_ns.len(), 3);
         assert_eq!(all.latency_ns.max(), 3_001, "3 significant figures");
         assert_eq!(slot_name(reason_slot(AbortReason::LockConflict)), "lock_conflict");
@@ -180,6 +207,6 @@ mod tests {
     #[test]
     #[should_panic(expected = "txn type 5")]
     fn test_type_out_of_range_is_a_workload_bug() {
-        RunStats::new(1).commit(5, &PostCounters::default(), 1);
+        RunStats::new(1).commit(5, &PostCounters::default(), 1, true);
     }
 }

@@ -17,7 +17,7 @@ use dmtx::{registry, BenchArgs, BenchConfig, OutTarget, StopRule};
 use dmtx_protocols::ford::Ford;
 use dmtx_runtime::{Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, Protocol, Table};
 use dmtx_store::{StoreError, TableSpec};
-use dmtx_workloads::{InvariantError, RecordSink, Snapshot, Workload};
+use dmtx_workloads::{InvariantError, Outcome, RecordSink, Snapshot, Workload};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -280,7 +280,7 @@ impl Workload for TinyBank {
         &self,
         local: &mut TinyLocal,
         coord: &mut Coordinator<P>,
-    ) -> (usize, Result<(), Abort>) {
+    ) -> (usize, Result<Outcome, Abort>) {
         let a = local.rng.random_range(0..self.accounts);
         let b = (a + local.rng.random_range(1..self.accounts)) % self.accounts;
         let transfer = local.rng.random_bool(0.5);
@@ -294,11 +294,11 @@ impl Workload for TinyBank {
             *txn.get_mut(rb) += 1;
             let res = txn.commit().await;
             local.committed += u64::from(res.is_ok());
-            (0, res)
+            (0, res.map(|()| Outcome::Committed))
         } else {
             txn.add_ro(BALANCES, a);
             txn.add_ro(BALANCES, b);
-            (1, txn.commit().await)
+            (1, txn.commit().await.map(|()| Outcome::Committed))
         }
     }
 
