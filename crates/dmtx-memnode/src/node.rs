@@ -244,17 +244,7 @@ mod tests {
     #[test]
     fn duplicate_table_ids_are_refused() {
         let n = MemNode::new(MnId(0), 4096);
-        let m = TableMeta {
-            id: 1,
-            name: "t".into(),
-            value_bytes: 8,
-            slot_bytes: 48,
-            slots_per_bucket: 4,
-            bucket_bytes: 208,
-            bucket_count: 2,
-            overflow_bucket_count: 1,
-            replicas: vec![(MnId(0), 64)],
-        };
+        let m = table(1);
         n.put_table(&m).unwrap();
         assert!(matches!(
             n.put_table(&m),

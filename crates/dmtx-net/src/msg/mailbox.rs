@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use dmtx_memnode::server::wire::{self, Hello, HelloOk, Kind, PeerHello};
-use dmtx_verbs::msg::{decode_entries, encode_entry, Entry, Event, Mailbox, MsgError, WorkerAddr, PAYLOAD_MAX};
+use dmtx_verbs::msg::{check_size, decode_entries, encode_entry, Entry, Event, Mailbox, MsgError, WorkerAddr};
 
 use super::{Inner, RECONNECT_BACKOFF};
 
@@ -193,12 +193,7 @@ impl Mailbox for TcpMailbox {
     }
 
     fn push(&self, to: WorkerAddr, entry: Entry<'_>) -> Result<(), MsgError> {
-        if entry.payload.len() > PAYLOAD_MAX {
-            return Err(MsgError::TooLarge {
-                len: entry.payload.len(),
-                max: PAYLOAD_MAX,
-            });
-        }
+        check_size(&entry)?;
         if self.inner.workers.binary_search(&to).is_err() {
             return Err(MsgError::UnknownPeer { to });
         }

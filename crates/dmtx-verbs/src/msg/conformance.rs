@@ -59,23 +59,7 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut got = Vec::new();
         while got.len() < want {
-            for b in &self.boxes {
-                b.flush();
-            }
-            for b in &self.boxes {
-                let at = b.addr();
-                b.drain(&mut |ev| match ev {
-                    Event::Entry { from, entry } => got.push(Got {
-                        at,
-                        from,
-                        kind: entry.kind,
-                        retry: entry.retry,
-                        id: entry.id,
-                        payload: entry.payload.to_vec(),
-                    }),
-                    Event::PeerLost { peer, why } => panic!("{at} lost {peer} on a healthy network: {why}"),
-                });
-            }
+            got.extend(self.pump_some());
             assert!(
                 Instant::now() < deadline,
                 "only {} of {want} entries arrived within 10 s: {got:?}",
@@ -210,17 +194,16 @@ impl Cluster {
         }
         for b in &self.boxes {
             let at = b.addr();
-            b.drain(&mut |ev| {
-                if let Event::Entry { from, entry } = ev {
-                    got.push(Got {
-                        at,
-                        from,
-                        kind: entry.kind,
-                        retry: entry.retry,
-                        id: entry.id,
-                        payload: entry.payload.to_vec(),
-                    })
-                }
+            b.drain(&mut |ev| match ev {
+                Event::Entry { from, entry } => got.push(Got {
+                    at,
+                    from,
+                    kind: entry.kind,
+                    retry: entry.retry,
+                    id: entry.id,
+                    payload: entry.payload.to_vec(),
+                }),
+                Event::PeerLost { peer, why } => panic!("{at} lost {peer} on a healthy network: {why}"),
             });
         }
         got

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::{decode_entries, encode_entry, Entry, Event, Mailbox, MsgError, MsgFabric, WorkerAddr, PAYLOAD_MAX};
+use super::{check_size, decode_entries, encode_entry, Entry, Event, Mailbox, MsgError, MsgFabric, WorkerAddr};
 
 /// Every worker's inbox of an in-process cluster of compute nodes.
 #[derive(Debug)]
@@ -121,12 +121,7 @@ impl Mailbox for MemMailbox {
     }
 
     fn push(&self, to: WorkerAddr, entry: Entry<'_>) -> Result<(), MsgError> {
-        if entry.payload.len() > PAYLOAD_MAX {
-            return Err(MsgError::TooLarge {
-                len: entry.payload.len(),
-                max: PAYLOAD_MAX,
-            });
-        }
+        check_size(&entry)?;
         let i = self.net.index(to).ok_or(MsgError::UnknownPeer { to })?;
         let mut out = self.out.borrow_mut();
         let buf = match out.iter().position(|(d, _)| *d == i) {

@@ -140,6 +140,14 @@ pub enum MsgError {
 /// The largest payload of one entry.
 pub const PAYLOAD_MAX: usize = 1 << 20;
 
+/// Refuse an entry whose payload exceeds [`PAYLOAD_MAX`] (every mailbox's first check).
+pub fn check_size(entry: &Entry<'_>) -> Result<(), MsgError> {
+    match entry.payload.len() {
+        len if len > PAYLOAD_MAX => Err(MsgError::TooLarge { len, max: PAYLOAD_MAX }),
+        _ => Ok(()),
+    }
+}
+
 /// One worker thread's end of the messaging network.
 ///
 /// Owned by one worker thread (like a [`Transport`](crate::Transport)): methods take
