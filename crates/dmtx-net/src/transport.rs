@@ -876,6 +876,14 @@ impl Transport for TcpTransport {
         self.inner.borrow().restarts
     }
 
+    fn progress_nowait(&self) {
+        let mut g = self.inner.borrow_mut();
+        g.enforce_deadlines();
+        g.replied_since_progress = false;
+        g.io();
+        g.replied_since_progress = false;
+    }
+
     /// Sleep in `poll(2)` until a reply can be read (at most [`PROGRESS_WAIT_MAX`]), then
     /// read it; unless a reply already came in during this pass, so some coordinator can
     /// run now. Per lone request this makes the client's syscalls `sendto` (submit),

@@ -58,9 +58,14 @@ impl<'a> LocalExecutor<'a> {
                     i += 1;
                 }
             }
-            transport.progress();
-            for p in &self.pollers {
-                p.progress();
+            if self.pollers.is_empty() {
+                transport.progress();
+            } else {
+                // Incoming messages must not wait for the transport's sleep in poll(2).
+                transport.progress_nowait();
+                for p in &self.pollers {
+                    p.progress();
+                }
             }
         }
     }

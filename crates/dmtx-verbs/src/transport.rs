@@ -43,6 +43,12 @@ pub trait Transport {
     /// executors when every coordinator is waiting.
     fn progress(&self) {}
 
+    /// Like [`Transport::progress`], but never sleeps waiting for the network: for an
+    /// executor that must also poll something else each pass (CN↔CN messages).
+    fn progress_nowait(&self) {
+        self.progress()
+    }
+
     /// How many times this endpoint found a memory node restarted (it reconnected and the
     /// node's region key had changed). When it grows, the node's memory may have been
     /// reset or reloaded: cached remote addresses and table metadata must be refetched.
