@@ -307,7 +307,25 @@ impl Shared {
             if own.is_some_and(|o| Arc::ptr_eq(o, &f)) {
                 continue;
             }
-            drop(f.running.lock().unwrap_or_else(|p| p.into_inner()));
+            // Wait until the fenced connection is inside no frame. Two REVOKEs naming each
+            // other's clients would wait on each other's fences forever; but then the
+            // caller's own connection is fenced too, and the frame the other side holds
+            // its fence for is that REVOKE, which lands no write. So stop waiting once our
+            // own connection is fenced.
+            loop {
+                match f.running.try_lock() {
+                    Ok(g) => {
+                        drop(g);
+                        break;
+                    }
+                    Err(std::sync::TryLockError::Poisoned(_)) => break,
+                    Err(std::sync::TryLockError::WouldBlock) => {}
+                }
+                if own.is_some_and(|o| o.fenced.load(Ordering::SeqCst)) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(50));
+            }
         }
     }
 
