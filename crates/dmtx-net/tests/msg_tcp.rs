@@ -10,11 +10,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dmtx_memnode::server::{Server, ServerConfig};
 use dmtx_net::msg::{PeerNode, TcpMsgFabric};
-use dmtx_net::TcpConfig;
+use dmtx_net::{TcpConfig, TcpFabric};
 use dmtx_runtime::rpc::Progress;
 use dmtx_runtime::{yield_now, Handled, LocalExecutor, RealClock, Request, Rpc, RpcConfig};
 use dmtx_verbs::msg::{MemMsgNet, MsgFabric, WorkerAddr};
+use dmtx_verbs::{Fabric, MemFabric, MnId, Post, Region, RemotePtr, Submitted, Transport};
 
 const CNS: u16 = 2;
 const THREADS: u16 = 2;
@@ -45,7 +47,21 @@ struct Truth {
 
 /// One worker: installs the lock handler for the keys homed here, and runs coordinators
 /// that lock random keys on their home workers, hold them across a few passes, unlock.
-fn worker(fabric: &dyn MsgFabric, cn: u16, thread: u16, truth: &Truth) {
+/// Post and wait on a bare transport (no coordinator context needed here).
+async fn post(t: &dyn Transport, p: &mut Post) {
+    match t.submit(p) {
+        Submitted::Done(r) => r.unwrap(),
+        Submitted::Pending(ticket) => std::future::poll_fn(|cx| t.poll(ticket, p, cx)).await.unwrap(),
+    }
+}
+
+/// The word on memory node 0 that counts the grants of `key`.
+fn grant_counter(key: u64) -> RemotePtr {
+    RemotePtr::new(MnId(0), 64 + 8 * key)
+}
+
+fn worker(fabric: &dyn MsgFabric, verbs: &dyn Fabric, cn: u16, thread: u16, truth: &Truth) {
+    let transport: Rc<dyn Transport> = Rc::from(verbs.endpoint(u32::from(cn) * 100 + u32::from(thread)).unwrap());
     let rpc = Rc::new(Rpc::new(
         fabric.mailbox(thread).unwrap(),
         Arc::new(RealClock::new()),
@@ -85,7 +101,12 @@ fn worker(fabric: &dyn MsgFabric, cn: u16, thread: u16, truth: &Truth) {
     ex.add_poller(Rc::clone(&rpc) as Rc<dyn Progress>);
     let done = Rc::new(Cell::new(0u64));
     for c in 0..COROUTINES {
-        let (rpc, workers, done) = (Rc::clone(&rpc), workers.clone(), Rc::clone(&done));
+        let (rpc, workers, done, t) = (
+            Rc::clone(&rpc),
+            workers.clone(),
+            Rc::clone(&done),
+            Rc::clone(&transport),
+        );
         ex.spawn(async move {
             let mut seed = (u64::from(me.cn) << 32) ^ (u64::from(me.thread) << 16) ^ c ^ 0x9e37_79b9;
             for _ in 0..ROUNDS {
@@ -104,9 +125,12 @@ fn worker(fabric: &dyn MsgFabric, cn: u16, thread: u16, truth: &Truth) {
                     assert!(h.insert(key, (me, c)).is_none(), "two holders of key {key}");
                 }
                 truth.grants.fetch_add(1, Ordering::Relaxed);
-                for _ in 0..3 {
-                    yield_now().await;
-                }
+                // Work under the lock with a verb, so the executor also waits on the
+                // memory node while its handler must keep answering lock requests.
+                let mut p = Post::new();
+                p.faa(grant_counter(key), 1);
+                post(t.as_ref(), &mut p).await;
+                yield_now().await;
                 assert_eq!(truth.holders.lock().unwrap().remove(&key), Some((me, c)));
                 // Unlock as a call, so the key is free before this coordinator goes on.
                 rpc.call(home, &req(UNLOCK, key)).await.unwrap();
@@ -129,19 +153,18 @@ fn worker(fabric: &dyn MsgFabric, cn: u16, thread: u16, truth: &Truth) {
             yield_now().await;
         }
     });
-    let verbs = dmtx_verbs::MemFabric::new(vec![]);
-    ex.run(&verbs.transport());
+    ex.run(transport.as_ref());
     let s = rpc.stats();
     assert_eq!(s.failed, 0, "{me}: {s:?}");
 }
 
-fn run(fabrics: Vec<Arc<dyn MsgFabric>>) {
+fn run(fabrics: Vec<Arc<dyn MsgFabric>>, verbs: Arc<dyn Fabric>, counters: impl Fn(u64) -> u64) {
     let truth = Truth::default();
     std::thread::scope(|s| {
         for (cn, f) in fabrics.iter().enumerate() {
             for t in 0..THREADS {
-                let (f, truth) = (Arc::clone(f), &truth);
-                s.spawn(move || worker(f.as_ref(), cn as u16, t, truth));
+                let (f, v, truth) = (Arc::clone(f), Arc::clone(&verbs), &truth);
+                s.spawn(move || worker(f.as_ref(), v.as_ref(), cn as u16, t, truth));
             }
         }
     });
@@ -152,6 +175,11 @@ fn run(fabrics: Vec<Arc<dyn MsgFabric>>) {
     assert_eq!(g + d, u64::from(CNS * THREADS) * COROUTINES * ROUNDS);
     assert!(g > 0 && d > 0, "the keys were contended: {g} grants, {d} denials");
     assert!(truth.holders.lock().unwrap().is_empty());
+    assert_eq!(
+        (0..KEYS).map(counters).sum::<u64>(),
+        g,
+        "one FAA per grant reached the memory node"
+    );
 }
 
 /// Goal: over in-process queues, the lock service on worker threads never grants a key
@@ -159,12 +187,20 @@ fn run(fabrics: Vec<Arc<dyn MsgFabric>>) {
 #[test]
 fn lock_service_over_mem() {
     let net = MemMsgNet::new(CNS, THREADS);
-    run((0..CNS)
-        .map(|cn| Arc::new(net.fabric(cn)) as Arc<dyn MsgFabric>)
-        .collect());
+    let region = Arc::new(Region::new(1 << 16));
+    let verbs = Arc::new(MemFabric::new(vec![Arc::clone(&region)]));
+    run(
+        (0..CNS)
+            .map(|cn| Arc::new(net.fabric(cn)) as Arc<dyn MsgFabric>)
+            .collect(),
+        verbs,
+        |k| region.load(grant_counter(k).offset).unwrap(),
+    );
 }
 
-/// Goal: the same over TCP between two compute nodes' listeners on loopback.
+/// Goal: the same over TCP between two compute nodes' listeners on loopback, with the
+/// verbs over TCP too (the executor then drives the tcp transport without sleeping, so
+/// lock requests are answered while verbs are in flight).
 #[test]
 fn lock_service_over_tcp() {
     let listeners: Vec<TcpListener> = (0..CNS).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
@@ -183,5 +219,10 @@ fn lock_service_over_tcp() {
         .enumerate()
         .map(|(cn, l)| Arc::new(TcpMsgFabric::with_listener(cn as u16, l, peers.clone(), config.clone()).unwrap()) as _)
         .collect();
-    run(fabrics);
+    let mut mn = ServerConfig::new(MnId(0), 1 << 16);
+    mn.token = b"0123456789abcdef".to_vec();
+    mn.cluster_id = 1;
+    let mn = Server::bind(mn).unwrap().spawn();
+    let verbs = Arc::new(TcpFabric::connect(vec![(MnId(0), mn.local_addr())], config).unwrap());
+    run(fabrics, verbs, |k| mn.region().load(grant_counter(k).offset).unwrap());
 }
