@@ -61,13 +61,19 @@ pub struct BenchArgs {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
 
-    /// Memory nodes of the in-process cluster.
-    #[arg(long = "memory-nodes", short = 'm', default_value_t = 2, value_name = "N")]
-    pub memory_nodes: u32,
+    /// Memory nodes of the in-process cluster [default: 2, or the preset's].
+    #[arg(long = "memory-nodes", short = 'm', value_name = "N")]
+    pub memory_nodes: Option<u32>,
 
-    /// Copies of every table (1 primary + backups); at most --memory-nodes.
-    #[arg(long, short = 'r', default_value_t = 2)]
-    pub replicas: u32,
+    /// Copies of every table (1 primary + backups); at most --memory-nodes [default: 2,
+    /// or the preset's].
+    #[arg(long, short = 'r', value_name = "N")]
+    pub replicas: Option<u32>,
+
+    /// A paper's setup (`ford`, `motor`, `lotus`, `oocc`, `rcbench`): memory nodes,
+    /// replication and workload knobs as its setup section states; flags and --set win.
+    #[arg(long, value_name = "NAME")]
+    pub preset: Option<String>,
 
     /// Region size of each memory node, e.g. `512MiB` [default: sized from the tables].
     #[arg(long = "mn-bytes", value_name = "BYTES")]
@@ -125,8 +131,9 @@ impl Default for BenchArgs {
             txns: None,
             seed: 1,
             set: Vec::new(),
-            memory_nodes: 2,
-            replicas: 2,
+            memory_nodes: None,
+            replicas: None,
+            preset: None,
             mn_bytes: None,
             out: "results/".into(),
             quiet: false,
@@ -245,6 +252,8 @@ pub struct BenchConfig {
     pub history: Option<PathBuf>,
     /// Remote memory nodes (`--cluster`); `None` runs an in-process cluster.
     pub cluster: Option<crate::cluster::ClusterView>,
+    /// The `--preset` applied, if any.
+    pub preset: Option<String>,
     /// What a `fault` abort does to the run.
     pub on_fault: OnFault,
 }
@@ -254,7 +263,17 @@ impl BenchConfig {
     pub fn from_args(args: &BenchArgs) -> Result<Self, ConfigError> {
         let protocol = find_entry(registry::PROTOCOLS, &args.protocol, "--protocol", "protocol")?;
         let workload = find_entry(registry::WORKLOADS, &args.workload, "--workload", "workload")?;
-        let knobs = Knobs::parse(args.set.iter().map(String::as_str))?;
+        let mut args = args.clone();
+        let mut pairs: Vec<String> = Vec::new();
+        if let Some(name) = &args.preset {
+            let (preset, knobs) = crate::preset::lookup(name, &args.workload)?;
+            args.memory_nodes = args.memory_nodes.or(Some(preset.memory_nodes));
+            args.replicas = args.replicas.or(Some(preset.replicas));
+            pairs = knobs;
+        }
+        pairs.extend(args.set.iter().cloned());
+        let args = &args;
+        let knobs = Knobs::parse(pairs.iter().map(String::as_str))?;
         knobs.check_known(&[protocol.knobs, workload.knobs])?;
         (protocol.check)(&knobs)?;
         (workload.check)(&knobs)?;
@@ -274,22 +293,23 @@ impl BenchConfig {
     pub fn from_args_unchecked(args: &BenchArgs, knobs: Knobs) -> Result<Self, ConfigError> {
         let threads = in_range("--threads", args.threads, 1, THREADS_MAX)?;
         let coroutines = in_range("--coroutines", args.coroutines, 1, COROUTINES_MAX)?;
-        let memory_nodes = in_range("--memory-nodes", args.memory_nodes, 1, MEMORY_NODES_MAX)?;
-        if args.replicas == 0 {
+        let memory_nodes = in_range("--memory-nodes", args.memory_nodes.unwrap_or(2), 1, MEMORY_NODES_MAX)?;
+        let replicas = args.replicas.unwrap_or(2);
+        if replicas == 0 {
             return Err(ConfigError::invalid(
                 "--replicas",
                 0,
                 "every table needs a primary; pass --replicas 1 or more",
             ));
         }
-        if args.replicas > args.memory_nodes {
+        if replicas > memory_nodes {
             return Err(ConfigError::invalid(
                 "--replicas",
-                args.replicas,
+                replicas,
                 &format!(
                     "exceeds --memory-nodes {}: each copy of a table lives on its own node; \
                      lower --replicas or raise --memory-nodes",
-                    args.memory_nodes
+                    memory_nodes
                 ),
             ));
         }
@@ -323,13 +343,14 @@ impl BenchConfig {
             knobs_effective: knobs.iter().map(|(k, v)| (k.into(), v.into())).collect(),
             knobs,
             memory_nodes: memory_nodes as u16,
-            replicas: args.replicas as u16,
+            replicas: replicas as u16,
             mn_bytes,
             out: OutTarget::parse(&args.out)?,
             quiet: args.quiet,
             check: args.check || args.history.is_some(),
             history: args.history.as_ref().map(PathBuf::from),
             cluster: None,
+            preset: args.preset.clone(),
             on_fault: args.on_fault,
         })
     }
@@ -417,7 +438,7 @@ impl From<KnobError> for ConfigError {
 }
 
 impl ConfigError {
-    fn invalid(flag: &'static str, value: impl std::fmt::Display, why: &str) -> Self {
+    pub(crate) fn invalid(flag: &'static str, value: impl std::fmt::Display, why: &str) -> Self {
         Self::Invalid {
             flag,
             value: value.to_string(),
@@ -648,9 +669,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert_eq!(e, "--threads 0: must be between 1 and 1024; pass a value in that range");
-        let e = BenchConfig::from_args_unchecked(&BenchArgs { replicas: 3, ..args() }, Knobs::default())
-            .unwrap_err()
-            .to_string();
+        let e = BenchConfig::from_args_unchecked(
+            &BenchArgs {
+                replicas: Some(3),
+                ..args()
+            },
+            Knobs::default(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("--replicas 3: exceeds --memory-nodes 2"), "{e}");
         let e = BenchConfig::from_args_unchecked(
             &BenchArgs {

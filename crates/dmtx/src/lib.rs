@@ -39,6 +39,7 @@ pub mod cluster;
 pub mod config;
 pub mod driver;
 pub mod error;
+pub mod preset;
 pub mod registry;
 pub mod results;
 pub mod stats;

@@ -156,6 +156,8 @@ pub fn render_list() -> String {
         }
         out.push('\n');
     }
+    out.push('\n');
+    out += &crate::preset::render();
     out.pop();
     out
 }

@@ -12,7 +12,7 @@
 //! | `schema_version` | int | `1`; bumped on any incompatible change |
 //! | `protocol`, `workload` | string | names as given to `--protocol`, `--workload` |
 //! | `transport` | string | `mem` (in-process memory nodes) |
-//! | `config` | object | `threads`, `coroutines`, `duration_s` *or* `txns`, `seed`, `memory_nodes`, `replicas`, `mn_bytes`, `knobs` (every knob of the protocol and workload with its effective value, defaults included, as strings) |
+//! | `config` | object | `threads`, `coroutines`, `duration_s` *or* `txns`, `seed`, `memory_nodes`, `replicas`, `mn_bytes`, `knobs` (every knob of the protocol and workload with its effective value, defaults included, as strings), `preset` (when `--preset` was given) |
 //! | `stop_reason` | string | `duration`, `txns` or `interrupt` (Ctrl-C: results so far) |
 //! | `elapsed_s` | float | measured run time |
 //! | `committed`, `aborted`, `attempted` | int | transaction attempts by outcome (`attempted = committed + aborted + rolled_back`) |
@@ -159,6 +159,9 @@ pub struct ConfigRecord {
     pub mn_bytes: u64,
     /// Every knob's effective value.
     pub knobs: BTreeMap<String, String>,
+    /// The `--preset` the run started from, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<String>,
 }
 
 /// Latency percentiles in microseconds.
@@ -474,6 +477,7 @@ impl BenchResult {
                 replicas: cfg.replicas,
                 mn_bytes: raw.mn_bytes,
                 knobs: cfg.knobs_effective.clone(),
+                preset: cfg.preset.clone(),
             },
             stop_reason: raw.stop_reason,
             elapsed_s: round(elapsed_s, 6),

@@ -136,8 +136,8 @@ fn kvs_duration_run_on_two_threads() {
         threads: 2,
         txns: None,
         duration: Some("300ms".into()),
-        memory_nodes: 3,
-        replicas: 3,
+        memory_nodes: Some(3),
+        replicas: Some(3),
         ..small("kvs", &["keys=2000", "rw_ratio=0.5"])
     });
     assert_eq!(r.stop_reason, StopReason::Duration);

@@ -1,0 +1,201 @@
+//! `--preset`: each paper's experimental setup, by knobs alone.
+//!
+//! A preset sets the memory nodes, the replication and the workload's knobs as the
+//! paper's setup section states them; flags and `--set` given on the command line win
+//! over it. What a paper does not state is left at dmtx's default, and a workload the
+//! paper did not run is refused. The papers measured on RDMA clusters with many compute
+//! threads; sizes (10 M accounts, 105 warehouses) are the papers', so an in-process run
+//! needs the memory for them.
+//!
+//! | preset | source | memory nodes × replicas |
+//! | --- | --- | --- |
+//! | `ford` | FORD §6.1 | 2 × 2 (PM pool of two machines, one primary and one backup) |
+//! | `motor` | Motor §7.1 | 3 × 3 |
+//! | `lotus` | LOTUS §8.1 | 3 × 3 |
+//! | `oocc` | OOCC §VIII-A/B | 2 × 1 (no replication stated) |
+//! | `rcbench` | RCBench §6.1 | 4 × 1 (4 nodes holding data; RCBench's nodes also compute) |
+
+use crate::config::ConfigError;
+
+/// One paper's setup.
+#[derive(Debug)]
+pub struct Preset {
+    /// `--preset` value.
+    pub name: &'static str,
+    /// Where the numbers come from.
+    pub source: &'static str,
+    /// Memory nodes.
+    pub memory_nodes: u32,
+    /// Copies of each table.
+    pub replicas: u32,
+    /// Per workload, the knobs the paper states.
+    pub workloads: &'static [(&'static str, &'static [(&'static str, &'static str)])],
+}
+
+/// Every preset.
+pub const PRESETS: &[Preset] = &[
+    Preset {
+        name: "ford",
+        source: "FORD §6.1",
+        memory_nodes: 2,
+        replicas: 2,
+        workloads: &[
+            ("kvs", &[("keys", "1000000"), ("zipf_theta", "0.99")]),
+            ("smallbank", &[]),
+        ],
+    },
+    Preset {
+        name: "motor",
+        source: "Motor §7.1",
+        memory_nodes: 3,
+        replicas: 3,
+        workloads: &[
+            ("kvs", &[("keys", "10000000"), ("zipf_theta", "0.99"), ("objects", "1")]),
+            ("smallbank", &[("accounts", "10000000")]),
+        ],
+    },
+    Preset {
+        name: "lotus",
+        source: "LOTUS §8.1",
+        memory_nodes: 3,
+        replicas: 3,
+        workloads: &[
+            ("kvs", &[("keys", "20000000"), ("zipf_theta", "0.99")]),
+            ("smallbank", &[("accounts", "20000000")]),
+        ],
+    },
+    Preset {
+        name: "oocc",
+        source: "OOCC §VIII-A/B",
+        memory_nodes: 2,
+        replicas: 1,
+        workloads: &[],
+    },
+    Preset {
+        name: "rcbench",
+        source: "RCBench §6.1",
+        memory_nodes: 4,
+        replicas: 1,
+        workloads: &[],
+    },
+];
+
+/// The knob settings of preset `name` for `workload`, as `key=value` strings.
+pub fn lookup(name: &str, workload: &str) -> Result<(&'static Preset, Vec<String>), ConfigError> {
+    let Some(p) = PRESETS.iter().find(|p| p.name == name) else {
+        let names: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
+        return Err(ConfigError::invalid(
+            "--preset",
+            name,
+            &format!(
+                "expected one of {}{}",
+                names.join(", "),
+                dmtx_runtime::did_you_mean(name, &names)
+            ),
+        ));
+    };
+    let Some((_, knobs)) = p.workloads.iter().find(|(w, _)| *w == workload) else {
+        let ran: Vec<&str> = p.workloads.iter().map(|(w, _)| *w).collect();
+        return Err(ConfigError::invalid(
+            "--preset",
+            name,
+            &format!(
+                "{} did not run `{workload}`; its workloads here: {}",
+                p.source,
+                if ran.is_empty() {
+                    "none yet".to_string()
+                } else {
+                    ran.join(", ")
+                }
+            ),
+        ));
+    };
+    Ok((p, knobs.iter().map(|(k, v)| format!("{k}={v}")).collect()))
+}
+
+/// `dmtx list`'s lines about presets.
+pub fn render() -> String {
+    let mut out = String::from("presets (--preset NAME; flags and --set override it):\n");
+    for p in PRESETS {
+        let ws: Vec<&str> = p.workloads.iter().map(|(w, _)| *w).collect();
+        out += &format!(
+            "  {:<12} {}: {} memory nodes x {} replicas; workloads: {}\n",
+            p.name,
+            p.source,
+            p.memory_nodes,
+            p.replicas,
+            if ws.is_empty() {
+                "none yet".to_string()
+            } else {
+                ws.join(", ")
+            }
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{BenchArgs, BenchConfig};
+
+    fn args(preset: &str, workload: &str) -> BenchArgs {
+        BenchArgs {
+            preset: Some(preset.into()),
+            workload: workload.into(),
+            ..BenchArgs::default()
+        }
+    }
+
+    #[test]
+    fn a_preset_sets_nodes_replicas_and_knobs_and_flags_win() {
+        let c = BenchConfig::from_args(&args("motor", "smallbank")).unwrap();
+        assert_eq!((c.memory_nodes, c.replicas), (3, 3));
+        assert_eq!(c.knobs_effective["accounts"], "10000000");
+        assert_eq!(c.preset.as_deref(), Some("motor"));
+        let c = BenchConfig::from_args(&BenchArgs {
+            memory_nodes: Some(4),
+            set: vec!["accounts=5000".into()],
+            ..args("motor", "smallbank")
+        })
+        .unwrap();
+        assert_eq!(
+            (c.memory_nodes, c.replicas),
+            (4, 3),
+            "--memory-nodes wins, replicas stay"
+        );
+        assert_eq!(c.knobs_effective["accounts"], "5000", "--set wins");
+    }
+
+    #[test]
+    fn unknown_presets_and_unrun_workloads_are_refused_clearly() {
+        let e = BenchConfig::from_args(&args("mortor", "kvs")).unwrap_err().to_string();
+        assert!(e.contains("--preset") && e.contains("motor"), "{e}");
+        let e = lookup("oocc", "smallbank").unwrap_err().to_string();
+        assert!(e.contains("did not run `smallbank`"), "{e}");
+    }
+
+    #[test]
+    fn every_preset_knob_is_a_knob_of_its_workload() {
+        for p in PRESETS {
+            for (w, knobs) in p.workloads {
+                let entry = crate::registry::WORKLOADS
+                    .iter()
+                    .find(|e| e.name == *w)
+                    .unwrap_or_else(|| panic!("preset {} names unknown workload {w}", p.name));
+                for (k, v) in *knobs {
+                    assert!(
+                        entry.knobs.iter().any(|s| s.name == *k),
+                        "{}: {w} has no knob {k}",
+                        p.name
+                    );
+                    let mut set = dmtx_runtime::Knobs::default();
+                    set.set(k, v);
+                    (entry.check)(&set).unwrap_or_else(|e| panic!("{}: {w}: {k}={v}: {e}", p.name));
+                }
+            }
+            assert!(p.replicas >= 1 && p.replicas <= p.memory_nodes, "{}", p.name);
+        }
+        assert!(render().contains("rcbench"));
+    }
+}
