@@ -11,6 +11,13 @@
 //!   invariants: balance conservation, write counts, intact records.
 //! - [`SmallBank`]: H-Store's SmallBank with FORD Table 2's mix; invariant: money
 //!   conservation given the committed deltas.
+//! - [`Tatp`]: the telecom benchmark (4 tables, 7 transactions, NURand subscribers);
+//!   not-found and duplicate outcomes are committed but unsuccessful; invariants over
+//!   rows, call-forwarding counts and update stamps.
+//! - [`Tpcc`]: TPC-C 5.11 at transaction-logic level (9 tables, 5 transactions, the spec
+//!   or FORD's simplified variant); consistency conditions 1–9 and 12.
+//! - [`Ycsb`]: YCSB with RCBench's and OOCC's knobs (core mixes A–D, F; partitions and
+//!   nodes per transaction); invariants over checksummed write stamps.
 //! - [`Zipf`] and [`KeyGen`]: YCSB's scrambled Zipfian (Gray et al.) and uniform keys.
 //!
 //! Depends on `dmtx-runtime` and `dmtx-store`; never names a protocol or a transport.
@@ -35,13 +42,19 @@
 pub mod kvs;
 pub mod smallbank;
 mod snapshot;
+pub mod tatp;
 #[cfg(test)]
 mod testkit;
+pub mod tpcc;
 mod workload;
+pub mod ycsb;
 pub mod zipf;
 
 pub use kvs::{Kvs, KvsConfig, KvsLocal, KvsValue};
 pub use smallbank::{SmallBank, SmallBankConfig, SmallBankLocal};
 pub use snapshot::Snapshot;
+pub use tatp::{Tatp, TatpConfig, TatpLocal};
+pub use tpcc::{Tpcc, TpccConfig, TpccLocal};
 pub use workload::{InvariantError, Outcome, RecordSink, Workload};
+pub use ycsb::{Ycsb, YcsbConfig, YcsbLocal};
 pub use zipf::{KeyGen, Zipf};

@@ -12,7 +12,7 @@
 //! | `ford` | FORD §6.1 | 2 × 2 (PM pool of two machines, one primary and one backup) |
 //! | `motor` | Motor §7.1 | 3 × 3 |
 //! | `lotus` | LOTUS §8.1 | 3 × 3 |
-//! | `oocc` | OOCC §VIII-A/B | 2 × 1 (no replication stated) |
+//! | `oocc` | OOCC §VIII-A/B | 2 × 1 (two compute pools; no replication stated) |
 //! | `rcbench` | RCBench §6.1 | 4 × 1 (4 nodes holding data; RCBench's nodes also compute) |
 
 use crate::config::ConfigError;
@@ -42,6 +42,8 @@ pub const PRESETS: &[Preset] = &[
         workloads: &[
             ("kvs", &[("keys", "1000000"), ("zipf_theta", "0.99")]),
             ("smallbank", &[]),
+            ("tatp", &[]),
+            ("tpcc", &[("warehouses", "8"), ("tpcc_variant", "ford")]),
         ],
     },
     Preset {
@@ -52,6 +54,8 @@ pub const PRESETS: &[Preset] = &[
         workloads: &[
             ("kvs", &[("keys", "10000000"), ("zipf_theta", "0.99"), ("objects", "1")]),
             ("smallbank", &[("accounts", "10000000")]),
+            ("tatp", &[("subscribers", "2000000")]),
+            ("tpcc", &[("warehouses", "24"), ("tpcc_variant", "ford")]),
         ],
     },
     Preset {
@@ -62,6 +66,8 @@ pub const PRESETS: &[Preset] = &[
         workloads: &[
             ("kvs", &[("keys", "20000000"), ("zipf_theta", "0.99")]),
             ("smallbank", &[("accounts", "20000000")]),
+            ("tatp", &[("subscribers", "3000000")]),
+            ("tpcc", &[("warehouses", "105"), ("tpcc_variant", "ford")]),
         ],
     },
     Preset {
@@ -69,14 +75,46 @@ pub const PRESETS: &[Preset] = &[
         source: "OOCC §VIII-A/B",
         memory_nodes: 2,
         replicas: 1,
-        workloads: &[],
+        workloads: &[
+            // "Read-intensive": 90% read-only transactions, 8-byte records, uniform keys.
+            (
+                "ycsb",
+                &[
+                    ("fields", "1"),
+                    ("field_bytes", "8"),
+                    ("write_unit", "txn"),
+                    ("write_ratio", "0.1"),
+                    ("zipf_theta", "0"),
+                ],
+            ),
+            ("tatp", &[("ro_keys", "2")]),
+            ("tpcc", &[("mix", "45,40,4,4,4")]),
+        ],
     },
     Preset {
         name: "rcbench",
         source: "RCBench §6.1",
         memory_nodes: 4,
         replicas: 1,
-        workloads: &[],
+        workloads: &[
+            // 10 M 1 KB records per node, partitioned over the 4 nodes; write ratio and
+            // skew 0.2 per operation.
+            (
+                "ycsb",
+                &[
+                    ("records", "40000000"),
+                    ("partitions", "4"),
+                    ("fields", "10"),
+                    ("field_bytes", "100"),
+                    ("ops_per_txn", "10"),
+                    ("write_unit", "op"),
+                    ("write_ratio", "0.2"),
+                    ("zipf_theta", "0.2"),
+                ],
+            ),
+            // 32 warehouses per node; NewOrder and Payment only, 50/50.
+            ("tpcc", &[("warehouses", "128"), ("mix", "50,50,0,0,0")]),
+        ],
     },
 ];
 
@@ -183,16 +221,16 @@ mod tests {
                     .iter()
                     .find(|e| e.name == *w)
                     .unwrap_or_else(|| panic!("preset {} names unknown workload {w}", p.name));
+                let mut all = dmtx_runtime::Knobs::default();
                 for (k, v) in *knobs {
                     assert!(
                         entry.knobs.iter().any(|s| s.name == *k),
                         "{}: {w} has no knob {k}",
                         p.name
                     );
-                    let mut set = dmtx_runtime::Knobs::default();
-                    set.set(k, v);
-                    (entry.check)(&set).unwrap_or_else(|e| panic!("{}: {w}: {k}={v}: {e}", p.name));
+                    all.set(k, v);
                 }
+                (entry.check)(&all).unwrap_or_else(|e| panic!("{}: {w}: {e}", p.name));
             }
             assert!(p.replicas >= 1 && p.replicas <= p.memory_nodes, "{}", p.name);
         }

@@ -125,6 +125,9 @@ registry! {
     workloads {
         dmtx_workloads::Kvs,
         dmtx_workloads::SmallBank,
+        dmtx_workloads::Tatp,
+        dmtx_workloads::Tpcc,
+        dmtx_workloads::Ycsb,
     }
 }
 

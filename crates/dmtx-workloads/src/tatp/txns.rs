@@ -1,0 +1,373 @@
+//! The seven transactions (the module doc of `tatp`, "Transactions").
+
+use dmtx_runtime::{Abort, AbortReason, Coordinator, Protocol, Txn};
+
+use super::schema::{ACCESS_INFO, CALL_FORWARDING, CF_INDEX, SPECIAL_FACILITY, SUBSCRIBER, SUB_NBR_INDEX};
+use super::*;
+
+/// Outcome of a transaction ended by `execute` with `abort`: the spec's "not found" and
+/// "duplicate" are unsuccessful, anything else is the protocol's abort.
+#[inline]
+fn spec_miss(abort: Abort) -> Result<Outcome, Abort> {
+    match abort.reason {
+        AbortReason::NotFound | AbortReason::Duplicate => Ok(Outcome::Unsuccessful),
+        _ => Err(abort),
+    }
+}
+
+/// Note the first disagreement of a transaction.
+#[inline]
+fn flag(bad: &mut Option<Anomaly>, ok: bool, what: &'static str, table: u32, key: u64) {
+    if !ok && bad.is_none() {
+        *bad = Some(Anomaly { what, table, key });
+    }
+}
+
+/// Commit; on success count `bad` and return `outcome`.
+async fn finish<P: Protocol>(
+    txn: Txn<'_, P>,
+    local: &mut TatpLocal,
+    bad: Option<Anomaly>,
+    outcome: Outcome,
+) -> Result<Outcome, Abort> {
+    txn.commit().await?;
+    if let Some(a) = bad {
+        local.anomalies += 1;
+        local.first_anomaly.get_or_insert(a);
+    }
+    Ok(outcome)
+}
+
+impl Tatp {
+    /// Resolve `nbr` to an s_id: through SUB_NBR_INDEX (one round) or locally.
+    async fn lookup<P: Protocol>(
+        &self,
+        txn: &mut Txn<'_, P>,
+        nbr: &[u8; SUB_NBR_DIGITS],
+        bad: &mut Option<Anomaly>,
+    ) -> Result<u64, Abort> {
+        if !self.cfg.sub_nbr_index {
+            return Ok(parse_sub_nbr(nbr).expect("sub_nbr is made of digits"));
+        }
+        let key = sub_nbr_key(nbr);
+        let ix = txn.add_ro(SUB_NBR_INDEX, key);
+        txn.execute().await?;
+        let s_id = txn.get(ix).s_id as u64;
+        flag(
+            bad,
+            sub_nbr(s_id) == *nbr,
+            "sub_nbr index names another subscriber",
+            SUB_NBR_INDEX_TABLE_ID,
+            key,
+        );
+        Ok(s_id)
+    }
+
+    pub(super) async fn get_subscriber_data<P: Protocol>(
+        &self,
+        local: &mut TatpLocal,
+        coord: &mut Coordinator<P>,
+    ) -> Result<Outcome, Abort> {
+        let s = self.subscriber(&mut local.rng);
+        let s2 = (self.cfg.ro_keys == 2).then(|| self.other_subscriber(&mut local.rng, s));
+        let mut txn = coord.begin();
+        let a = txn.add_ro(SUBSCRIBER, subscriber_key(s));
+        let b = s2.map(|s2| txn.add_ro(SUBSCRIBER, subscriber_key(s2)));
+        if let Err(e) = txn.execute().await {
+            return spec_miss(e);
+        }
+        let mut bad = None;
+        check_subscriber(txn.get(a), s, &mut bad);
+        if let (Some(b), Some(s2)) = (b, s2) {
+            check_subscriber(txn.get(b), s2, &mut bad);
+        }
+        finish(txn, local, bad, Outcome::Committed).await
+    }
+
+    pub(super) async fn get_new_destination<P: Protocol>(
+        &self,
+        local: &mut TatpLocal,
+        coord: &mut Coordinator<P>,
+    ) -> Result<Outcome, Abort> {
+        let rng = &mut local.rng;
+        let s = self.subscriber(rng);
+        let sf_type = 1 + uniform(rng, 4) as u8;
+        let start = START_TIMES[uniform(rng, 3) as usize];
+        let end = 1 + uniform(rng, END_TIME_MAX as u64) as u8;
+        let key = special_facility_key(s, sf_type);
+        let mut txn = coord.begin();
+        let sf = txn.add_ro(SPECIAL_FACILITY, key);
+        let ix = txn.add_ro(CF_INDEX, key);
+        if let Err(e) = txn.execute().await {
+            return spec_miss(e);
+        }
+        let mut bad = None;
+        let sfv = *txn.get(sf);
+        let ixv = *txn.get(ix);
+        flag(
+            &mut bad,
+            sfv.s_id as u64 == s && sfv.sf_type == sf_type,
+            "record fields disagree with its key",
+            SPECIAL_FACILITY_TABLE_ID,
+            key,
+        );
+        flag(
+            &mut bad,
+            ixv.s_id as u64 == s && ixv.sf_type == sf_type && ixv.slots <= 0b111,
+            "record fields disagree with its key",
+            CF_INDEX_TABLE_ID,
+            key,
+        );
+        let mut found = false;
+        if sfv.is_active == 1 {
+            // Slots whose start time is at most `start`.
+            let candidates = ixv.slots & ((1u8 << (start / 8 + 1)) - 1);
+            if candidates != 0 {
+                let mut rows = [None; 3];
+                for k in population::slots(candidates) {
+                    rows[k as usize] = Some(txn.add_ro(
+                        CALL_FORWARDING,
+                        call_forwarding_key(s, sf_type, START_TIMES[k as usize]),
+                    ));
+                }
+                // A listed row that is gone: a delete committed since the index was read.
+                txn.execute().await?;
+                for (k, r) in rows.iter().enumerate() {
+                    let Some(r) = *r else { continue };
+                    let st = START_TIMES[k];
+                    let cf = txn.get(r);
+                    flag(
+                        &mut bad,
+                        cf.s_id as u64 == s && cf.sf_type == sf_type && cf.start_time == st,
+                        "record fields disagree with its key",
+                        CALL_FORWARDING_TABLE_ID,
+                        call_forwarding_key(s, sf_type, st),
+                    );
+                    found |= cf.start_time <= start && end < cf.end_time;
+                }
+            }
+        }
+        let outcome = if found {
+            Outcome::Committed
+        } else {
+            Outcome::Unsuccessful
+        };
+        finish(txn, local, bad, outcome).await
+    }
+
+    pub(super) async fn get_access_data<P: Protocol>(
+        &self,
+        local: &mut TatpLocal,
+        coord: &mut Coordinator<P>,
+    ) -> Result<Outcome, Abort> {
+        let s = self.subscriber(&mut local.rng);
+        let ai_type = 1 + uniform(&mut local.rng, 4) as u8;
+        let key = access_info_key(s, ai_type);
+        let mut txn = coord.begin();
+        let ai = txn.add_ro(ACCESS_INFO, key);
+        let sub = (self.cfg.ro_keys == 2).then(|| txn.add_ro(SUBSCRIBER, subscriber_key(s)));
+        if let Err(e) = txn.execute().await {
+            return spec_miss(e);
+        }
+        let mut bad = None;
+        let v = txn.get(ai);
+        flag(
+            &mut bad,
+            v.s_id as u64 == s && v.ai_type == ai_type,
+            "record fields disagree with its key",
+            ACCESS_INFO_TABLE_ID,
+            key,
+        );
+        if let Some(sub) = sub {
+            check_subscriber(txn.get(sub), s, &mut bad);
+        }
+        finish(txn, local, bad, Outcome::Committed).await
+    }
+
+    pub(super) async fn update_subscriber_data<P: Protocol>(
+        &self,
+        local: &mut TatpLocal,
+        coord: &mut Coordinator<P>,
+    ) -> Result<Outcome, Abort> {
+        let rng = &mut local.rng;
+        let s = self.subscriber(rng);
+        let sf_type = 1 + uniform(rng, 4) as u8;
+        let bit_1 = uniform(rng, 2) as u16;
+        let data_a = uniform(rng, 256) as u8;
+        let key = special_facility_key(s, sf_type);
+        let mut txn = coord.begin();
+        let sub = txn.add_rw(SUBSCRIBER, subscriber_key(s));
+        let sf = txn.add_rw(SPECIAL_FACILITY, key);
+        if let Err(e) = txn.execute().await {
+            return spec_miss(e);
+        }
+        let mut bad = None;
+        check_subscriber(txn.get(sub), s, &mut bad);
+        let v = txn.get_mut(sub);
+        v.bits = (v.bits & !1) | bit_1;
+        v.usd_stamp = v.usd_stamp.wrapping_add(1);
+        let v = txn.get_mut(sf);
+        flag(
+            &mut bad,
+            v.s_id as u64 == s && v.sf_type == sf_type,
+            "record fields disagree with its key",
+            SPECIAL_FACILITY_TABLE_ID,
+            key,
+        );
+        v.data_a = data_a;
+        v.usd_stamp = v.usd_stamp.wrapping_add(1);
+        finish(txn, local, bad, Outcome::Committed).await
+    }
+
+    pub(super) async fn update_location<P: Protocol>(
+        &self,
+        local: &mut TatpLocal,
+        coord: &mut Coordinator<P>,
+    ) -> Result<Outcome, Abort> {
+        let s = self.subscriber(&mut local.rng);
+        let nbr = sub_nbr(s);
+        let vlr = 1 + uniform(&mut local.rng, u32::MAX as u64) as u32;
+        let mut bad = None;
+        let mut txn = coord.begin();
+        let s_id = match self.lookup(&mut txn, &nbr, &mut bad).await {
+            Ok(s_id) => s_id,
+            Err(e) => return spec_miss(e),
+        };
+        let sub = txn.add_rw(SUBSCRIBER, subscriber_key(s_id));
+        if let Err(e) = txn.execute().await {
+            return spec_miss(e);
+        }
+        check_subscriber(txn.get(sub), s_id, &mut bad);
+        let v = txn.get_mut(sub);
+        v.vlr_location = vlr;
+        v.ul_stamp = v.ul_stamp.wrapping_add(1);
+        finish(txn, local, bad, Outcome::Committed).await
+    }
+
+    pub(super) async fn insert_call_forwarding<P: Protocol>(
+        &self,
+        local: &mut TatpLocal,
+        coord: &mut Coordinator<P>,
+    ) -> Result<Outcome, Abort> {
+        let rng = &mut local.rng;
+        let s = self.subscriber(rng);
+        let nbr = sub_nbr(s);
+        let sf_type = 1 + uniform(rng, 4) as u8;
+        let slot = uniform(rng, 3) as u8;
+        let end = 1 + uniform(rng, END_TIME_MAX as u64) as u8;
+        let mut numberx = [0u8; 15];
+        for d in numberx.iter_mut() {
+            *d = b'0' + uniform(rng, 10) as u8;
+        }
+        let start = START_TIMES[slot as usize];
+        let mut bad = None;
+        let mut txn = coord.begin();
+        let s_id = match self.lookup(&mut txn, &nbr, &mut bad).await {
+            Ok(s_id) => s_id,
+            Err(e) => return spec_miss(e),
+        };
+        let key = special_facility_key(s_id, sf_type);
+        let sf = txn.add_ro(SPECIAL_FACILITY, key);
+        let ix = txn.add_rw(CF_INDEX, key);
+        let cf = txn.add_insert(CALL_FORWARDING, call_forwarding_key(s_id, sf_type, start));
+        if let Err(e) = txn.execute().await {
+            return spec_miss(e);
+        }
+        let sfv = txn.get(sf);
+        flag(
+            &mut bad,
+            sfv.s_id as u64 == s_id && sfv.sf_type == sf_type,
+            "record fields disagree with its key",
+            SPECIAL_FACILITY_TABLE_ID,
+            key,
+        );
+        let ixv = txn.get_mut(ix);
+        flag(
+            &mut bad,
+            ixv.s_id as u64 == s_id && ixv.sf_type == sf_type,
+            "record fields disagree with its key",
+            CF_INDEX_TABLE_ID,
+            key,
+        );
+        flag(
+            &mut bad,
+            ixv.slots & (1 << slot) == 0,
+            "an insert succeeded on a slot the index lists",
+            CF_INDEX_TABLE_ID,
+            key,
+        );
+        ixv.slots |= 1 << slot;
+        *txn.get_mut(cf) = CallForwarding {
+            s_id: s_id as u32,
+            sf_type,
+            start_time: start,
+            end_time: end,
+            numberx,
+            _pad: [0; 2],
+        };
+        finish(txn, local, bad, Outcome::Committed).await
+    }
+
+    pub(super) async fn delete_call_forwarding<P: Protocol>(
+        &self,
+        local: &mut TatpLocal,
+        coord: &mut Coordinator<P>,
+    ) -> Result<Outcome, Abort> {
+        let rng = &mut local.rng;
+        let s = self.subscriber(rng);
+        let nbr = sub_nbr(s);
+        let sf_type = 1 + uniform(rng, 4) as u8;
+        let slot = uniform(rng, 3) as u8;
+        let start = START_TIMES[slot as usize];
+        let mut bad = None;
+        let mut txn = coord.begin();
+        let s_id = match self.lookup(&mut txn, &nbr, &mut bad).await {
+            Ok(s_id) => s_id,
+            Err(e) => return spec_miss(e),
+        };
+        let key = special_facility_key(s_id, sf_type);
+        let cf_key = call_forwarding_key(s_id, sf_type, start);
+        let ix = txn.add_rw(CF_INDEX, key);
+        let cf = txn.add_delete(CALL_FORWARDING, cf_key);
+        if let Err(e) = txn.execute().await {
+            return spec_miss(e);
+        }
+        let cfv = txn.get(cf);
+        flag(
+            &mut bad,
+            cfv.s_id as u64 == s_id && cfv.sf_type == sf_type && cfv.start_time == start,
+            "record fields disagree with its key",
+            CALL_FORWARDING_TABLE_ID,
+            cf_key,
+        );
+        let ixv = txn.get_mut(ix);
+        flag(
+            &mut bad,
+            ixv.s_id as u64 == s_id && ixv.sf_type == sf_type,
+            "record fields disagree with its key",
+            CF_INDEX_TABLE_ID,
+            key,
+        );
+        flag(
+            &mut bad,
+            ixv.slots & (1 << slot) != 0,
+            "a delete found a row the index does not list",
+            CF_INDEX_TABLE_ID,
+            key,
+        );
+        ixv.slots &= !(1 << slot);
+        finish(txn, local, bad, Outcome::Committed).await
+    }
+}
+
+/// A SUBSCRIBER row read under `s` names `s` and its sub_nbr.
+#[inline]
+fn check_subscriber(v: &Subscriber, s: u64, bad: &mut Option<Anomaly>) {
+    flag(
+        bad,
+        v.s_id as u64 == s && v.sub_nbr == sub_nbr(s),
+        "record fields disagree with its key",
+        SUBSCRIBER_TABLE_ID,
+        subscriber_key(s),
+    );
+}
