@@ -89,7 +89,10 @@ fn from_knobs_defaults_presets_and_errors() {
         write_ratio: 0.3,
         ..YcsbConfig::preset(Preset::B)
     };
-    assert!(Ycsb::new(cfg).unwrap_err().to_string().contains("core workload b fixes"));
+    assert!(Ycsb::new(cfg)
+        .unwrap_err()
+        .to_string()
+        .contains("core workload b fixes"));
 }
 
 #[test]
