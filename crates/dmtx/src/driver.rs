@@ -186,6 +186,7 @@ pub fn run<P: Protocol, W: Workload>(
 
     // 1. Tables, built locally.
     hooks.monitor.phase("loading tables");
+    let load_started = std::time::Instant::now();
     let specs: Vec<TableSpec> = workload.tables();
     let mut built = Vec::with_capacity(specs.len());
     let mut tables_bytes = vec![0u64; mn_count];
@@ -217,6 +218,7 @@ pub fn run<P: Protocol, W: Workload>(
     for (builder, nodes) in built {
         create_table(pool.control.as_ref(), builder, &nodes)?;
     }
+    let load = load_started.elapsed();
 
     // 3. The compute node and its threads.
     hooks.monitor.phase("starting coordinators");
@@ -409,6 +411,7 @@ pub fn run<P: Protocol, W: Workload>(
         check,
         last_fault,
         started_at_unix_s,
+        load,
     }))
 }
 

@@ -159,7 +159,6 @@ pub fn render_list() -> String {
         }
         out.push('\n');
     }
-    out.push('\n');
     out += &crate::preset::render();
     out.pop();
     out

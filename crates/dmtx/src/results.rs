@@ -15,6 +15,7 @@
 //! | `config` | object | `threads`, `coroutines`, `duration_s` *or* `txns`, `seed`, `memory_nodes`, `replicas`, `mn_bytes`, `knobs` (every knob of the protocol and workload with its effective value, defaults included, as strings), `preset` (when `--preset` was given) |
 //! | `stop_reason` | string | `duration`, `txns` or `interrupt` (Ctrl-C: results so far) |
 //! | `elapsed_s` | float | measured run time |
+//! | `load_s` | float | building and loading the tables before the run |
 //! | `committed`, `aborted`, `attempted` | int | transaction attempts by outcome (`attempted = committed + aborted + rolled_back`) |
 //! | `successful` | int | committed attempts the workload's spec counts as successful (TATP: not "not found" or "duplicate"); equals `committed` for most workloads |
 //! | `rolled_back` | int | attempts the workload rolled back on purpose (TPC-C NewOrder's 1%): neither commits nor aborts |
@@ -97,6 +98,9 @@ pub struct BenchResult {
     pub stop_reason: StopReason,
     /// Measured seconds.
     pub elapsed_s: f64,
+    /// Seconds spent building the tables and loading them into the memory nodes.
+    #[serde(default)]
+    pub load_s: f64,
     /// Committed attempts.
     pub committed: u64,
     /// Aborted attempts.
@@ -429,6 +433,8 @@ pub struct RawRun<'a> {
     pub last_fault: Option<String>,
     /// Start of the measured run, Unix seconds.
     pub started_at_unix_s: f64,
+    /// Time spent building and loading the tables before the run.
+    pub load: Duration,
 }
 
 impl BenchResult {
@@ -481,6 +487,7 @@ impl BenchResult {
             },
             stop_reason: raw.stop_reason,
             elapsed_s: round(elapsed_s, 6),
+            load_s: round(raw.load.as_secs_f64(), 3),
             committed: total.committed,
             aborted: total.aborted,
             attempted: total.committed + total.aborted + total.rolled_back,
@@ -551,7 +558,11 @@ impl BenchResult {
         } else {
             ""
         };
-        let _ = writeln!(o, "  elapsed     {:.2} s{interrupted}", self.elapsed_s);
+        let _ = writeln!(
+            o,
+            "  elapsed     {:.2} s{interrupted}   (tables loaded in {:.2} s before)",
+            self.elapsed_s, self.load_s
+        );
         let _ = writeln!(
             o,
             "  committed   {:>12} txns  {:>12.1} txn/s",

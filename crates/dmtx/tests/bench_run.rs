@@ -69,9 +69,14 @@ fn smallbank_txns_run_writes_json_with_required_keys() {
         "invariant",
         "run_info",
         "elapsed_s",
+        "load_s",
+        "successful",
+        "rolled_back",
     ] {
         assert!(v.get(key).is_some(), "missing `{key}` in {v}");
     }
+    assert!(v["load_s"].as_f64().unwrap() > 0.0, "loading takes time");
+    assert_eq!(v["successful"], v["committed"], "every SmallBank commit is successful");
     assert_eq!(v["schema_version"], 1);
     assert_eq!(v["protocol"], "ford");
     assert_eq!(v["workload"], "smallbank");

@@ -176,7 +176,7 @@ const OPS_PER_TXN: KnobSpec = KnobSpec {
 const ZIPF_THETA: KnobSpec = KnobSpec {
     name: "zipf_theta",
     default: "0.2",
-    help: "Zipfian skew in [0, 1), 0 = uniform (RCBench §6.1: 0.2); 0.99 under a preset unless set",
+    help: "Zipfian skew in [0, 1), 0 = uniform (RCBench §6.1: 0.2); 0.99 under `core` unless set",
 };
 const WRITE_RATIO: KnobSpec = KnobSpec {
     name: "write_ratio",
@@ -209,7 +209,7 @@ const NODES_PER_TXN: KnobSpec = KnobSpec {
 const INSERT_ROOM: KnobSpec = KnobSpec {
     name: "insert_room",
     default: "0",
-    help: "extra records of room for inserts (preset d, ~0.05 x ops_per_txn per txn; a full table \
+    help: "extra records of room for inserts (core=d, ~0.05 x ops_per_txn per txn; a full table \
            aborts them with table_full); 0 = as many as `records`",
 };
 
@@ -563,7 +563,7 @@ impl Workload for Ycsb {
 
     const NAME: &'static str = "ycsb";
     const ABOUT: &'static str = "YCSB (RCBench §6.1, OOCC §VIII): fields × field_bytes records, Zipfian keys, \
-                                 write ratio per op or per txn, presets a b c d f (e needs range scans: none here)";
+                                 write ratio per op or per txn, core mixes a b c d f (e needs range scans: none here)";
     const KNOBS: &'static [KnobSpec] = &[
         PRESET,
         RECORDS,
