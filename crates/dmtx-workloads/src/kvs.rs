@@ -43,6 +43,7 @@ use dmtx_store::{key_hash, StoreError, TableSpec};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use crate::workload::invalid;
 use crate::zipf::{uniform, KeyGen, Zipf};
 use crate::{InvariantError, Outcome, RecordSink, Snapshot, Workload};
 
@@ -159,14 +160,6 @@ impl Default for KvsConfig {
             rw_ratio: 0.5,
             objects: 2,
         }
-    }
-}
-
-fn invalid(spec: &KnobSpec, value: impl ToString, why: impl Into<String>) -> KnobError {
-    KnobError::Invalid {
-        key: spec.name.to_string(),
-        value: value.to_string(),
-        why: why.into(),
     }
 }
 

@@ -43,6 +43,7 @@ use dmtx_store::{StoreError, TableSpec};
 use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
 
+use crate::workload::invalid;
 use crate::zipf::uniform;
 use crate::{InvariantError, Outcome, RecordSink, Snapshot, Workload};
 
@@ -140,14 +141,6 @@ impl Default for SmallBankConfig {
             hot_accounts: 4000,
             hot_pct: 90,
         }
-    }
-}
-
-fn invalid(spec: &KnobSpec, value: impl ToString, why: impl Into<String>) -> KnobError {
-    KnobError::Invalid {
-        key: spec.name.to_string(),
-        value: value.to_string(),
-        why: why.into(),
     }
 }
 

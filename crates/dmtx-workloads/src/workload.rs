@@ -64,6 +64,16 @@ pub trait Workload: Send + Sync + Sized + 'static {
     fn check(&self, locals: &[Self::Local], snapshot: &Snapshot) -> Result<String, InvariantError>;
 }
 
+/// The error for knob `spec` given `value`, with why it is refused and the fix: every
+/// workload's knob checks build theirs here.
+pub(crate) fn invalid(spec: &KnobSpec, value: impl ToString, why: impl Into<String>) -> KnobError {
+    KnobError::Invalid {
+        key: spec.name.to_string(),
+        value: value.to_string(),
+        why: why.into(),
+    }
+}
+
 /// Where [`Workload::load`] hands each initial record: `(key, value bytes)`, e.g.
 /// [`dmtx_store::TableBuilder::insert`].
 pub type RecordSink<'a> = dyn FnMut(u64, &[u8]) -> Result<(), StoreError> + 'a;

@@ -12,22 +12,12 @@ use dmtx::results::BenchResult;
 use dmtx::BenchArgs;
 
 fn run(workload: &str, set: &[&str], seed: u64) -> BenchResult {
-    let args = BenchArgs {
-        workload: workload.into(),
-        threads: 2,
-        coroutines: 8,
-        txns: Some(20_000),
-        seed,
-        set: set.iter().map(|s| s.to_string()).collect(),
-        out: "-".into(),
-        quiet: true,
-        check: true,
-        ..BenchArgs::default()
-    };
-    let r = run_registry(&args);
-    let check = r.check.as_ref().expect("--check records and checks the history");
-    assert!(check.clean, "{}\n{}", check.summary, check.findings.join("\n"));
-    assert_eq!(check.committed, r.committed, "every commit is in the history");
+    let r = run_n(workload, set, seed, 20_000);
+    assert_eq!(
+        r.check.as_ref().unwrap().committed,
+        r.committed,
+        "every commit is in the history"
+    );
     r
 }
 

@@ -122,6 +122,7 @@ use dmtx_store::{StoreError, TableSpec};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
+use crate::workload::invalid;
 use crate::zipf::uniform;
 use crate::{InvariantError, Outcome, RecordSink, Snapshot, Workload};
 use schema::population;
@@ -199,14 +200,6 @@ impl Default for TatpConfig {
             sub_nbr_index: true,
             mix: MIX_PERCENT,
         }
-    }
-}
-
-fn invalid(spec: &KnobSpec, value: impl ToString, why: impl Into<String>) -> KnobError {
-    KnobError::Invalid {
-        key: spec.name.to_string(),
-        value: value.to_string(),
-        why: why.into(),
     }
 }
 

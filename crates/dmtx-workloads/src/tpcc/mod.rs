@@ -116,6 +116,7 @@ use dmtx_store::{StoreError, TableSpec};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
+use crate::workload::invalid;
 use crate::zipf::uniform;
 use crate::{InvariantError, Outcome, RecordSink, Snapshot, Workload};
 use schema::*;
@@ -228,14 +229,6 @@ impl Default for TpccConfig {
             items: 100_000,
             customers: 3000,
         }
-    }
-}
-
-fn invalid(spec: &KnobSpec, value: impl ToString, why: impl Into<String>) -> KnobError {
-    KnobError::Invalid {
-        key: spec.name.to_string(),
-        value: value.to_string(),
-        why: why.into(),
     }
 }
 

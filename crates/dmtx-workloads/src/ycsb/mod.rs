@@ -114,6 +114,7 @@ use dmtx_store::{StoreError, TableSpec};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
+use crate::workload::invalid;
 use crate::zipf::{KeyGen, Zipf};
 use crate::{InvariantError, Outcome, RecordSink, Snapshot, Workload};
 use plan::{Dist, OpKind, Plan};
@@ -270,14 +271,6 @@ impl Preset {
             Preset::B | Preset::D => Some(0.05),
             Preset::C => Some(0.0),
         }
-    }
-}
-
-fn invalid(spec: &KnobSpec, value: impl ToString, why: impl Into<String>) -> KnobError {
-    KnobError::Invalid {
-        key: spec.name.to_string(),
-        value: value.to_string(),
-        why: why.into(),
     }
 }
 
