@@ -33,6 +33,7 @@
 
 #![warn(missing_docs)]
 
+pub mod apply;
 pub mod conformance;
 mod error;
 pub mod mem;

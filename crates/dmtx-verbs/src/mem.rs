@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use crate::region::RegionError;
 use crate::{Fabric, MnId, Op, Post, Region, Result, Submitted, Ticket, Transport, VerbError};
 
 /// In-process memory nodes, shared by every worker thread.
@@ -125,43 +124,7 @@ impl MemTransport {
                 why: "memory node is down (fault injected)".into(),
             });
         }
-        let map = |e: RegionError, len: u64| match e {
-            RegionError::OutOfRange { region_bytes } => VerbError::OutOfRange {
-                kind: op.kind(),
-                ptr,
-                len,
-                region_bytes,
-            },
-            RegionError::Misaligned => VerbError::Misaligned { kind: op.kind(), ptr },
-        };
-        match *op {
-            Op::Read { len, dst, .. } => {
-                let dst = &mut rbuf[dst as usize..(dst + len) as usize];
-                region.read(ptr.offset, dst).map_err(|e| map(e, len as u64))
-            }
-            Op::Write { src, len, .. } => region
-                .write(ptr.offset, &wdata[src as usize..(src + len) as usize])
-                .map_err(|e| map(e, len as u64)),
-            Op::Cas { expect, swap, .. } => {
-                old[i] = region.cas(ptr.offset, expect, swap).map_err(|e| map(e, 8))?;
-                Ok(())
-            }
-            Op::Faa { add, .. } => {
-                old[i] = region.faa(ptr.offset, add).map_err(|e| map(e, 8))?;
-                Ok(())
-            }
-            Op::Flush { .. } => {
-                if ptr.offset >= region.bytes() {
-                    return Err(map(
-                        RegionError::OutOfRange {
-                            region_bytes: region.bytes(),
-                        },
-                        1,
-                    ));
-                }
-                Ok(())
-            }
-        }
+        crate::apply::apply_op(region, i, op, wdata, rbuf, old)
     }
 }
 
