@@ -1,21 +1,20 @@
-//! Reopening a memory-node connection without blocking the worker thread.
+//! Opening a connection without blocking the worker thread.
 //!
-//! A worker whose connection died must not sit in `connect(2)` for the connect timeout
-//! (a silently cut link would freeze every coordinator of the thread). [`Reopen`] starts a
-//! nonblocking connect and is stepped by the transport on every pass: connect completes,
-//! HELLO goes out, HELLO_OK comes back. Posts to the node fail at once until it is done.
+//! A worker must not sit in `connect(2)` for the connect timeout: a silently cut link
+//! would freeze every coordinator of the thread. [`Reopen`] starts a nonblocking connect
+//! and is stepped by its owner on every pass: the connect completes, the handshake frame
+//! goes out, the answer comes back and the owner judges it. Used to reopen memory-node
+//! connections (`transport`) and to open CN↔CN messaging connections (`msg`).
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use dmtx_memnode::server::wire;
-use dmtx_verbs::MnId;
+use dmtx_memnode::server::wire::{self, Kind};
 
 use crate::conn;
-use crate::TcpConfig;
 
-/// A reconnect in progress.
+/// A connection being opened.
 #[derive(Debug)]
 pub(crate) struct Reopen {
     stream: TcpStream,
@@ -30,17 +29,16 @@ pub(crate) struct Reopen {
 #[derive(Debug)]
 pub(crate) enum Step {
     Pending,
-    /// Handshake done: the node's region key; take the stream with
-    /// [`Reopen::into_stream`].
-    Done {
-        rkey: u64,
-    },
+    /// Handshake accepted: what the judge returned (a memory node's rkey); take the
+    /// stream with [`Reopen::into_stream`].
+    Done(u64),
     Failed(String),
 }
 
 impl Reopen {
-    /// Start connecting to `addr`.
-    pub fn start(addr: SocketAddr, config: &TcpConfig) -> io::Result<Self> {
+    /// Start connecting to `addr`; `hello` is the whole handshake frame to send once
+    /// connected. The socket gets `TCP_NODELAY` and `TCP_USER_TIMEOUT` of `user_timeout`.
+    pub fn start(addr: SocketAddr, hello: Vec<u8>, user_timeout: Duration) -> io::Result<Self> {
         let socket = socket2::Socket::new(
             socket2::Domain::for_address(addr),
             socket2::Type::STREAM,
@@ -54,27 +52,27 @@ impl Reopen {
             Err(e) => return Err(e),
         }
         let stream: TcpStream = socket.into();
-        conn::set_user_timeout(&stream, config.op_deadline)?;
+        conn::set_user_timeout(&stream, user_timeout)?;
         Ok(Self {
             stream,
             addr,
             started: Instant::now(),
-            hello: conn::hello_frame(config),
+            hello,
             sent: 0,
             buf: Vec::new(),
         })
     }
 
-    /// Advance as far as the socket allows without blocking.
-    pub fn step(&mut self, mn: MnId, config: &TcpConfig) -> Step {
-        match self.try_step(mn) {
-            Ok(Some(rkey)) => Step::Done { rkey },
-            Ok(None) if self.started.elapsed() >= config.connect_timeout => Step::Failed(format!(
-                "reconnecting to {mn} at {}: no handshake within {:?}",
-                self.addr, config.connect_timeout
-            )),
+    /// Advance as far as the socket allows without blocking; `judge` decides on the
+    /// answer frame (kind, payload). Fails once `timeout` has passed since the start.
+    pub fn step(&mut self, timeout: Duration, judge: &dyn Fn(Kind, &[u8]) -> Result<u64, String>) -> Step {
+        match self.try_step(judge) {
+            Ok(Some(v)) => Step::Done(v),
+            Ok(None) if self.started.elapsed() >= timeout => {
+                Step::Failed(format!("{}: no handshake within {timeout:?}", self.addr))
+            }
             Ok(None) => Step::Pending,
-            Err(why) => Step::Failed(format!("reconnecting to {mn} at {}: {why}", self.addr)),
+            Err(why) => Step::Failed(format!("{}: {why}", self.addr)),
         }
     }
 
@@ -83,7 +81,7 @@ impl Reopen {
         self.stream
     }
 
-    fn try_step(&mut self, mn: MnId) -> Result<Option<u64>, String> {
+    fn try_step(&mut self, judge: &dyn Fn(Kind, &[u8]) -> Result<u64, String>) -> Result<Option<u64>, String> {
         if let Some(e) = self.stream.take_error().map_err(|e| e.to_string())? {
             return Err(e.to_string());
         }
@@ -104,12 +102,10 @@ impl Reopen {
         let mut chunk = [0u8; 512];
         loop {
             if let Some((h, payload, _)) = wire::split_frame(&self.buf).map_err(|e| e.to_string())? {
-                return conn::accept(mn, self.addr, h.kind, payload)
-                    .map(|(rkey, _)| Some(rkey))
-                    .map_err(|e| e.to_string());
+                return judge(h.kind, payload).map(Some);
             }
             match self.stream.read(&mut chunk) {
-                Ok(0) => return Err("the node closed the connection during the handshake".into()),
+                Ok(0) => return Err("the peer closed the connection during the handshake".into()),
                 Ok(k) => self.buf.extend_from_slice(&chunk[..k]),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

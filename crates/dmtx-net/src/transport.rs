@@ -331,7 +331,7 @@ impl Inner {
             if c.retry_at.is_some_and(|t| Instant::now() < t) {
                 return;
             }
-            match Reopen::start(self.addrs[m], &self.config) {
+            match Reopen::start(self.addrs[m], conn::hello_frame(&self.config), self.config.op_deadline) {
                 Ok(r) => c.reopen = Some(r),
                 Err(e) => {
                     c.dead = Some(format!("reconnecting to {}: {e}", c.mn));
@@ -340,13 +340,19 @@ impl Inner {
             }
             return;
         };
-        match r.step(c.mn, &self.config) {
+        let (mn, addr) = (c.mn, self.addrs[m]);
+        let judge = |kind: Kind, payload: &[u8]| {
+            conn::accept(mn, addr, kind, payload)
+                .map(|(rkey, _)| rkey)
+                .map_err(|e| e.to_string())
+        };
+        match r.step(self.config.connect_timeout, &judge) {
             Step::Pending => c.reopen = Some(r),
             Step::Failed(why) => {
-                c.dead = Some(why);
+                c.dead = Some(format!("reconnecting to {mn}: {why}"));
                 c.retry_at = Some(Instant::now() + RECONNECT_BACKOFF);
             }
-            Step::Done { rkey } => {
+            Step::Done(rkey) => {
                 if rkey != c.rkey {
                     self.restarts += 1;
                 }

@@ -12,6 +12,7 @@ use dmtx_memnode::server::wire::{self, Hello, HelloOk, Kind, PeerHello};
 use dmtx_verbs::msg::{check_size, decode_entries, encode_entry, Entry, Event, Mailbox, MsgError, WorkerAddr};
 
 use super::{Inner, RECONNECT_BACKOFF};
+use crate::reopen::{Reopen, Step};
 
 /// Entries of one frame stop growing past this; the next push starts a new frame.
 const FRAME_SOFT_MAX: usize = 1 << 20;
@@ -44,6 +45,8 @@ struct Out {
     open_frame: Option<usize>,
     /// No connect attempt before this (after a failed one).
     retry_at: Option<Instant>,
+    /// The connection being opened; entries pushed meanwhile wait in `buf`.
+    opening: Option<Reopen>,
 }
 
 #[derive(Debug)]
@@ -69,9 +72,8 @@ impl TcpMailbox {
         }
     }
 
-    /// Open the connection to `to` and shake hands (blocking, bounded by the connect
-    /// timeout).
-    fn connect(&self, to: WorkerAddr) -> Result<TcpStream, String> {
+    /// Start opening the connection to `to` (nonblocking; [`Self::advance`] finishes it).
+    fn open(&self, to: WorkerAddr) -> Result<Reopen, String> {
         let peer = self
             .inner
             .peers
@@ -79,15 +81,8 @@ impl TcpMailbox {
             .find(|p| p.cn == to.cn)
             .ok_or_else(|| format!("{to} is not listed"))?;
         let c = &self.inner.config;
-        let mut s = TcpStream::connect_timeout(&peer.addr, c.connect_timeout)
-            .map_err(|e| format!("cannot connect to cn{} at {}: {e}", to.cn, peer.addr))?;
-        let io = |e: io::Error| format!("handshake with {to} at {}: {e}", peer.addr);
-        s.set_nodelay(true).map_err(io)?;
-        crate::conn::set_user_timeout(&s, c.op_deadline).map_err(io)?;
-        s.set_read_timeout(Some(c.connect_timeout)).map_err(io)?;
-        s.set_write_timeout(Some(c.connect_timeout)).map_err(io)?;
-        let mut out = Vec::new();
-        let f = wire::begin_frame(&mut out, Kind::PeerHello, 0);
+        let mut hello = Vec::new();
+        let f = wire::begin_frame(&mut hello, Kind::PeerHello, 0);
         PeerHello {
             hello: Hello {
                 version: wire::PROTOCOL_VERSION,
@@ -100,26 +95,39 @@ impl TcpMailbox {
             to_cn: to.cn,
             to_thread: to.thread,
         }
-        .encode(&mut out);
-        wire::end_frame(&mut out, f);
-        s.write_all(&out).map_err(io)?;
-        let mut payload = Vec::new();
-        let h = crate::conn::read_frame(dmtx_verbs::MnId(to.cn), &mut s, &mut payload).map_err(|e| e.to_string())?;
-        match h.kind {
-            Kind::HelloOk => match HelloOk::decode(&payload) {
-                Ok(ok) if ok.node_id == to.cn => {}
-                Ok(ok) => return Err(format!("{} answers as cn{}", peer.addr, ok.node_id)),
-                Err(e) => return Err(format!("{to}: {e}")),
+        .encode(&mut hello);
+        wire::end_frame(&mut hello, f);
+        Reopen::start(peer.addr, hello, c.op_deadline)
+            .map_err(|e| format!("cannot connect to {to} at {}: {e}", peer.addr))
+    }
+
+    /// Work on the connection being opened to `o.to`: once the peer accepted, the
+    /// entries queued meanwhile go out with the next write.
+    fn advance(&self, o: &mut Out) {
+        let Some(mut r) = o.opening.take() else { return };
+        let to = o.to;
+        let judge = |kind: Kind, payload: &[u8]| match kind {
+            Kind::HelloOk => match HelloOk::decode(payload) {
+                Ok(ok) if ok.node_id == to.cn => Ok(0),
+                Ok(ok) => Err(format!("answers as cn{}, not cn{}", ok.node_id, to.cn)),
+                Err(e) => Err(e.to_string()),
             },
-            k => {
-                return Err(format!(
-                    "{to} refused: {}",
-                    crate::conn::unexpected(dmtx_verbs::MnId(to.cn), k, &payload)
-                ))
+            k => Err(format!(
+                "refused: {}",
+                crate::conn::unexpected(dmtx_verbs::MnId(to.cn), k, payload)
+            )),
+        };
+        match r.step(self.inner.config.connect_timeout, &judge) {
+            Step::Pending => o.opening = Some(r),
+            Step::Done(_) => {
+                o.conn = Some(r.into_stream());
+                o.retry_at = None;
+            }
+            Step::Failed(why) => {
+                o.retry_at = Some(Instant::now() + RECONNECT_BACKOFF);
+                self.lose(o, format!("connecting to {to}: {why}"));
             }
         }
-        s.set_nonblocking(true).map_err(io)?;
-        Ok(s)
     }
 
     fn lose(&self, o: &mut Out, why: String) {
@@ -212,23 +220,21 @@ impl Mailbox for TcpMailbox {
                     written: 0,
                     open_frame: None,
                     retry_at: None,
+                    opening: None,
                 });
                 outs.len() - 1
             }
         };
         let o = &mut outs[i];
-        if o.conn.is_none() {
+        if o.conn.is_none() && o.opening.is_none() {
             if o.retry_at.is_some_and(|t| Instant::now() < t) {
                 self.lost
                     .borrow_mut()
                     .push((to, format!("{to} is unreachable (retrying shortly)")));
                 return Ok(());
             }
-            match self.connect(to) {
-                Ok(s) => {
-                    o.conn = Some(s);
-                    o.retry_at = None;
-                }
+            match self.open(to) {
+                Ok(r) => o.opening = Some(r),
                 Err(why) => {
                     o.retry_at = Some(Instant::now() + RECONNECT_BACKOFF);
                     self.lose(o, why);
@@ -251,6 +257,9 @@ impl Mailbox for TcpMailbox {
         for o in outs.iter_mut() {
             if let Some(s) = o.open_frame.take() {
                 wire::end_frame(&mut o.buf, s);
+            }
+            if o.opening.is_some() {
+                self.advance(o);
             }
             if o.written == o.buf.len() {
                 continue;

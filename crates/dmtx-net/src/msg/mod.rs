@@ -18,10 +18,13 @@
 //!   epoch (an older one is refused), the sender and the receiver; a handshake that does
 //!   not match this node and its threads is refused with an ERROR frame. Same trusted
 //!   network threat model as the memory nodes (`dmtx_memnode::server`).
+//! - **Opening** never blocks the worker: the first push to a peer starts a nonblocking
+//!   connect and PEER_HELLO, advanced at every flush; entries pushed meanwhile wait and
+//!   leave once the peer accepts. A connect that fails or does not finish within
+//!   [`TcpConfig::connect_timeout`] reports [`Event::PeerLost`] (its waiting entries are
+//!   lost), and no new attempt starts before [`RECONNECT_BACKOFF`].
 //! - **Loss**: a write or read error, an end of stream or a malformed frame closes the
-//!   connection and reports [`Event::PeerLost`] once. The next push to that peer
-//!   reconnects, but not sooner than [`RECONNECT_BACKOFF`] after a failed attempt, so a
-//!   dead peer costs one connect timeout per backoff period, not one per message. Every
+//!   connection and reports [`Event::PeerLost`] once; the next push reopens it. Every
 //!   socket has `TCP_USER_TIMEOUT` from [`TcpConfig::op_deadline`]; the RPC layer's
 //!   deadlines bound every call anyway.
 //! - **Self-sends** never touch a socket: they are queued in the mailbox.

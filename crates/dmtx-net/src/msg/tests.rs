@@ -50,10 +50,14 @@ fn conformance_over_loopback() {
     conformance::run_all(&fabrics);
 }
 
-/// Drain `m` until `pred` holds for an event or the deadline passes.
-fn wait_for(m: &dyn Mailbox, mut pred: impl FnMut(&Event<'_>) -> bool) -> bool {
+/// Drain `m` until `pred` holds for an event or the deadline passes, flushing `senders`
+/// too (a sender's connection opens over several flushes).
+fn wait_for(senders: &[&dyn Mailbox], m: &dyn Mailbox, mut pred: impl FnMut(&Event<'_>) -> bool) -> bool {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
+        for s in senders {
+            s.flush();
+        }
         m.flush();
         let mut hit = false;
         m.drain(&mut |ev| hit |= pred(&ev));
@@ -89,6 +93,7 @@ fn a_lost_peer_is_reported_and_reconnected_to() {
         a.push(b.addr(), one_way(b"hello")).unwrap();
         a.flush();
         assert!(wait_for(
+            &[&*a],
             &*b,
             |ev| matches!(ev, Event::Entry { entry, .. } if entry.payload == b"hello")
         ));
@@ -100,7 +105,7 @@ fn a_lost_peer_is_reported_and_reconnected_to() {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !lost && Instant::now() < deadline {
         a.push(to, one_way(b"anyone?")).unwrap();
-        lost = wait_for(&*a, |ev| matches!(ev, Event::PeerLost { peer, .. } if *peer == to));
+        lost = wait_for(&[], &*a, |ev| matches!(ev, Event::PeerLost { peer, .. } if *peer == to));
     }
     assert!(lost, "the sender hears that cn1 is gone");
     // cn1 restarts on the same address.
@@ -113,6 +118,7 @@ fn a_lost_peer_is_reported_and_reconnected_to() {
         a.flush();
         a.drain(&mut |_| {});
         got = wait_for(
+            &[&*a],
             &*b,
             |ev| matches!(ev, Event::Entry { entry, .. } if entry.payload == b"again"),
         );
@@ -169,7 +175,50 @@ fn strangers_are_refused_at_the_handshake() {
     a.push(b.addr(), one_way(b"still here")).unwrap();
     a.flush();
     assert!(wait_for(
+        &[&*a],
         &*b,
         |ev| matches!(ev, Event::Entry { entry, .. } if entry.payload == b"still here")
     ));
+}
+
+/// Goal: opening a connection never blocks the sending worker. Method: cn1's address is
+/// a socket that accepts TCP but never answers the handshake; the push returns at once,
+/// and the sender hears PeerLost once the connect timeout has passed.
+#[test]
+fn a_peer_that_never_answers_does_not_block_the_sender() {
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let peers = vec![
+        PeerNode {
+            cn: 0,
+            addr: a_listener.local_addr().unwrap(),
+            threads: 1,
+        },
+        PeerNode {
+            cn: 1,
+            addr: silent.local_addr().unwrap(),
+            threads: 1,
+        },
+    ];
+    let node = TcpMsgFabric::with_listener(0, a_listener, peers, config()).unwrap();
+    let a = node.mailbox(0).unwrap();
+    let to = WorkerAddr::new(1, 0);
+    let t0 = Instant::now();
+    a.push(to, one_way(b"hello?")).unwrap();
+    a.flush();
+    assert!(
+        t0.elapsed() < Duration::from_millis(500),
+        "push and flush blocked for {:?}",
+        t0.elapsed()
+    );
+    assert!(wait_for(
+        &[],
+        &*a,
+        |ev| matches!(ev, Event::PeerLost { peer, .. } if *peer == to)
+    ));
+    let waited = t0.elapsed();
+    assert!(
+        waited >= config().connect_timeout && waited < config().connect_timeout + Duration::from_secs(3),
+        "lost after {waited:?}"
+    );
 }
