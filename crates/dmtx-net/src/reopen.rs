@@ -25,6 +25,10 @@ pub(crate) struct Reopen {
     buf: Vec<u8>,
 }
 
+/// Judges the answer to a handshake (frame kind, payload): a value for the owner (a
+/// memory node's rkey) or why it is refused.
+pub(crate) type Judge<'a> = &'a dyn Fn(Kind, &[u8]) -> Result<u64, String>;
+
 /// Where a [`Reopen`] stands.
 #[derive(Debug)]
 pub(crate) enum Step {
@@ -65,7 +69,7 @@ impl Reopen {
 
     /// Advance as far as the socket allows without blocking; `judge` decides on the
     /// answer frame (kind, payload). Fails once `timeout` has passed since the start.
-    pub fn step(&mut self, timeout: Duration, judge: &dyn Fn(Kind, &[u8]) -> Result<u64, String>) -> Step {
+    pub fn step(&mut self, timeout: Duration, judge: Judge<'_>) -> Step {
         match self.try_step(judge) {
             Ok(Some(v)) => Step::Done(v),
             Ok(None) if self.started.elapsed() >= timeout => {
@@ -81,7 +85,7 @@ impl Reopen {
         self.stream
     }
 
-    fn try_step(&mut self, judge: &dyn Fn(Kind, &[u8]) -> Result<u64, String>) -> Result<Option<u64>, String> {
+    fn try_step(&mut self, judge: Judge<'_>) -> Result<Option<u64>, String> {
         if let Some(e) = self.stream.take_error().map_err(|e| e.to_string())? {
             return Err(e.to_string());
         }
