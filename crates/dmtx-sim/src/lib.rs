@@ -1,0 +1,103 @@
+//! The `sim` transport of dmtx: the same protocol and workload code, run
+//! deterministically on virtual time against a model of an RDMA fabric.
+//!
+//! # What it is
+//!
+//! - [`Sim`]: one simulation — virtual time ([`VirtualTime`]), an event queue
+//!   ([`EventQueue`], ordered by time then insertion), the fabric's resource state, the
+//!   posts in flight, and a `SmallRng` seeded from [`SimConfig::seed`]
+//!   ([`Sim::fork_rng`]).
+//! - [`NodeClock`]: a node's [`dmtx_runtime::Clock`], reading virtual time through a
+//!   per-node offset and drift (ppm).
+//! - [`NicModel`]: links (rate, latency, per-packet headers, MTU segmentation), responder
+//!   processing units with per-kind service times, per-connection ordering and the
+//!   outstanding READ/atomic bound, responder PCIe, the NIC-wide atomic rate and
+//!   per-address atomic serialization. One batch costs one `Apply` and one `Complete`
+//!   event, never one per op. [`NicModel::cx5`] is the default; the `nic` module doc
+//!   and `docs/sim-model.md` give every parameter's source and whether it is measured,
+//!   a spec value or assumed.
+//! - [`SimFabric`] / [`SimTransport`]: a compute node's NIC and its worker threads'
+//!   connections, implementing [`dmtx_verbs::Fabric`] and [`dmtx_verbs::Transport`] over
+//!   the memory nodes' [`dmtx_verbs::Region`]s.
+//! - [`SimExecutor`]: every coordinator of every simulated compute node as a task on one
+//!   OS thread, with real wakers, polled in a fixed order; virtual time moves only
+//!   when no task is runnable.
+//!
+//! Same seed, same configuration and the same tasks give bit-identical runs: nothing
+//! reads the host's clock, nothing iterates a hash map, no OS thread is started.
+//!
+//! # Not done yet
+//!
+//! - Sparse memory-node regions (pages allocated on first touch): regions are whatever
+//!   [`dmtx_verbs::Region`] the caller passes.
+//! - TOML NIC profiles (cx3/cx5/cx6): only the built-in [`NicModel::cx5`].
+//! - Tears between a READ and a WRITE in service at the same time: a batch's ops take
+//!   effect together at the end of its service, so the simulator never tears a record
+//!   (the `mem` transport's stall knob is the place to test tears), and
+//!   `dmtx_verbs::conformance::reads_tear_by_word` does not apply.
+//! - A CPU model: polling a task costs no virtual time.
+//! - Faults (dropped or delayed completions, crashed nodes, clogged links).
+//! - `dmtx bench --transport sim`.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use dmtx_sim::{Sim, SimConfig, SimExecutor, SimFabric};
+//! use dmtx_verbs::{MnId, Post, Region, RemotePtr, Submitted, Transport};
+//!
+//! let sim = Sim::new(SimConfig::new(7), vec![Arc::new(Region::new(1 << 16))]);
+//! let t = SimFabric::new(&sim, 0).transport();
+//! let mut ex = SimExecutor::new(&sim);
+//! ex.spawn(async move {
+//!     let mut post = Post::new();
+//!     let old = post.faa(RemotePtr::new(MnId(0), 64), 5);
+//!     let Submitted::Pending(ticket) = t.submit(&mut post) else { unreachable!() };
+//!     std::future::poll_fn(|cx| t.poll(ticket, &mut post, cx)).await.unwrap();
+//!     assert_eq!(post.old(old), 0);
+//! });
+//! let report = ex.run().unwrap();
+//! assert!(report.end_ns > 2 * sim.config().nic.one_way_latency_ns);
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod clock;
+pub mod events;
+mod executor;
+pub mod nic;
+mod sim;
+mod transport;
+
+pub use clock::{NodeClock, VirtualTime};
+pub use events::EventQueue;
+pub use executor::{RunReport, SimExecutor};
+pub use nic::{BatchTiming, NicModel};
+pub use sim::{Sim, SimConfig, SimStats, Sleep};
+pub use transport::{SimFabric, SimTransport};
+
+/// What can go wrong in a simulation run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimError {
+    /// Tasks wait, but no event is left that could wake them.
+    #[error("deadlock at virtual time {now_ns} ns: {pending} task(s) wait for something no event will deliver; a future waited on a non-sim source or lost its waker")]
+    Deadlock {
+        /// Tasks not finished.
+        pending: usize,
+        /// Virtual time when it was found.
+        now_ns: u64,
+    },
+    /// Tasks keep waking themselves and no event is left to move virtual time.
+    #[error("livelock at virtual time {now_ns} ns: {pending} task(s) only yield and no event is pending; wait with Sim::sleep instead of spinning on the clock")]
+    Livelock {
+        /// Tasks not finished.
+        pending: usize,
+        /// Virtual time when it was found.
+        now_ns: u64,
+    },
+    /// A clock drift that would stop or reverse the clock.
+    #[error("clock drift {drift_ppm} ppm is outside -999999..=999999 ppm")]
+    Drift {
+        /// The drift asked for.
+        drift_ppm: i64,
+    },
+}

@@ -1,0 +1,282 @@
+//! The simulation: virtual time, the event queue, the fabric's resource state, posts in
+//! flight and the seeded RNG, behind one handle ([`Sim`]).
+//!
+//! Every transport of the run ([`SimFabric`](crate::SimFabric)) and the executor
+//! ([`SimExecutor`](crate::SimExecutor)) share one `Sim`. The state sits in a `Mutex`
+//! only because [`dmtx_verbs::Fabric`] must be `Send + Sync`; one OS thread runs the
+//! whole simulation, so the lock is never contended.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use dmtx_verbs::{MnId, Op, Region, VerbError};
+use rand::rngs::SmallRng;
+use rand::{RngCore, SeedableRng};
+
+use crate::events::EventQueue;
+use crate::nic::{FabricState, NicModel};
+use crate::{NodeClock, SimError, VirtualTime};
+
+/// What a simulation is made of.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Seeds the simulation's RNG ([`Sim::fork_rng`]); print it with every failure.
+    pub seed: u64,
+    /// The NIC and link model of every node.
+    pub nic: NicModel,
+    /// Passes over runnable tasks the executor makes without virtual time moving before
+    /// it takes the next event anyway: a task that only yields (a backoff loop) then
+    /// costs virtual time instead of spinning forever at one instant.
+    pub spin_passes_max: u32,
+}
+
+impl SimConfig {
+    /// The ConnectX-5 model and the given seed.
+    pub fn new(seed: u64) -> Self {
+        Self {
+            seed,
+            nic: NicModel::cx5(),
+            spin_passes_max: 1024,
+        }
+    }
+}
+
+/// Counters of a simulation, for speed and sanity checks.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct SimStats {
+    /// Events processed.
+    pub events: u64,
+    /// Posts submitted (waited for or detached).
+    pub posts: u64,
+    /// Batches timed and applied.
+    pub batches: u64,
+    /// Verbs completed (ops applied to a region, failed ones included).
+    pub ops: u64,
+}
+
+/// Something that happens at a virtual time.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// The service of one batch of a post ends: its ops take effect.
+    Apply { slot: usize, mn: MnId },
+    /// The reply of one batch of a post lands at the requester.
+    Complete { slot: usize },
+    /// A timer fires.
+    Wake(Waker),
+}
+
+/// A post in flight: a copy of its ops and write data, and the results to hand back.
+#[derive(Debug, Default)]
+pub(crate) struct InFlight {
+    pub ops: Vec<Op>,
+    pub write_data: Vec<u8>,
+    pub read_buf: Vec<u8>,
+    pub old: Vec<u64>,
+    /// Batches whose reply has not landed yet.
+    pub pending: usize,
+    /// The failure with the lowest op index, as the `mem` transport reports it.
+    pub err: Option<(usize, VerbError)>,
+    pub waker: Option<Waker>,
+    pub detached: bool,
+}
+
+impl InFlight {
+    pub fn fail(&mut self, index: usize, e: VerbError) {
+        if self.err.as_ref().is_none_or(|(i, _)| index < *i) {
+            self.err = Some((index, e));
+        }
+    }
+}
+
+pub(crate) struct State {
+    pub queue: EventQueue<Event>,
+    pub fabric: FabricState,
+    pub posts: Vec<InFlight>,
+    pub free: Vec<usize>,
+    pub next_conn: u32,
+    pub rng: SmallRng,
+    pub stats: SimStats,
+}
+
+pub(crate) struct Shared {
+    pub time: VirtualTime,
+    pub config: SimConfig,
+    pub regions: Vec<Arc<Region>>,
+    pub state: Mutex<State>,
+}
+
+/// A handle on one simulation; clones share it.
+#[derive(Clone)]
+pub struct Sim {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Sim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sim")
+            .field("seed", &self.shared.config.seed)
+            .field("now_ns", &self.now())
+            .field("mn_count", &self.shared.regions.len())
+            .finish()
+    }
+}
+
+impl Sim {
+    /// A simulation at virtual time 0 whose memory node `i` is `regions[i]`.
+    pub fn new(config: SimConfig, regions: Vec<Arc<Region>>) -> Self {
+        let rng = SmallRng::seed_from_u64(config.seed);
+        Self {
+            shared: Arc::new(Shared {
+                time: VirtualTime::new(),
+                config,
+                regions,
+                state: Mutex::new(State {
+                    queue: EventQueue::new(),
+                    fabric: FabricState::default(),
+                    posts: Vec::new(),
+                    free: Vec::new(),
+                    next_conn: 0,
+                    rng,
+                    stats: SimStats::default(),
+                }),
+            }),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock already failed the run; keep the state readable.
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SimConfig {
+        &self.shared.config
+    }
+
+    /// The memory nodes' regions.
+    pub fn regions(&self) -> &[Arc<Region>] {
+        &self.shared.regions
+    }
+
+    /// Virtual time now (ns since the start of the run).
+    pub fn now(&self) -> u64 {
+        self.shared.time.now()
+    }
+
+    /// The run's virtual time, for building clocks.
+    pub fn time(&self) -> VirtualTime {
+        self.shared.time.clone()
+    }
+
+    /// A node clock with `offset_ns` and `drift_ppm` (see [`NodeClock`]).
+    pub fn clock(&self, offset_ns: i64, drift_ppm: i64) -> Result<NodeClock, SimError> {
+        NodeClock::new(self.time(), offset_ns, drift_ppm)
+    }
+
+    /// A new RNG seeded from the simulation's own: the n-th call of a run always gets the
+    /// same seed, so give each coordinator its own in a fixed order.
+    pub fn fork_rng(&self) -> SmallRng {
+        SmallRng::seed_from_u64(self.lock().rng.next_u64())
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> SimStats {
+        self.lock().stats
+    }
+
+    /// A future that completes `ns` nanoseconds of virtual time from its first poll.
+    pub fn sleep(&self, ns: u64) -> Sleep {
+        Sleep {
+            sim: self.clone(),
+            ns,
+            until: None,
+        }
+    }
+
+    /// Time of the next event, if any.
+    pub fn next_event_time(&self) -> Option<u64> {
+        self.lock().queue.peek_time()
+    }
+
+    /// Take the next event, move virtual time to it and process it. Returns false when
+    /// the queue was empty. Wakers are woken after the lock is released.
+    pub fn step(&self) -> bool {
+        let mut wake = None;
+        {
+            let mut st = self.lock();
+            let Some((at, event)) = st.queue.pop() else {
+                return false;
+            };
+            self.shared.time.advance_to(at.max(self.now()));
+            st.stats.events += 1;
+            match event {
+                Event::Apply { slot, mn } => self.apply(&mut st, slot, mn),
+                Event::Complete { slot } => {
+                    let p = &mut st.posts[slot];
+                    p.pending -= 1;
+                    if p.pending == 0 {
+                        if p.detached {
+                            st.free.push(slot);
+                        } else {
+                            wake = p.waker.take();
+                        }
+                    }
+                }
+                Event::Wake(w) => wake = Some(w),
+            }
+        }
+        if let Some(w) = wake {
+            w.wake();
+        }
+        true
+    }
+
+    /// Run the ops of `slot`'s batch for `mn` on its region, in order; the first failure
+    /// skips the rest of that batch, as an RDMA queue pair in the error state does.
+    fn apply(&self, st: &mut State, slot: usize, mn: MnId) {
+        let region = &self.shared.regions[mn.index()];
+        let State { posts, stats, .. } = st;
+        let p = &mut posts[slot];
+        stats.batches += 1;
+        for i in 0..p.ops.len() {
+            let op = p.ops[i];
+            if op.ptr().mn != mn {
+                continue;
+            }
+            stats.ops += 1;
+            // The `mem` transport's semantics and error mapping, shared.
+            if let Err(e) = dmtx_verbs::apply::apply_op(region, i, &op, &p.write_data, &mut p.read_buf, &mut p.old) {
+                p.fail(i, e);
+                break;
+            }
+        }
+    }
+}
+
+/// A virtual-time timer ([`Sim::sleep`]).
+#[derive(Debug)]
+pub struct Sleep {
+    sim: Sim,
+    ns: u64,
+    until: Option<u64>,
+}
+
+impl Future for Sleep {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let now = self.sim.now();
+        match self.until {
+            Some(until) if now >= until => Poll::Ready(()),
+            Some(_) => Poll::Pending,
+            None if self.ns == 0 => Poll::Ready(()),
+            None => {
+                let until = now + self.ns;
+                self.until = Some(until);
+                self.sim.lock().queue.push(until, Event::Wake(cx.waker().clone()));
+                Poll::Pending
+            }
+        }
+    }
+}

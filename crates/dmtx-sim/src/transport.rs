@@ -1,0 +1,205 @@
+//! The `sim` transport: posts travel through the NIC model on virtual time.
+//!
+//! [`SimFabric`] is one compute node's view of a [`Sim`]: every endpoint it hands out is
+//! a [`SimTransport`] with its own connection (queue pair) per memory node, and shares
+//! the node's NIC and link. [`SimTransport::submit`] copies the post, times each
+//! memory node's batch with [`NicModel::time_batch`](crate::NicModel::time_batch) at the
+//! current virtual time, and schedules two events per batch: `Apply` at the end of its
+//! service (the ops take effect on the region, in order, and their results are kept)
+//! and `Complete` when its reply lands. [`SimTransport::poll`] hands the results back
+//! once every batch of the post completed.
+//!
+//! Errors follow the `mem` transport: an out-of-range or misaligned op fails with a
+//! [`VerbError`] and skips the rest of its batch, batches of other nodes still run, and
+//! the post reports the failure of the lowest op index. An op naming a node that does
+//! not exist fails with [`VerbError::UnknownNode`] without touching the fabric.
+//!
+//! [`Transport::progress`] takes one event of the simulation. The
+//! [`SimExecutor`](crate::SimExecutor) never calls it (time moves only between its
+//! passes); it is there for drivers that do not own the simulation, such as the
+//! contract suite `dmtx_verbs::conformance` or a `LocalExecutor` in a quick test. Such a
+//! driver is correct but, when several OS threads share one `Sim`, not deterministic.
+
+use std::task::{Context, Poll};
+
+use dmtx_verbs::{Fabric, MnId, Post, Result, Submitted, Ticket, Transport, VerbError};
+
+use crate::nic::BatchAt;
+use crate::sim::{Event, InFlight};
+use crate::Sim;
+
+/// One compute node's NIC on a simulated fabric.
+#[derive(Clone, Debug)]
+pub struct SimFabric {
+    sim: Sim,
+    cn: u32,
+}
+
+impl SimFabric {
+    /// The fabric of compute node `cn` (its NIC and link are shared by its endpoints).
+    pub fn new(sim: &Sim, cn: u32) -> Self {
+        Self { sim: sim.clone(), cn }
+    }
+
+    /// The simulation.
+    pub fn sim(&self) -> &Sim {
+        &self.sim
+    }
+
+    /// A new connection (endpoint) of this compute node. Connection ids are handed out
+    /// in call order, so set endpoints up in a fixed order.
+    pub fn transport(&self) -> SimTransport {
+        let mut st = self.sim.lock();
+        let conn = st.next_conn;
+        st.next_conn += 1;
+        SimTransport {
+            sim: self.sim.clone(),
+            cn: self.cn,
+            conn,
+        }
+    }
+}
+
+impl Fabric for SimFabric {
+    fn name(&self) -> &'static str {
+        "sim"
+    }
+    fn mn_count(&self) -> usize {
+        self.sim.regions().len()
+    }
+    fn endpoint(&self, _worker: u32) -> Result<Box<dyn Transport>> {
+        Ok(Box::new(self.transport()))
+    }
+}
+
+/// One worker thread's connections to every memory node, on virtual time.
+#[derive(Debug)]
+pub struct SimTransport {
+    sim: Sim,
+    cn: u32,
+    conn: u32,
+}
+
+/// Memory nodes a post may address: batches are found with a bit set, so ops naming a
+/// node beyond it fail like unknown nodes.
+const MNS_MAX: usize = 64;
+
+impl SimTransport {
+    /// The connection id (unique in the simulation).
+    pub fn conn(&self) -> u32 {
+        self.conn
+    }
+
+    fn start(&self, post: &mut Post, detached: bool) -> usize {
+        let sim = &self.sim;
+        let mn_count = sim.regions().len().min(MNS_MAX);
+        let now = sim.now();
+        let model = &sim.config().nic;
+        let mut guard = sim.lock();
+        let st = &mut *guard;
+        st.stats.posts += 1;
+        let slot = match st.free.pop() {
+            Some(s) => s,
+            None => {
+                st.posts.push(InFlight::default());
+                st.posts.len() - 1
+            }
+        };
+        let parts = post.parts_mut();
+        let p = &mut st.posts[slot];
+        p.ops.clear();
+        p.ops.extend_from_slice(parts.ops);
+        p.write_data.clear();
+        p.write_data.extend_from_slice(parts.write_data);
+        p.read_buf.clear();
+        p.read_buf.resize(parts.read_buf.len(), 0);
+        p.old.clear();
+        p.old.resize(parts.ops.len(), 0);
+        p.err = None;
+        p.waker = None;
+        p.detached = detached;
+        let mut mns: u64 = 0;
+        for (i, op) in parts.ops.iter().enumerate() {
+            let mn = op.ptr().mn;
+            if mn.index() < mn_count {
+                mns |= 1 << mn.index();
+            } else {
+                p.fail(
+                    i,
+                    VerbError::UnknownNode {
+                        mn,
+                        mn_count: sim.regions().len(),
+                    },
+                );
+            }
+        }
+        p.pending = (mns.count_ones() as usize).max(1);
+        if mns == 0 {
+            st.queue.push(now, Event::Complete { slot });
+            return slot;
+        }
+        for mn in 0..mn_count {
+            if mns & (1 << mn) == 0 {
+                continue;
+            }
+            let mn = MnId(mn as u16);
+            let ops = st.posts[slot].ops.iter().filter(move |o| o.ptr().mn == mn);
+            let at = BatchAt {
+                cn: self.cn,
+                conn: self.conn,
+                mn: mn.0,
+                t: now,
+            };
+            let tm = model.time_batch(&mut st.fabric, at, ops);
+            st.queue.push(tm.end, Event::Apply { slot, mn });
+            st.queue.push(tm.done, Event::Complete { slot });
+        }
+        slot
+    }
+}
+
+impl Transport for SimTransport {
+    fn mn_count(&self) -> usize {
+        self.sim.regions().len()
+    }
+
+    fn submit(&self, post: &mut Post) -> Submitted {
+        Submitted::Pending(Ticket(self.start(post, false) as u64))
+    }
+
+    fn poll(&self, ticket: Ticket, post: &mut Post, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let slot = ticket.0 as usize;
+        let mut st = self.sim.lock();
+        let p = &mut st.posts[slot];
+        if p.pending > 0 {
+            match &p.waker {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => p.waker = Some(cx.waker().clone()),
+            }
+            return Poll::Pending;
+        }
+        let parts = post.parts_mut();
+        parts.read_buf.copy_from_slice(&p.read_buf);
+        parts.old.copy_from_slice(&p.old);
+        let res = match p.err.take() {
+            None => Ok(()),
+            Some((_, e)) => Err(e),
+        };
+        // Mark the slot spent so a stale ticket cannot read a later post's results.
+        p.pending = usize::MAX;
+        st.free.push(slot);
+        Poll::Ready(res)
+    }
+
+    fn submit_detached(&self, post: &mut Post) {
+        self.start(post, true);
+    }
+
+    fn progress(&self) {
+        self.sim.step();
+    }
+
+    fn progress_nowait(&self) {
+        self.sim.step();
+    }
+}
