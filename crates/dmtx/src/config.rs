@@ -102,11 +102,27 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE")]
     pub cluster: Option<String>,
 
+    /// How compute threads reach the memory nodes in-process: `mem` (direct, real time) or
+    /// `sim` (the simulator's NIC model on virtual time; `--duration` is virtual).
+    #[arg(long, value_enum, default_value_t = TransportKind::Mem)]
+    pub transport: TransportKind,
+
     /// What a transaction that loses a memory node (`fault` abort: unreachable node,
     /// missed op deadline) does to the run: `stop` ends it at once with an error naming
     /// the node; `continue` keeps running and counts fault aborts (failure experiments).
     #[arg(long = "on-fault", value_enum, default_value_t = OnFault::Stop)]
     pub on_fault: OnFault,
+}
+
+/// `--transport`: how an in-process run reaches its memory nodes.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum TransportKind {
+    /// Direct access to the regions, on real time.
+    #[default]
+    Mem,
+    /// The simulator: a model of an RDMA NIC (ConnectX-5 parameters) on virtual time,
+    /// every coordinator on one deterministic thread.
+    Sim,
 }
 
 /// `--on-fault`: what a lost memory node does to a run.
@@ -141,6 +157,7 @@ impl Default for BenchArgs {
             history: None,
             cluster: None,
             on_fault: OnFault::Stop,
+            transport: TransportKind::Mem,
         }
     }
 }
@@ -256,6 +273,8 @@ pub struct BenchConfig {
     pub preset: Option<String>,
     /// What a `fault` abort does to the run.
     pub on_fault: OnFault,
+    /// `mem` or `sim` for an in-process run.
+    pub transport: TransportKind,
 }
 
 impl BenchConfig {
@@ -279,6 +298,13 @@ impl BenchConfig {
         (workload.check)(&knobs)?;
         let mut cfg = Self::from_args_unchecked(args, knobs)?;
         cfg.knobs_effective = effective_knobs(&cfg.knobs, &[protocol, workload]);
+        if let (Some(_), TransportKind::Sim) = (&args.cluster, args.transport) {
+            return Err(ConfigError::Conflict {
+                first: "--cluster".into(),
+                second: "--transport sim".into(),
+                fix: "the simulator models its own memory nodes in-process; drop one",
+            });
+        }
         if let Some(path) = &args.cluster {
             let view = crate::cluster::ClusterView::load(std::path::Path::new(path))?;
             cfg.memory_nodes = view.memory_nodes.len() as u16;
@@ -352,6 +378,7 @@ impl BenchConfig {
             cluster: None,
             preset: args.preset.clone(),
             on_fault: args.on_fault,
+            transport: args.transport,
         })
     }
 

@@ -38,11 +38,12 @@ use dmtx_runtime::{
     block_on, scan_table, AbortReason, AddrCache, Clock, Cn, CoordCtx, CoordId, Coordinator, Protocol, RealClock,
     SharedAddrCache,
 };
+use dmtx_sim::{NodeClock, Sim, SimConfig, SimExecutor, SimFabric};
 use dmtx_store::{create_table, placement, Catalog, TableBuilder, TableSpec};
 use dmtx_verbs::{Fabric, MemFabric, MnCounters, MnId, Region, Transport};
 use dmtx_workloads::{Outcome, Snapshot, Workload};
 
-use crate::config::{BenchConfig, OnFault, StopRule};
+use crate::config::{BenchConfig, OnFault, StopRule, TransportKind};
 use crate::error::RunError;
 use crate::results::{BenchResult, CheckResult, InvariantResult, RawRun, StopReason};
 use crate::stats::RunStats;
@@ -222,10 +223,23 @@ pub fn run<P: Protocol, W: Workload>(
 
     // 3. The compute node and its threads.
     hooks.monitor.phase("starting coordinators");
-    let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
-    let transport_name = pool.fabric.name();
-    let (fabric, control) = (pool.fabric, pool.control);
+    // `--transport sim`: the same regions, reached through the NIC model on virtual time.
+    let sim = (cfg.transport == TransportKind::Sim).then(|| Sim::new(SimConfig::new(cfg.seed), pool.regions.clone()));
+    let direct = Arc::clone(&pool.fabric);
+    let (clock, fabric): (Arc<dyn Clock>, Arc<dyn Fabric>) = match &sim {
+        Some(sim) => (Arc::new(NodeClock::exact(sim.time())), Arc::new(SimFabric::new(sim, 0))),
+        None => (Arc::new(RealClock::new()), pool.fabric),
+    };
+    let transport_name = fabric.name();
+    let control = pool.control;
     let mut cn = Cn::connect(0, fabric, control, Arc::clone(&clock))?;
+    if P::MESSAGING && sim.is_some() {
+        return Err(RunError::Unsupported(format!(
+            "protocol `{}` messages other compute nodes, and the simulator has no messaging yet; \
+             run it without --transport sim",
+            P::NAME
+        )));
+    }
     if P::MESSAGING {
         if cfg.cluster.is_some() {
             return Err(RunError::Unsupported(format!(
@@ -264,72 +278,81 @@ pub fn run<P: Protocol, W: Workload>(
     let mut started_at_unix_s = 0.0;
     let mut start_ns = 0;
     let mut stop_reason = StopReason::Interrupt;
-    let outcomes: Vec<Result<ThreadOutcome<W::Local>, RunError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..cfg.threads)
-            .map(|t| {
-                let shared = &shared;
-                std::thread::Builder::new()
-                    .name(format!("dmtx-worker-{t}"))
-                    .spawn_scoped(s, move || worker_thread(t, shared))
-                    .expect("spawn a worker thread")
-            })
-            .collect();
-        // Start everyone at once, unless a thread already failed or panicked.
-        while shared.ready.load(Ordering::Acquire) < cfg.threads as usize {
-            if handles.iter().any(|h| h.is_finished()) || hooks.stop.load(Ordering::Relaxed) {
-                shared.stop.store(true, Ordering::Relaxed);
-                break;
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
+    let outcomes: Vec<Result<ThreadOutcome<W::Local>, RunError>> = if let Some(sim) = &sim {
         started_at_unix_s = crate::results::wall_clock_unix_s();
         start_ns = clock.now_ns();
-        shared.go.store(true, Ordering::Release);
-        hooks.monitor.running(cfg.stop);
-
-        loop {
-            let elapsed = Duration::from_nanos(clock.now_ns().saturating_sub(start_ns));
-            if hooks.stop.load(Ordering::Relaxed) {
-                stop_reason = StopReason::Interrupt;
-                break;
-            }
-            if shared.fault.lock().unwrap().is_some() {
-                stop_reason = StopReason::Error;
-                break;
-            }
-            if handles.iter().all(|h| h.is_finished()) {
-                stop_reason = match cfg.stop {
-                    StopRule::Txns(_) => StopReason::Txns,
-                    // Threads end before the deadline only when one failed or panicked.
-                    StopRule::Duration(_) => StopReason::Error,
-                };
-                break;
-            }
-            let mut wait = TICK;
-            if let StopRule::Duration(d) = cfg.stop {
-                if elapsed >= d {
-                    stop_reason = StopReason::Duration;
+        hooks.monitor.phase("simulating");
+        let (outcomes, reason) = run_simulated(&shared, sim)?;
+        stop_reason = reason;
+        outcomes
+    } else {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..cfg.threads)
+                .map(|t| {
+                    let shared = &shared;
+                    std::thread::Builder::new()
+                        .name(format!("dmtx-worker-{t}"))
+                        .spawn_scoped(s, move || worker_thread(t, shared))
+                        .expect("spawn a worker thread")
+                })
+                .collect();
+            // Start everyone at once, unless a thread already failed or panicked.
+            while shared.ready.load(Ordering::Acquire) < cfg.threads as usize {
+                if handles.iter().any(|h| h.is_finished()) || hooks.stop.load(Ordering::Relaxed) {
+                    shared.stop.store(true, Ordering::Relaxed);
                     break;
                 }
-                wait = wait.min(d - elapsed);
+                std::thread::sleep(Duration::from_micros(200));
             }
-            hooks.monitor.tick(&shared.progress_now(elapsed));
-            std::thread::sleep(wait);
-        }
-        shared.stop.store(true, Ordering::Relaxed);
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(t, h)| {
-                h.join().unwrap_or_else(|panic| {
-                    Err(RunError::WorkerPanicked {
-                        thread: t as u16,
-                        message: panic_message(panic.as_ref()),
+            started_at_unix_s = crate::results::wall_clock_unix_s();
+            start_ns = clock.now_ns();
+            shared.go.store(true, Ordering::Release);
+            hooks.monitor.running(cfg.stop);
+
+            loop {
+                let elapsed = Duration::from_nanos(clock.now_ns().saturating_sub(start_ns));
+                if hooks.stop.load(Ordering::Relaxed) {
+                    stop_reason = StopReason::Interrupt;
+                    break;
+                }
+                if shared.fault.lock().unwrap().is_some() {
+                    stop_reason = StopReason::Error;
+                    break;
+                }
+                if handles.iter().all(|h| h.is_finished()) {
+                    stop_reason = match cfg.stop {
+                        StopRule::Txns(_) => StopReason::Txns,
+                        // Threads end before the deadline only when one failed or panicked.
+                        StopRule::Duration(_) => StopReason::Error,
+                    };
+                    break;
+                }
+                let mut wait = TICK;
+                if let StopRule::Duration(d) = cfg.stop {
+                    if elapsed >= d {
+                        stop_reason = StopReason::Duration;
+                        break;
+                    }
+                    wait = wait.min(d - elapsed);
+                }
+                hooks.monitor.tick(&shared.progress_now(elapsed));
+                std::thread::sleep(wait);
+            }
+            shared.stop.store(true, Ordering::Relaxed);
+            handles
+                .into_iter()
+                .enumerate()
+                .map(|(t, h)| {
+                    h.join().unwrap_or_else(|panic| {
+                        Err(RunError::WorkerPanicked {
+                            thread: t as u16,
+                            message: panic_message(panic.as_ref()),
+                        })
                     })
                 })
-            })
-            .collect()
-    });
+                .collect()
+        })
+    };
     hooks.monitor.finished();
 
     // 4. Merge, then check the invariants on the quiesced database.
@@ -363,7 +386,13 @@ pub fn run<P: Protocol, W: Workload>(
     }
 
     hooks.monitor.phase("checking invariants");
-    let scanner = cn.worker(cfg.threads)?;
+    // The scan reads the quiesced regions directly: on the simulator nothing would move
+    // virtual time forward outside the executor.
+    let scan_cn = match &sim {
+        Some(_) => Cn::connect(0, direct, Arc::clone(&cn.control), Arc::new(RealClock::new()))?,
+        None => cn.clone(),
+    };
+    let scanner = scan_cn.worker(cfg.threads)?;
     let mut ctx = scanner.ctx(0);
     let mut snapshot = Snapshot::new();
     for spec in &specs {
@@ -419,6 +448,8 @@ pub fn run<P: Protocol, W: Workload>(
 struct MemoryPool {
     fabric: Arc<dyn Fabric>,
     control: Arc<dyn Control>,
+    /// The in-process regions (empty for a remote pool): what the simulator serves.
+    regions: Vec<Arc<Region>>,
     /// Region bytes per node (the smallest, for a remote pool).
     mn_bytes: u64,
 }
@@ -452,6 +483,9 @@ fn local_pool(
     let cluster = Arc::new(LocalCluster::new(need.len(), mn_bytes));
     Ok(MemoryPool {
         fabric: Arc::new(cluster.fabric().clone()),
+        regions: (0..need.len())
+            .map(|i| Arc::clone(cluster.fabric().region(MnId(i as u16))))
+            .collect(),
         control: cluster,
         mn_bytes,
     })
@@ -483,6 +517,7 @@ fn remote_pool(view: &crate::cluster::ClusterView, need: &[u64]) -> Result<Memor
     }
     Ok(MemoryPool {
         fabric: Arc::new(fabric),
+        regions: Vec::new(),
         control: Arc::new(control),
         mn_bytes,
     })
@@ -546,44 +581,42 @@ impl Drop for StopOnPanic<'_> {
     }
 }
 
-fn worker_thread<P: Protocol, W: Workload>(
+/// One worker thread's coordinators, their workload state and their history.
+type ThreadSetup<P, L> = (
+    dmtx_runtime::Worker,
+    Vec<Coordinator<P>>,
+    Vec<L>,
+    Option<Rc<RefCell<History>>>,
+);
+
+/// Set up worker thread `t`: its coordinators, their workload state, its history.
+fn setup_thread<P: Protocol, W: Workload>(
     t: u16,
     shared: &Shared<'_, P, W>,
-) -> Result<ThreadOutcome<W::Local>, RunError> {
-    let _guard = StopOnPanic(&shared.stop);
-    let setup = || -> Result<_, RunError> {
-        let worker = shared.cn.worker(t)?;
-        let mut coords = Vec::with_capacity(shared.cfg.coroutines as usize);
-        let mut locals = Vec::with_capacity(shared.cfg.coroutines as usize);
-        // The thread's coordinators append to one history; no synchronisation needed.
-        let history = shared.cfg.check.then(|| Rc::new(RefCell::new(History::new())));
-        for c in 0..shared.cfg.coroutines {
-            let mut coord = worker.coordinator(shared.proto, c)?;
-            if let Some(h) = &history {
-                coord.set_observer(Box::new(Recorder::new(Rc::clone(h))));
-            }
-            locals.push(
-                shared
-                    .workload
-                    .local(coord.ctx.id, coordinator_seed(shared.cfg.seed, coord.ctx.id)),
-            );
-            coords.push(coord);
+) -> Result<ThreadSetup<P, W::Local>, RunError> {
+    let worker = shared.cn.worker(t)?;
+    let mut coords = Vec::with_capacity(shared.cfg.coroutines as usize);
+    let mut locals = Vec::with_capacity(shared.cfg.coroutines as usize);
+    // The thread's coordinators append to one history; no synchronisation needed.
+    let history = shared.cfg.check.then(|| Rc::new(RefCell::new(History::new())));
+    for c in 0..shared.cfg.coroutines {
+        let mut coord = worker.coordinator(shared.proto, c)?;
+        if let Some(h) = &history {
+            coord.set_observer(Box::new(Recorder::new(Rc::clone(h))));
         }
-        Ok((worker, coords, locals, history))
-    };
-    let (worker, mut coords, mut locals, history) = match setup() {
-        Ok(s) => s,
-        Err(e) => {
-            shared.stop.store(true, Ordering::Relaxed);
-            return Err(e);
-        }
-    };
-    shared.ready.fetch_add(1, Ordering::Release);
-    while !shared.go.load(Ordering::Acquire) {
-        std::thread::sleep(Duration::from_micros(100));
+        locals.push(
+            shared
+                .workload
+                .local(coord.ctx.id, coordinator_seed(shared.cfg.seed, coord.ctx.id)),
+        );
+        coords.push(coord);
     }
+    Ok((worker, coords, locals, history))
+}
 
-    let th = ThreadCtx {
+/// The per-thread counters and limits of thread `t`.
+fn thread_ctx<'a, P: Protocol, W: Workload>(t: u16, shared: &'a Shared<'a, P, W>) -> ThreadCtx<'a> {
+    ThreadCtx {
         stop: &shared.stop,
         budget: shared.budget,
         credit_batch: shared.credit_batch,
@@ -593,17 +626,18 @@ fn worker_thread<P: Protocol, W: Workload>(
         committed: Cell::new(0),
         attempted: Cell::new(0),
         stop_on_fault: (shared.cfg.on_fault == OnFault::Stop).then_some(&shared.fault),
-    };
-    {
-        let mut ex = worker.executor();
-        for (coord, local) in coords.iter_mut().zip(locals.iter_mut()) {
-            ex.spawn(drive(shared.workload, coord, local, &th));
-        }
-        ex.run(worker.transport().as_ref());
     }
-    let end_ns = worker.cn().clock.now_ns();
+}
 
-    let mut per_mn = vec![MnCounters::default(); shared.cfg.memory_nodes as usize];
+/// Gather what a thread's coordinators counted once they are done.
+fn finish_thread<P: Protocol, L>(
+    setup: ThreadSetup<P, L>,
+    th: ThreadCtx<'_>,
+    memory_nodes: usize,
+    end_ns: u64,
+) -> ThreadOutcome<L> {
+    let (_worker, coords, locals, history) = setup;
+    let mut per_mn = vec![MnCounters::default(); memory_nodes];
     let mut last_fault = None;
     for c in &coords {
         add_mn_counters(&mut per_mn, &c.ctx.per_mn);
@@ -614,14 +648,85 @@ fn worker_thread<P: Protocol, W: Workload>(
     drop(coords);
     let history = history.map(|h| Rc::try_unwrap(h).expect("coordinators dropped").into_inner());
     // A budget handed out but not used (the run was interrupted) is simply dropped.
-    Ok(ThreadOutcome {
+    ThreadOutcome {
         history,
         stats: th.stats.into_inner(),
         locals,
         per_mn,
         end_ns,
         last_fault,
-    })
+    }
+}
+
+fn worker_thread<P: Protocol, W: Workload>(
+    t: u16,
+    shared: &Shared<'_, P, W>,
+) -> Result<ThreadOutcome<W::Local>, RunError> {
+    let _guard = StopOnPanic(&shared.stop);
+    let mut setup = match setup_thread(t, shared) {
+        Ok(s) => s,
+        Err(e) => {
+            shared.stop.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
+    };
+    shared.ready.fetch_add(1, Ordering::Release);
+    while !shared.go.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let th = thread_ctx(t, shared);
+    {
+        let (worker, coords, locals, _) = &mut setup;
+        let mut ex = worker.executor();
+        for (coord, local) in coords.iter_mut().zip(locals.iter_mut()) {
+            ex.spawn(drive(shared.workload, coord, local, &th));
+        }
+        ex.run(worker.transport().as_ref());
+    }
+    let end_ns = setup.0.cn().clock.now_ns();
+    Ok(finish_thread(setup, th, shared.cfg.memory_nodes as usize, end_ns))
+}
+
+/// `--transport sim`: every thread's coordinators on one deterministic executor, on
+/// virtual time; `--duration` is virtual time.
+#[allow(clippy::type_complexity)]
+fn run_simulated<P: Protocol, W: Workload>(
+    shared: &Shared<'_, P, W>,
+    sim: &Sim,
+) -> Result<(Vec<Result<ThreadOutcome<W::Local>, RunError>>, StopReason), RunError> {
+    let mut threads = Vec::with_capacity(shared.cfg.threads as usize);
+    for t in 0..shared.cfg.threads {
+        threads.push(setup_thread(t, shared)?);
+    }
+    let ths: Vec<ThreadCtx<'_>> = (0..shared.cfg.threads).map(|t| thread_ctx(t, shared)).collect();
+    {
+        let mut ex = SimExecutor::new(sim);
+        for ((_, coords, locals, _), th) in threads.iter_mut().zip(&ths) {
+            for (coord, local) in coords.iter_mut().zip(locals.iter_mut()) {
+                ex.spawn(drive(shared.workload, coord, local, th));
+            }
+        }
+        if let StopRule::Duration(d) = shared.cfg.stop {
+            let (stop, nap) = (&shared.stop, sim.sleep(d.as_nanos() as u64));
+            ex.spawn(async move {
+                nap.await;
+                stop.store(true, Ordering::Relaxed);
+            });
+        }
+        ex.run()
+            .map_err(|e| RunError::Unsupported(format!("the simulation stopped: {e}")))?;
+    }
+    let reason = match shared.cfg.stop {
+        StopRule::Txns(_) => StopReason::Txns,
+        StopRule::Duration(_) => StopReason::Duration,
+    };
+    let end_ns = sim.now();
+    let outcomes = threads
+        .into_iter()
+        .zip(ths)
+        .map(|(setup, th)| Ok(finish_thread(setup, th, shared.cfg.memory_nodes as usize, end_ns)))
+        .collect();
+    Ok((outcomes, reason))
 }
 
 /// What the coordinators of one thread share; single-threaded, so `Cell`s suffice.

@@ -390,3 +390,47 @@ fn failed_invariant_is_reported_in_the_result() {
     );
     assert!(r.summary(None).contains("invariant   VIOLATED"));
 }
+
+/// Goal: `--transport sim` runs the same protocol and workload on the simulator's virtual
+/// time, through the checker, and the same seed gives the same run bit for bit; it refuses
+/// `--cluster`.
+#[test]
+fn simulated_runs_are_checked_and_deterministic() {
+    let args = BenchArgs {
+        transport: dmtx::config::TransportKind::Sim,
+        duration: Some("2ms".into()),
+        check: true,
+        set: vec!["accounts=500".into()],
+        out: "-".into(),
+        quiet: true,
+        ..BenchArgs::default()
+    };
+    let a = run_registry(&args);
+    let b = run_registry(&args);
+    assert_eq!(a.transport, "sim");
+    assert!(a.committed > 0);
+    assert!(a.invariant.ok, "{}", a.invariant.detail);
+    assert!(a.check.as_ref().unwrap().clean);
+    assert!((a.elapsed_s - 0.002).abs() < 0.001, "virtual time: {}", a.elapsed_s);
+    let same = |r: &BenchResult| {
+        (
+            r.committed,
+            r.aborted,
+            r.elapsed_s,
+            serde_json::to_string(&r.per_mn).unwrap(),
+        )
+    };
+    assert_eq!(same(&a), same(&b), "same seed, same run");
+    let c = run_registry(&BenchArgs {
+        seed: 2,
+        ..args.clone()
+    });
+    assert_ne!(same(&a), same(&c), "another seed, another run");
+    let e = BenchConfig::from_args(&BenchArgs {
+        cluster: Some("cluster.toml".into()),
+        ..args
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("--transport sim"), "{e}");
+}
