@@ -540,13 +540,6 @@ impl Ycsb {
     }
 }
 
-/// Records of slack on top of a table's loaded and insert records: FORD's hash table
-/// filled to exactly its capacity can run out of overflow buckets on a small table (the
-/// keys of one partition of 1000 over 3 do), so every table gets an eighth more.
-fn slack(loaded: u64) -> u64 {
-    loaded / 8 + 32
-}
-
 fn knob_given(knobs: &Knobs, spec: &KnobSpec) -> bool {
     knobs.iter().any(|(k, _)| k == spec.name)
 }
@@ -651,7 +644,7 @@ impl Workload for Ycsb {
                     format!("ycsb_{p}")
                 };
                 let loaded = self.partition_len(p);
-                TableSpec::new(p, name, self.record_bytes() as u32, loaded + room + slack(loaded))
+                TableSpec::new(p, name, self.record_bytes() as u32, loaded + room)
             })
             .collect()
     }
