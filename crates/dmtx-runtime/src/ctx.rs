@@ -9,7 +9,7 @@ use dmtx_store::Catalog;
 use dmtx_verbs::{MnCounters, Post, PostCounters, Submitted, Transport, VerbError};
 
 use crate::rpc::Rpc;
-use crate::{yield_now, AddrCache, Clock};
+use crate::{yield_now, AddrCache, Clock, Probe};
 
 /// A coordinator's id: unique in the cluster, never 0 when used as a lock owner.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -79,6 +79,8 @@ pub struct CoordCtx {
     pub rpc: Option<Rc<Rpc>>,
     /// Where table metadata is refetched from after a memory node restarted.
     pub control: Option<Arc<dyn Control>>,
+    /// The worker thread's probe (the simulator's CPU model and fault points).
+    pub probe: Option<Rc<dyn Probe>>,
     /// [`Transport::restarts`] when this context last refreshed.
     seen_restarts: u64,
 }
@@ -104,7 +106,25 @@ impl CoordCtx {
             last_fault: None,
             rpc: None,
             control: None,
+            probe: None,
             seen_restarts: 0,
+        }
+    }
+
+    /// `n` units of the named CPU step (see [`Probe`]); free unless a model listens.
+    #[inline]
+    pub fn step(&self, name: &'static str, n: u32) {
+        if let Some(p) = &self.probe {
+            p.step(name, n);
+        }
+    }
+
+    /// The named fault point (see [`Probe`]); nothing happens unless a fault script
+    /// names it.
+    #[inline]
+    pub fn fault_point(&self, name: &'static str) {
+        if let Some(p) = &self.probe {
+            p.point(name);
         }
     }
 

@@ -28,6 +28,7 @@ mod ctx;
 mod error;
 mod executor;
 mod knobs;
+mod probe;
 mod protocol;
 pub mod rpc;
 mod scan;
@@ -41,8 +42,11 @@ pub use ctx::{CoordCtx, CoordId};
 pub use error::{Result, RuntimeError};
 pub use executor::{block_on, yield_now, LocalExecutor};
 pub use knobs::{did_you_mean, KnobError, KnobSpec, Knobs};
+pub use probe::{Probe, ProbeSource};
 pub use protocol::{Isolation, Protocol};
 pub use rpc::{Handled, Request, Rpc, RpcConfig, RpcError};
 pub use scan::scan_table;
-pub use txn::{Access, Coordinator, Obj, ObjRef, ObjSummary, Phase, Table, Txn, TxnObserver, TxnSet, TxnSummary};
+pub use txn::{
+    Access, Coordinator, Obj, ObjRef, ObjSummary, Phase, Table, Txn, TxnObserver, TxnSet, TxnSummary, STEP_ADD,
+};
 pub use worker::{Cn, Worker};

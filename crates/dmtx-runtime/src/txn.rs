@@ -283,6 +283,10 @@ impl<P: Protocol> Coordinator<P> {
     }
 }
 
+/// The CPU step charged for every record a workload adds to a transaction (its key
+/// computation and bookkeeping).
+pub const STEP_ADD: &str = "txn.add";
+
 /// A transaction in progress. Dropping it without `commit` aborts it.
 pub struct Txn<'c, P: Protocol> {
     /// The coordinator running it (protocols reach their state through this).
@@ -302,6 +306,7 @@ impl<'c, P: Protocol> Txn<'c, P> {
 
     fn add<T: ?Sized>(&mut self, table: u32, key: u64, access: Access) -> ObjRef<T> {
         assert_eq!(self.coord.set.phase, Phase::Active, "add to a finished transaction");
+        self.coord.ctx.step(STEP_ADD, 1);
         let value_len = match self.coord.ctx.catalog.get(table) {
             Ok(t) => t.meta.value_bytes,
             Err(e) => panic!("{e}: the workload names a table it did not create"),
@@ -327,6 +332,13 @@ impl<'c, P: Protocol> Txn<'c, P> {
             idx: set.objs.len() as u32 - 1,
             _t: PhantomData,
         }
+    }
+
+    /// `n` units of the workload's own CPU work named `name` (see [`crate::Probe`]):
+    /// what a model charges beyond the per-record [`STEP_ADD`].
+    #[inline]
+    pub fn step(&self, name: &'static str, n: u32) {
+        self.coord.ctx.step(name, n);
     }
 
     /// Add a record to read (AddRO).

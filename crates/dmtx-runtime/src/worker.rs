@@ -30,6 +30,8 @@ pub struct Cn {
     pub msg: Option<Arc<dyn MsgFabric>>,
     /// Limits of the threads' calls.
     pub rpc_config: RpcConfig,
+    /// Gives each worker thread its [`crate::Probe`] ([`Cn::with_probes`]).
+    pub probes: crate::probe::Probes,
 }
 
 impl Cn {
@@ -45,6 +47,7 @@ impl Cn {
             clock,
             msg: None,
             rpc_config: RpcConfig::default(),
+            probes: None,
         })
     }
 
@@ -53,6 +56,13 @@ impl Cn {
     pub fn with_messaging(mut self, fabric: Arc<dyn MsgFabric>, config: RpcConfig) -> Self {
         self.msg = Some(fabric);
         self.rpc_config = config;
+        self
+    }
+
+    /// Give each worker thread a probe from `source` (the simulator's CPU model and
+    /// fault points).
+    pub fn with_probes(mut self, source: Arc<dyn crate::ProbeSource>) -> Self {
+        self.probes = Some(source);
         self
     }
 
@@ -73,6 +83,7 @@ impl Cn {
             transport,
             cache: Rc::new(AddrCache::new(Arc::clone(&self.cache))),
             rpc,
+            probe: self.probes.as_ref().map(|p| p.probe(thread)),
         })
     }
 }
@@ -84,6 +95,7 @@ pub struct Worker {
     transport: Rc<dyn Transport>,
     cache: Rc<AddrCache>,
     rpc: Option<Rc<Rpc>>,
+    probe: Option<Rc<dyn crate::Probe>>,
 }
 
 impl Worker {
@@ -127,6 +139,7 @@ impl Worker {
         );
         ctx.rpc = self.rpc.clone();
         ctx.control = Some(Arc::clone(&self.cn.control));
+        ctx.probe = self.probe.clone();
         ctx
     }
 

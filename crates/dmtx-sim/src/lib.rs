@@ -61,13 +61,16 @@
 #![warn(missing_docs)]
 
 pub mod clock;
+pub mod cpu;
 pub mod events;
 mod executor;
+mod faults;
 pub mod nic;
 mod sim;
 mod transport;
 
 pub use clock::{NodeClock, VirtualTime};
+pub use cpu::{CpuMode, CpuModel};
 pub use events::EventQueue;
 pub use executor::{RunReport, SimExecutor};
 pub use nic::{BatchTiming, NicModel};

@@ -26,6 +26,8 @@ pub struct SimConfig {
     pub seed: u64,
     /// The NIC and link model of every node.
     pub nic: NicModel,
+    /// The compute nodes' CPU model.
+    pub cpu: crate::CpuModel,
     /// Passes over runnable tasks the executor makes without virtual time moving before
     /// it takes the next event anyway: a task that only yields (a backoff loop) then
     /// costs virtual time instead of spinning forever at one instant.
@@ -38,6 +40,7 @@ impl SimConfig {
         Self {
             seed,
             nic: NicModel::cx5(),
+            cpu: crate::CpuModel::default(),
             spin_passes_max: 1024,
         }
     }

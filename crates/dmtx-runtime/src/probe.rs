@@ -1,0 +1,32 @@
+//! Probes: where protocol and workload code says what it is doing, for models that
+//! charge for it.
+//!
+//! On real transports a probe is absent and these calls cost a branch. On the simulator
+//! ([`dmtx-sim`]) every worker thread has a virtual CPU: [`Probe::step`] charges the
+//! named step's cost (from the NIC/CPU profile) to it, and [`Probe::point`] is where a
+//! fault script can strike (crash this compute node right after FORD wrote its undo log,
+//! say), because the windows that matter are narrower than any timer could hit.
+//!
+//! Names are `&'static str` of the form `protocol.step` (`ford.validate`,
+//! `lotus.lock_table_probe`) or `workload.step`; the profile's `[cpu.steps]` table
+//! prices them, and a step it does not list costs `cpu.step_default_ns`.
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// Receives a worker thread's named steps and fault points.
+pub trait Probe {
+    /// `n` units of the CPU work named `name` happened.
+    fn step(&self, name: &'static str, n: u32);
+    /// Control passed the fault point `name`.
+    fn point(&self, name: &'static str);
+}
+
+/// Hands each worker thread of a compute node its probe.
+pub trait ProbeSource: Send + Sync {
+    /// The probe of worker thread `thread`, created on that thread.
+    fn probe(&self, thread: u16) -> Rc<dyn Probe>;
+}
+
+/// A probe source that hands out nothing (real transports).
+pub(crate) type Probes = Option<Arc<dyn ProbeSource>>;
