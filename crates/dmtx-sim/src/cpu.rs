@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::Sim;
+
 /// How CN CPU time is charged.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -59,6 +61,82 @@ impl Default for CpuModel {
             poll_ns: 30,
             step_default_ns: 20,
             steps: BTreeMap::new(),
+        }
+    }
+}
+
+/// A worker thread's virtual CPU, by index in the simulation ([`Sim::cpu_of`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CpuId(pub(crate) u32);
+
+impl CpuId {
+    /// The index (CPUs are numbered in the order they were first asked for).
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// One virtual CPU's account.
+#[derive(Copy, Clone, Debug, Default)]
+pub(crate) struct CpuState {
+    /// The compute node it belongs to.
+    pub cn: u32,
+    /// The instant the CPU has executed up to (work charged so far ends here).
+    pub cursor: u64,
+    /// Virtual ns of work charged in total.
+    pub busy_ns: u64,
+}
+
+impl Sim {
+    /// The virtual CPU of worker `thread` of compute node `cn`, created on first use.
+    pub fn cpu_of(&self, cn: u32, thread: u16) -> CpuId {
+        let mut st = self.lock();
+        let next = st.cpus.len() as u32;
+        let id = *st.cpu_ids.entry((cn, thread)).or_insert(next);
+        if id == next {
+            st.cpus.push(CpuState {
+                cn,
+                ..Default::default()
+            });
+        }
+        CpuId(id)
+    }
+
+    /// Charge `ns` of work to `cpu`: it runs from the later of now and the end of its
+    /// earlier work.
+    pub(crate) fn charge(&self, cpu: CpuId, ns: u64) {
+        let now = self.now();
+        let mut st = self.lock();
+        let c = &mut st.cpus[cpu.index()];
+        c.cursor = c.cursor.max(now) + ns;
+        c.busy_ns += ns;
+    }
+
+    /// Charge one named step (priced by the profile's `[cpu.steps]`) `n` times.
+    pub(crate) fn charge_step(&self, cpu: CpuId, name: &str, n: u32) {
+        let ns = self.config().cpu.step_ns(name) * n as u64;
+        self.charge(cpu, ns);
+    }
+
+    /// The instant `cpu` has executed up to: work it does next happens then.
+    pub(crate) fn cpu_now(&self, cpu: CpuId) -> u64 {
+        self.lock().cpus[cpu.index()].cursor.max(self.now())
+    }
+}
+
+impl CpuModel {
+    /// The cost of one named step, scaled.
+    pub fn step_ns(&self, name: &str) -> u64 {
+        let ns = self.steps.get(name).copied().unwrap_or(self.step_default_ns);
+        self.scaled(ns)
+    }
+
+    /// `ns` of the calibration host, on this host.
+    pub fn scaled(&self, ns: u64) -> u64 {
+        if self.mode == CpuMode::Off {
+            0
+        } else {
+            (ns as f64 * self.scale).round() as u64
         }
     }
 }

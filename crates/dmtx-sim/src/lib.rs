@@ -70,7 +70,7 @@ mod sim;
 mod transport;
 
 pub use clock::{NodeClock, VirtualTime};
-pub use cpu::{CpuMode, CpuModel};
+pub use cpu::{CpuId, CpuMode, CpuModel};
 pub use events::EventQueue;
 pub use executor::{RunReport, SimExecutor};
 pub use nic::{BatchTiming, NicModel};

@@ -101,6 +101,9 @@ pub(crate) struct State {
     pub next_conn: u32,
     pub rng: SmallRng,
     pub stats: SimStats,
+    /// Worker threads' virtual CPUs, and who they belong to.
+    pub cpus: Vec<crate::cpu::CpuState>,
+    pub cpu_ids: std::collections::BTreeMap<(u32, u16), u32>,
 }
 
 pub(crate) struct Shared {
@@ -143,6 +146,8 @@ impl Sim {
                     next_conn: 0,
                     rng,
                     stats: SimStats::default(),
+                    cpus: Vec::new(),
+                    cpu_ids: Default::default(),
                 }),
             }),
         }
