@@ -1,7 +1,28 @@
 //! The CN CPU model: every worker thread of a simulated compute node has a virtual CPU.
 //!
-//! (Work in progress: the model's parameters are defined here; the executor and the
-//! transport charge them.)
+//! A worker thread's coordinators share one core, as in every paper's testbed (FORD
+//! §6.3.1 Fig. 22: throughput rises with coroutines per thread until the core
+//! saturates). The simulator keeps, per worker thread, the instant its CPU has executed
+//! up to (`cursor`):
+//!
+//! - **Polls.** The executor polls a coordinator only when its CPU is idle
+//!   (`cursor <= now`); a coordinator woken while its CPU is busy is polled when it
+//!   frees. Each poll costs [`CpuModel::poll_ns`] (the executor's pass and the coroutine
+//!   switch).
+//! - **Verbs** ([`SimTransport`](crate::SimTransport)): a post costs a WQE per op and one
+//!   doorbell MMIO per batch (Kalia et al., ATC'16; RCBench §5.5), and each batch's
+//!   doorbell rings at the CPU instant it is reached, so a batch built after expensive
+//!   logic leaves later. Collecting a completion costs a CQE per batch plus the copy of
+//!   the READ payload.
+//! - **Named steps** ([`dmtx_runtime::Probe`]): protocol and workload code declares the
+//!   work it does (`ford.validate`, `txn.add`, `workload.txn`, ...); each costs its entry
+//!   in [`CpuModel::steps`], or [`CpuModel::step_default_ns`].
+//!
+//! All costs are nanoseconds of the calibration host times [`CpuModel::scale`].
+//! [`CpuMode::Off`] makes compute free (the NIC alone limits throughput);
+//! [`CpuMode::Measured`] charges each poll's real elapsed time, for cross-checks only
+//! (it is not deterministic). `dmtx sim calibrate` fits the step costs from `mem` runs;
+//! `docs/sim-model.md` says how to recalibrate.
 
 use std::collections::BTreeMap;
 
@@ -76,6 +97,17 @@ impl CpuId {
     }
 }
 
+/// A worker thread's CPU work so far ([`Sim::cpu_busy`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct CpuBusy {
+    /// Compute node.
+    pub cn: u32,
+    /// Worker thread.
+    pub thread: u16,
+    /// Virtual ns charged.
+    pub busy_ns: u64,
+}
+
 /// One virtual CPU's account.
 #[derive(Copy, Clone, Debug, Default)]
 pub(crate) struct CpuState {
@@ -118,9 +150,28 @@ impl Sim {
         self.charge(cpu, ns);
     }
 
-    /// The instant `cpu` has executed up to: work it does next happens then.
-    pub(crate) fn cpu_now(&self, cpu: CpuId) -> u64 {
-        self.lock().cpus[cpu.index()].cursor.max(self.now())
+    /// The compute node `cpu` belongs to and the instant it has executed up to.
+    pub(crate) fn cpu_state(&self, cpu: CpuId) -> (u32, u64) {
+        let st = self.lock();
+        let c = &st.cpus[cpu.index()];
+        (c.cn, c.cursor)
+    }
+
+    /// Virtual ns of work charged to each CPU so far, by [`CpuId`] index, with its
+    /// compute node and worker thread.
+    pub fn cpu_busy(&self) -> Vec<CpuBusy> {
+        let st = self.lock();
+        let mut out: Vec<CpuBusy> = st
+            .cpu_ids
+            .iter()
+            .map(|(&(cn, thread), &id)| CpuBusy {
+                cn,
+                thread,
+                busy_ns: st.cpus[id as usize].busy_ns,
+            })
+            .collect();
+        out.sort_by_key(|c| (c.cn, c.thread));
+        out
     }
 }
 

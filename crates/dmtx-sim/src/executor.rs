@@ -21,7 +21,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Wake, Waker};
 
-use crate::{Sim, SimError};
+use crate::cpu::CpuId;
+use crate::sim::Event;
+use crate::{CpuMode, Sim, SimError};
 
 /// Tasks woken since their last poll.
 struct Woken {
@@ -53,6 +55,8 @@ pub struct RunReport {
     pub finished: usize,
     /// Tasks still pending (only after a deadline).
     pub pending: usize,
+    /// Tasks dropped because their compute node crashed.
+    pub crashed: usize,
     /// Task polls.
     pub polls: u64,
     /// Events processed during this run.
@@ -65,6 +69,8 @@ type Task<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 pub struct SimExecutor<'a> {
     sim: Sim,
     tasks: Vec<Task<'a>>,
+    /// The virtual CPU each task runs on (`None`: free, e.g. a timer).
+    cpus: Vec<Option<CpuId>>,
 }
 
 /// Passes over spinning tasks, with no event left to move time, before giving up.
@@ -76,12 +82,24 @@ impl<'a> SimExecutor<'a> {
         Self {
             sim: sim.clone(),
             tasks: Vec::new(),
+            cpus: Vec::new(),
         }
     }
 
-    /// Add a task; tasks are polled in the order they were spawned.
+    /// Add a task that costs no CPU (a timer, a test's driver); tasks are polled in the
+    /// order they were spawned.
     pub fn spawn(&mut self, task: impl Future<Output = ()> + 'a) {
         self.tasks.push(Box::pin(task));
+        self.cpus.push(None);
+    }
+
+    /// Add a task that runs on the virtual CPU `cpu` (a coordinator on its worker
+    /// thread): it is polled only when that CPU is idle, and each poll costs
+    /// `cpu.poll_ns` plus whatever the poll charges. Once the CPU's compute node is down
+    /// ([`Sim::cn_down`]) the task is dropped unpolled.
+    pub fn spawn_on(&mut self, cpu: CpuId, task: impl Future<Output = ()> + 'a) {
+        self.tasks.push(Box::pin(task));
+        self.cpus.push(Some(cpu));
     }
 
     /// Run until every task finished.
@@ -92,8 +110,15 @@ impl<'a> SimExecutor<'a> {
     /// Run until every task finished or the next event lies after `deadline_ns`
     /// (virtual time then stops at the deadline and pending tasks are dropped).
     pub fn run_until(self, deadline_ns: u64) -> Result<RunReport, SimError> {
-        let SimExecutor { sim, tasks } = self;
+        let SimExecutor { sim, tasks, cpus } = self;
         let n = tasks.len();
+        // A task woken while its CPU is busy waits for a wake-up at the instant the CPU
+        // frees; this is the latest such instant asked for, to not ask twice.
+        let mut deferred_until = vec![0u64; n];
+        let cpu_model = sim.config().cpu.clone();
+        let poll_ns = cpu_model.scaled(cpu_model.poll_ns);
+        let measured = cpu_model.mode == CpuMode::Measured;
+        let mut crashed = 0usize;
         let mut tasks: Vec<Option<Task<'a>>> = tasks.into_iter().map(Some).collect();
         let woken = Arc::new(Woken {
             flags: (0..n).map(|_| AtomicBool::new(true)).collect(),
@@ -113,10 +138,11 @@ impl<'a> SimExecutor<'a> {
         let mut spins = 0u32;
         let mut idle_passes = 0u64;
         let spin_max = sim.config().spin_passes_max.max(1);
-        let report = |sim: &Sim, live: usize, polls: u64| RunReport {
+        let report = |sim: &Sim, live: usize, polls: u64, crashed: usize| RunReport {
             end_ns: sim.now(),
-            finished: n - live,
+            finished: n - live - crashed,
             pending: live,
+            crashed,
             polls,
             events: sim.stats().events - events_before,
         };
@@ -127,15 +153,41 @@ impl<'a> SimExecutor<'a> {
                         continue;
                     }
                     let Some(task) = tasks[i].as_mut() else { continue };
+                    if let Some(cpu) = cpus[i] {
+                        let (cn, cursor) = sim.cpu_state(cpu);
+                        if sim.cn_down(cn) {
+                            tasks[i] = None;
+                            live -= 1;
+                            crashed += 1;
+                            continue;
+                        }
+                        if cursor > sim.now() {
+                            if deferred_until[i] < cursor {
+                                deferred_until[i] = cursor;
+                                sim.lock().queue.push(cursor, Event::Wake(wakers[i].clone()));
+                            }
+                            continue;
+                        }
+                    }
                     polls += 1;
                     let mut cx = Context::from_waker(&wakers[i]);
-                    if task.as_mut().poll(&mut cx).is_ready() {
+                    let started = measured.then(std::time::Instant::now);
+                    let ready = task.as_mut().poll(&mut cx).is_ready();
+                    if let Some(cpu) = cpus[i] {
+                        let ns = match started {
+                            // Opt-in, for cross-checks: real time is not deterministic.
+                            Some(t) => (t.elapsed().as_nanos() as f64 * cpu_model.scale) as u64,
+                            None => poll_ns,
+                        };
+                        sim.charge(cpu, ns);
+                    }
+                    if ready {
                         tasks[i] = None;
                         live -= 1;
                     }
                 }
                 if live == 0 {
-                    return Ok(report(&sim, live, polls));
+                    return Ok(report(&sim, live, polls, crashed));
                 }
                 if woken.any.load(Ordering::Relaxed) {
                     spins += 1;
@@ -165,7 +217,7 @@ impl<'a> SimExecutor<'a> {
                     if deadline_ns > sim.now() {
                         sim.shared.time.advance_to(deadline_ns);
                     }
-                    let r = report(&sim, live, polls);
+                    let r = report(&sim, live, polls, crashed);
                     drop(tasks);
                     return Ok(r);
                 }

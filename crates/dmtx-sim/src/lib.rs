@@ -67,14 +67,16 @@ mod executor;
 mod faults;
 pub mod nic;
 mod sim;
+pub mod report;
 mod transport;
 
 pub use clock::{NodeClock, VirtualTime};
-pub use cpu::{CpuId, CpuMode, CpuModel};
+pub use cpu::{CpuBusy, CpuId, CpuMode, CpuModel};
 pub use events::EventQueue;
 pub use executor::{RunReport, SimExecutor};
 pub use nic::{BatchTiming, NicModel};
 pub use sim::{Sim, SimConfig, SimStats, Sleep};
+pub use report::{FabricLoad, KindWaits, NodeLoad};
 pub use transport::{SimFabric, SimTransport};
 
 /// What can go wrong in a simulation run.

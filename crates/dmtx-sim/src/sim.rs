@@ -79,6 +79,8 @@ pub(crate) struct InFlight {
     pub old: Vec<u64>,
     /// Batches whose reply has not landed yet.
     pub pending: usize,
+    /// Batches of the post (one per memory node it names).
+    pub batches: u32,
     /// The failure with the lowest op index, as the `mem` transport reports it.
     pub err: Option<(usize, VerbError)>,
     pub waker: Option<Waker>,
@@ -101,6 +103,8 @@ pub(crate) struct State {
     pub next_conn: u32,
     pub rng: SmallRng,
     pub stats: SimStats,
+    /// NIC load and waits, for the run's report.
+    pub load: crate::report::FabricLoad,
     /// Worker threads' virtual CPUs, and who they belong to.
     pub cpus: Vec<crate::cpu::CpuState>,
     pub cpu_ids: std::collections::BTreeMap<(u32, u16), u32>,
@@ -146,6 +150,7 @@ impl Sim {
                     next_conn: 0,
                     rng,
                     stats: SimStats::default(),
+                    load: Default::default(),
                     cpus: Vec::new(),
                     cpu_ids: Default::default(),
                 }),

@@ -20,10 +20,14 @@
 //! contract suite `dmtx_verbs::conformance` or a `LocalExecutor` in a quick test. Such a
 //! driver is correct but, when several OS threads share one `Sim`, not deterministic.
 
+use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use dmtx_verbs::{Fabric, MnId, Post, Result, Submitted, Ticket, Transport, VerbError};
 
+use dmtx_runtime::{Probe, ProbeSource};
+
+use crate::cpu::CpuId;
 use crate::nic::BatchAt;
 use crate::sim::{Event, InFlight};
 use crate::Sim;
@@ -46,9 +50,25 @@ impl SimFabric {
         &self.sim
     }
 
-    /// A new connection (endpoint) of this compute node. Connection ids are handed out
-    /// in call order, so set endpoints up in a fixed order.
+    /// The compute node's id.
+    pub fn cn(&self) -> u32 {
+        self.cn
+    }
+
+    /// A new connection (endpoint) of this compute node whose CN-side work is free (no
+    /// virtual CPU: for measuring the fabric alone). Connection ids are handed out in
+    /// call order, so set endpoints up in a fixed order.
     pub fn transport(&self) -> SimTransport {
+        self.connect(None)
+    }
+
+    /// A new connection of worker thread `thread`, whose posts are charged to that
+    /// thread's virtual CPU ([`Sim::cpu_of`]).
+    pub fn transport_of(&self, thread: u16) -> SimTransport {
+        self.connect(Some(self.sim.cpu_of(self.cn, thread)))
+    }
+
+    fn connect(&self, cpu: Option<CpuId>) -> SimTransport {
         let mut st = self.sim.lock();
         let conn = st.next_conn;
         st.next_conn += 1;
@@ -56,7 +76,35 @@ impl SimFabric {
             sim: self.sim.clone(),
             cn: self.cn,
             conn,
+            cpu,
         }
+    }
+}
+
+impl ProbeSource for SimFabric {
+    fn probe(&self, thread: u16) -> Rc<dyn Probe> {
+        Rc::new(SimProbe {
+            sim: self.sim.clone(),
+            cn: self.cn,
+            cpu: self.sim.cpu_of(self.cn, thread),
+        })
+    }
+}
+
+/// A worker thread's probe: named steps are charged to its virtual CPU, fault points go
+/// to the fault script.
+struct SimProbe {
+    sim: Sim,
+    cn: u32,
+    cpu: CpuId,
+}
+
+impl Probe for SimProbe {
+    fn step(&self, name: &'static str, n: u32) {
+        self.sim.charge_step(self.cpu, name, n);
+    }
+    fn point(&self, name: &'static str) {
+        self.sim.fault_point(self.cn, name);
     }
 }
 
@@ -67,8 +115,8 @@ impl Fabric for SimFabric {
     fn mn_count(&self) -> usize {
         self.sim.regions().len()
     }
-    fn endpoint(&self, _worker: u32) -> Result<Box<dyn Transport>> {
-        Ok(Box::new(self.transport()))
+    fn endpoint(&self, worker: u32) -> Result<Box<dyn Transport>> {
+        Ok(Box::new(self.transport_of(worker as u16)))
     }
 }
 
@@ -78,6 +126,8 @@ pub struct SimTransport {
     sim: Sim,
     cn: u32,
     conn: u32,
+    /// The worker thread's virtual CPU: doorbells, WQEs and CQEs are charged to it.
+    cpu: Option<CpuId>,
 }
 
 /// Memory nodes a post may address: batches are found with a bit set, so ops naming a
@@ -90,13 +140,24 @@ impl SimTransport {
         self.conn
     }
 
+    /// The virtual CPU its posts are charged to, if any.
+    pub fn cpu(&self) -> Option<CpuId> {
+        self.cpu
+    }
+
     fn start(&self, post: &mut Post, detached: bool) -> usize {
         let sim = &self.sim;
         let mn_count = sim.regions().len().min(MNS_MAX);
-        let now = sim.now();
         let model = &sim.config().nic;
+        let cpu_model = &sim.config().cpu;
         let mut guard = sim.lock();
         let st = &mut *guard;
+        // The doorbells ring as the worker's CPU gets to them (DESIGN §4; Kalia et al.,
+        // ATC'16): each batch costs a WQE per op and one MMIO.
+        let mut now = sim.now();
+        if let Some(cpu) = self.cpu {
+            now = now.max(st.cpus[cpu.index()].cursor);
+        }
         st.stats.posts += 1;
         let slot = match st.free.pop() {
             Some(s) => s,
@@ -134,6 +195,7 @@ impl SimTransport {
             }
         }
         p.pending = (mns.count_ones() as usize).max(1);
+        p.batches = mns.count_ones();
         if mns == 0 {
             st.queue.push(now, Event::Complete { slot });
             return slot;
@@ -144,13 +206,24 @@ impl SimTransport {
             }
             let mn = MnId(mn as u16);
             let ops = st.posts[slot].ops.iter().filter(move |o| o.ptr().mn == mn);
+            let wqes = ops.clone().count() as u64;
+            let mut t = now;
+            if let Some(cpu) = self.cpu {
+                let cost = cpu_model.scaled(cpu_model.wqe_ns * wqes + cpu_model.doorbell_ns);
+                let cpu = &mut st.cpus[cpu.index()];
+                cpu.cursor = now.max(cpu.cursor) + cost;
+                cpu.busy_ns += cost;
+                t = cpu.cursor;
+            }
             let at = BatchAt {
                 cn: self.cn,
                 conn: self.conn,
                 mn: mn.0,
-                t: now,
+                t,
             };
-            let tm = model.time_batch(&mut st.fabric, at, ops);
+            let t = at.t;
+            let tm = model.time_batch(&mut st.fabric, at, ops.clone());
+            st.load.batch(model, self.cn, mn.0, t, &tm, ops);
             st.queue.push(tm.end, Event::Apply { slot, mn });
             st.queue.push(tm.done, Event::Complete { slot });
         }
@@ -179,6 +252,10 @@ impl Transport for SimTransport {
             return Poll::Pending;
         }
         let parts = post.parts_mut();
+        // One CQE per batch, and the READ payloads copied out.
+        let cpu_model = &self.sim.config().cpu;
+        let cost = cpu_model.scaled(cpu_model.cqe_ns * p.batches as u64)
+            + cpu_model.scaled((parts.read_buf.len() as u64 * cpu_model.copy_ns_per_kib) / 1024);
         parts.read_buf.copy_from_slice(&p.read_buf);
         parts.old.copy_from_slice(&p.old);
         let res = match p.err.take() {
@@ -188,6 +265,12 @@ impl Transport for SimTransport {
         // Mark the slot spent so a stale ticket cannot read a later post's results.
         p.pending = usize::MAX;
         st.free.push(slot);
+        if let Some(cpu) = self.cpu {
+            let now = self.sim.now();
+            let cpu = &mut st.cpus[cpu.index()];
+            cpu.cursor = cpu.cursor.max(now) + cost;
+            cpu.busy_ns += cost;
+        }
         Poll::Ready(res)
     }
 

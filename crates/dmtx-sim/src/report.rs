@@ -1,0 +1,127 @@
+//! What a simulated run reports beyond the transport-independent counters: per-node NIC
+//! load and per-op-kind waiting, gathered as batches are timed.
+//!
+//! Every batch adds its request and reply bytes (headers included, as the wire carries
+//! them) and the link time they take to both ends' counters, and its waits to the
+//! counters of every op kind it holds:
+//!
+//! - **admission wait**: from the doorbell until the connection's outstanding READ/atomic
+//!   bound let it go (`issue − doorbell`);
+//! - **responder wait**: from the last request byte's arrival until a processing unit
+//!   (and the connection's earlier batches) let it start (`start − arrival`);
+//! - **latency**: from the doorbell until the reply landed (`done − doorbell`).
+//!
+//! Link utilisation is the busier direction's serialization time over the run's virtual
+//! time, so 1.0 means that direction never idled.
+
+use dmtx_verbs::{Op, OpKind};
+
+use crate::nic::{BatchTiming, NicModel};
+
+/// Op kinds in [`OpKind`] order.
+pub const KINDS: [OpKind; 5] = [OpKind::Read, OpKind::Write, OpKind::Cas, OpKind::Faa, OpKind::Flush];
+
+/// One node's NIC load.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeLoad {
+    /// Ops sent (a CN) or served (an MN), by kind in [`KINDS`] order.
+    pub ops: [u64; 5],
+    /// Wire bytes sent, headers included.
+    pub tx_bytes: u64,
+    /// Wire bytes received, headers included.
+    pub rx_bytes: u64,
+    /// Serialization time on the transmit link (ns).
+    pub tx_busy_ns: u64,
+    /// Serialization time on the receive link (ns).
+    pub rx_busy_ns: u64,
+}
+
+impl NodeLoad {
+    /// The busier direction's share of `elapsed_ns`.
+    pub fn link_utilisation(&self, elapsed_ns: u64) -> f64 {
+        if elapsed_ns == 0 {
+            return 0.0;
+        }
+        self.tx_busy_ns.max(self.rx_busy_ns) as f64 / elapsed_ns as f64
+    }
+}
+
+/// Waits of the ops of one kind, summed over ops.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KindWaits {
+    /// Ops of the kind.
+    pub ops: u64,
+    /// Σ admission wait (ns).
+    pub admission_ns: u64,
+    /// Σ responder wait (ns).
+    pub responder_ns: u64,
+    /// Σ latency of the batch holding the op (ns).
+    pub latency_ns: u64,
+}
+
+/// The fabric's load so far.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FabricLoad {
+    /// Per memory node, by index.
+    pub mns: Vec<NodeLoad>,
+    /// Per compute node, by id.
+    pub cns: Vec<NodeLoad>,
+    /// Per op kind, in [`KINDS`] order.
+    pub kinds: [KindWaits; 5],
+}
+
+impl FabricLoad {
+    /// Count one timed batch of `ops` from compute node `cn` to memory node `mn`, whose
+    /// doorbell rang at `t`.
+    pub(crate) fn batch<'o>(
+        &mut self,
+        model: &NicModel,
+        cn: u32,
+        mn: u16,
+        t: u64,
+        tm: &BatchTiming,
+        ops: impl Iterator<Item = &'o Op>,
+    ) {
+        let (cn, mn) = (cn as usize, mn as usize);
+        if self.cns.len() <= cn {
+            self.cns.resize(cn + 1, NodeLoad::default());
+        }
+        if self.mns.len() <= mn {
+            self.mns.resize(mn + 1, NodeLoad::default());
+        }
+        let admission = tm.issue - t;
+        let responder = tm.start.saturating_sub(tm.arrival);
+        let latency = tm.done - t;
+        let (mut req, mut rep) = (0, 0);
+        for op in ops {
+            let k = op.kind() as usize;
+            req += model.request_bytes(op);
+            rep += model.reply_bytes(op);
+            self.cns[cn].ops[k] += 1;
+            self.mns[mn].ops[k] += 1;
+            let w = &mut self.kinds[k];
+            w.ops += 1;
+            w.admission_ns += admission;
+            w.responder_ns += responder;
+            w.latency_ns += latency;
+        }
+        let (req_ns, rep_ns) = (model.link_ns(req), model.link_ns(rep));
+        let c = &mut self.cns[cn];
+        c.tx_bytes += req;
+        c.rx_bytes += rep;
+        c.tx_busy_ns += req_ns;
+        c.rx_busy_ns += rep_ns;
+        let m = &mut self.mns[mn];
+        m.rx_bytes += req;
+        m.tx_bytes += rep;
+        m.rx_busy_ns += req_ns;
+        m.tx_busy_ns += rep_ns;
+    }
+}
+
+impl crate::Sim {
+    /// The fabric's load so far.
+    pub fn load(&self) -> FabricLoad {
+        self.lock().load.clone()
+    }
+}
