@@ -13,8 +13,18 @@
 //!
 //! A drift above −1 000 000 ppm keeps every node clock monotonic (non-decreasing) in
 //! virtual time; clamping at 0 keeps it so for a negative offset too.
+//!
+//! A clock made by [`Sim::node_clock`](crate::Sim::node_clock) also follows the fault
+//! script's clock faults for its node (OOCC §VII-B: a clock that jumps, or drifts
+//! beyond the bound the protocol assumes). A jump adds to the offset at once (a
+//! backwards jump makes the clock go back: that is the fault); a drift change at
+//! virtual time `t0` adds `floor((t - t0) * extra_ppm / 1_000_000)` from then on:
+//!
+//! ```text
+//! node_ns = max(0, t + floor(t * drift_ppm / 1e6) + offset_ns + jumps_ns + floor((t - t0) * extra_ppm / 1e6))
+//! ```
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::SimError;
@@ -52,6 +62,51 @@ pub struct NodeClock {
     time: VirtualTime,
     offset_ns: i64,
     drift_ppm: i64,
+    /// The fault script's jumps and drift changes for this node, if it is registered.
+    adjust: Option<Arc<ClockAdjust>>,
+}
+
+/// Clock faults applied to one node's clocks (shared by every clone).
+///
+/// Atomics only because clocks must be `Send + Sync`; the simulation thread is the
+/// only writer and reader, so `Relaxed` suffices.
+#[derive(Debug, Default)]
+pub(crate) struct ClockAdjust {
+    /// Sum of the jumps, plus the drift accrued before `since_ns`.
+    offset_ns: AtomicI64,
+    /// Extra drift since `since_ns`.
+    drift_ppm: AtomicI64,
+    since_ns: AtomicU64,
+}
+
+impl ClockAdjust {
+    /// The correction at virtual time `t`.
+    #[inline]
+    fn at(&self, t: u64) -> i128 {
+        let since = self.since_ns.load(Ordering::Relaxed);
+        let ppm = self.drift_ppm.load(Ordering::Relaxed) as i128;
+        let accrued = (t.saturating_sub(since) as i128 * ppm).div_euclid(1_000_000);
+        self.offset_ns.load(Ordering::Relaxed) as i128 + accrued
+    }
+
+    /// The clock jumps by `by_ns` (negative: back).
+    pub(crate) fn jump(&self, by_ns: i64) {
+        self.offset_ns.fetch_add(by_ns, Ordering::Relaxed);
+    }
+
+    /// From virtual time `now` on, the clock runs `ppm` further off (replacing the
+    /// previous extra drift; what it accrued so far stays).
+    pub(crate) fn set_drift(&self, now: u64, ppm: i64) {
+        let accrued = self.at(now) - self.offset_ns.load(Ordering::Relaxed) as i128;
+        self.offset_ns.fetch_add(accrued as i64, Ordering::Relaxed);
+        self.since_ns.store(now, Ordering::Relaxed);
+        self.drift_ppm.store(ppm, Ordering::Relaxed);
+    }
+
+    /// The extra drift now in force.
+    pub(crate) fn drift_ppm(&self) -> i64 {
+        self.drift_ppm.load(Ordering::Relaxed)
+    }
 }
 
 /// Drift limit: a clock that ran at or below zero speed would go backwards or stop.
@@ -71,7 +126,30 @@ impl NodeClock {
             time,
             offset_ns,
             drift_ppm,
+            adjust: None,
         })
+    }
+
+    /// This clock, following the clock faults in `adjust`.
+    pub(crate) fn with_adjust(mut self, adjust: Arc<ClockAdjust>) -> Self {
+        self.adjust = Some(adjust);
+        self
+    }
+
+    /// The rate error now in force, in ppm (configured drift plus scripted drift).
+    pub fn drift_ppm(&self) -> i64 {
+        self.drift_ppm + self.adjust.as_ref().map_or(0, |a| a.drift_ppm())
+    }
+
+    /// Virtual nanoseconds that pass while this clock advances `local_ns` at its current
+    /// rate (rounded up; a clock at or below zero speed never gets there: `u64::MAX`).
+    pub fn virtual_ns_for(&self, local_ns: u64) -> u64 {
+        let rate = 1_000_000i128 + self.drift_ppm() as i128;
+        if rate <= 0 {
+            return u64::MAX;
+        }
+        let v = (local_ns as i128 * 1_000_000 + rate - 1) / rate;
+        v.min(u64::MAX as i128) as u64
     }
 
     /// A perfect clock (no offset, no drift).
@@ -80,6 +158,7 @@ impl NodeClock {
             time,
             offset_ns: 0,
             drift_ppm: 0,
+            adjust: None,
         }
     }
 
@@ -88,7 +167,10 @@ impl NodeClock {
     pub fn at(&self, t: u64) -> u64 {
         let t = t as i128;
         let skew = (t * self.drift_ppm as i128).div_euclid(1_000_000);
-        let v = t + skew + self.offset_ns as i128;
+        let mut v = t + skew + self.offset_ns as i128;
+        if let Some(a) = &self.adjust {
+            v += a.at(t as u64);
+        }
         v.clamp(0, u64::MAX as i128) as u64
     }
 }
@@ -132,5 +214,27 @@ mod tests {
             Err(SimError::Drift { .. })
         ));
         assert!(NodeClock::new(vt, 0, DRIFT_PPM_MAX).is_ok());
+    }
+
+    /// Goal: scripted jumps and drift changes add exactly to a clock's readings, keep
+    /// what accrued before a change, and `virtual_ns_for` inverts the rate.
+    #[test]
+    fn jumps_and_drift_changes() {
+        let vt = VirtualTime::new();
+        let a = Arc::new(ClockAdjust::default());
+        let c = NodeClock::new(vt.clone(), 1_000, 0).unwrap().with_adjust(Arc::clone(&a));
+        vt.advance_to(10_000);
+        assert_eq!(c.now_ns(), 11_000);
+        a.jump(-5_000);
+        assert_eq!(c.now_ns(), 6_000, "a backwards jump makes the clock go back");
+        a.set_drift(10_000, 500_000); // +50 % from t = 10 µs
+        vt.advance_to(20_000);
+        assert_eq!(c.now_ns(), 20_000 + 1_000 - 5_000 + 5_000);
+        a.set_drift(20_000, 0); // accrued 5 µs stays
+        vt.advance_to(30_000);
+        assert_eq!(c.now_ns(), 30_000 + 1_000 - 5_000 + 5_000);
+        a.set_drift(30_000, -500_000);
+        assert_eq!(c.drift_ppm(), -500_000);
+        assert_eq!(c.virtual_ns_for(1_000), 2_000, "half speed: 1 µs of clock is 2 µs");
     }
 }

@@ -27,6 +27,7 @@ pub(super) async fn commit(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
     if !c.set.objs.iter().any(|o| o.access.writes()) {
         return Ok(());
     }
+    c.ctx.fault_point("ford.commit.after_lock");
     let lock = c.state.lock;
     let st = &mut c.state;
     st.mns.clear();
@@ -38,6 +39,8 @@ pub(super) async fn commit(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
     }
 
     // 1. One undo log per memory node, first in that node's batch.
+    let writes = c.set.objs.iter().filter(|o| o.access.writes()).count();
+    c.ctx.step(super::STEP_COMMIT, writes as u32);
     st.post.clear();
     for mi in 0..st.mns.len() {
         let mn = st.mns[mi];
@@ -138,6 +141,7 @@ pub(super) async fn commit(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
         return Err(Abort::new(AbortReason::Fault));
     }
     let c = &mut *txn.coord;
+    c.ctx.fault_point("ford.commit.after_write");
     for o in c.set.objs.iter().filter(|o| o.access.writes()) {
         // Pair assertion with invariant 1: nobody took our lock away.
         if let Some(cas) = o.proto.cas {
@@ -202,6 +206,7 @@ pub(super) fn release(txn: &mut Txn<'_, Ford>, committed: bool) {
 /// unlocks.
 async fn rollback(txn: &mut Txn<'_, Ford>) {
     let c = &mut *txn.coord;
+    c.ctx.fault_point("ford.commit.rollback");
     c.state.post.clear();
     let restore = c.proto.config().variant != FordVariant::SkipUndoOnFailedCommit;
     for o in c.set.objs.iter().filter(|o| o.access.writes()) {

@@ -1,0 +1,643 @@
+//! Every fault and every trigger of the fault script, on small hand-made posts (no
+//! protocol), plus the lease-based membership service. Times are checked against the
+//! script (timeouts, delays) or against a fault-free run, never against NIC constants.
+
+use std::cell::RefCell;
+use std::future::poll_fn;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use dmtx_runtime::Clock;
+use dmtx_sim::membership::Change;
+use dmtx_sim::{FaultScript, MembershipConfig, Node, Sim, SimConfig, SimExecutor, SimFabric, SimTransport};
+use dmtx_verbs::{MnId, Post, Region, RemotePtr, Submitted, Transport, VerbError};
+
+const REGION_BYTES: u64 = 1 << 16;
+
+fn sim(seed: u64, mns: usize) -> Sim {
+    let regions = (0..mns).map(|_| Arc::new(Region::new(REGION_BYTES))).collect();
+    Sim::new(SimConfig::new(seed), regions)
+}
+
+fn script(s: &str) -> FaultScript {
+    s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
+}
+
+fn ptr(mn: u16, offset: u64) -> RemotePtr {
+    RemotePtr::new(MnId(mn), offset)
+}
+
+fn word(sim: &Sim, mn: usize, offset: u64) -> u64 {
+    sim.regions()[mn].load(offset).unwrap()
+}
+
+/// Post and wait; returns the result and the virtual time it completed.
+async fn post(sim: &Sim, t: &SimTransport, p: &mut Post) -> (Result<(), VerbError>, u64) {
+    let Submitted::Pending(ticket) = t.submit(p) else {
+        panic!("the sim transport never completes at submit")
+    };
+    let r = poll_fn(|cx| t.poll(ticket, p, cx)).await;
+    (r, sim.now())
+}
+
+/// Results of `spawn_write`s, in spawn order.
+type Log = Rc<RefCell<Vec<Option<(Result<(), VerbError>, u64)>>>>;
+
+fn results(log: &Log) -> Vec<(Result<(), VerbError>, u64)> {
+    log.borrow().iter().map(|r| r.clone().expect("every write completed")).collect()
+}
+
+fn unreachable(r: &Result<(), VerbError>) -> bool {
+    matches!(r, Err(VerbError::Unreachable { .. }))
+}
+
+/// One write of `v` at `(mn, offset)` from a fresh connection of `cn`, started at
+/// virtual time `at`; the result is logged.
+#[allow(clippy::too_many_arguments)]
+fn spawn_write<'a>(ex: &mut SimExecutor<'a>, sim: &Sim, cn: u32, at: u64, mn: u16, offset: u64, v: u64, log: &Log) {
+    let t = SimFabric::new(sim, cn).transport();
+    let (sim, log) = (sim.clone(), log.clone());
+    let id = {
+        let mut l = log.borrow_mut();
+        l.push(None);
+        l.len() - 1
+    };
+    ex.spawn(async move {
+        sim.sleep(at).await;
+        let mut p = Post::new();
+        p.write(ptr(mn, offset), &v.to_le_bytes());
+        let r = post(&sim, &t, &mut p).await;
+        log.borrow_mut()[id] = Some(r);
+    });
+}
+
+/// Completion time of one 8-byte READ at time 0 without faults (a reference).
+fn read_latency(slow: Option<&str>) -> u64 {
+    let sim = sim(1, 1);
+    if let Some(s) = slow {
+        sim.install_faults(script(s)).unwrap();
+    }
+    let t = SimFabric::new(&sim, 0).transport();
+    let out = Rc::new(RefCell::new(0));
+    let mut ex = SimExecutor::new(&sim);
+    let (s, o) = (sim.clone(), out.clone());
+    ex.spawn(async move {
+        let mut p = Post::new();
+        p.read(ptr(0, 64), 8);
+        let (r, at) = post(&s, &t, &mut p).await;
+        r.unwrap();
+        *o.borrow_mut() = at;
+    });
+    ex.run().unwrap();
+    let v = *out.borrow();
+    v
+}
+
+/// Goal: a DRAM crash zeroes the region, and ops to the crashed node fail with
+/// `Unreachable` exactly one transport timeout after they were posted.
+#[test]
+fn crash_mn_dram_zeroes_and_ops_fail_after_the_timeout() {
+    let sim = sim(1, 2);
+    sim.install_faults(script("timeout=30us; crash-mn mn=0 mode=dram at=10us"))
+        .unwrap();
+    let log: Log = Default::default();
+    let mut ex = SimExecutor::new(&sim);
+    spawn_write(&mut ex, &sim, 0, 0, 0, 128, 7, &log); // lands before the crash
+    spawn_write(&mut ex, &sim, 0, 0, 1, 128, 9, &log); // the other node keeps it
+    spawn_write(&mut ex, &sim, 0, 20_000, 0, 256, 5, &log); // the node is down
+    ex.run().unwrap();
+    let log = results(&log);
+    assert!(log[0].0.is_ok() && log[1].0.is_ok());
+    assert!(unreachable(&log[2].0), "{:?}", log[2]);
+    assert_eq!(log[2].1, 20_000 + 30_000, "fails one timeout after the post");
+    let mut buf = vec![0xffu8; REGION_BYTES as usize];
+    sim.regions()[0].read(0, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0), "a DRAM crash zeroes the whole region");
+    assert_eq!(word(&sim, 1, 128), 9);
+    assert!(sim.mn_down(MnId(0)));
+    assert_eq!(sim.fault_log().len(), 1);
+}
+
+/// Goal: a restart brings the node back and every transport's `restarts()` grows by
+/// one; posts during the outage fail, posts after it succeed.
+#[test]
+fn crash_mn_restart_bumps_restarts() {
+    let sim = sim(1, 1);
+    sim.install_faults(script("timeout=10us; crash-mn mn=0 mode=dram at=5us restart=40us"))
+        .unwrap();
+    let t = SimFabric::new(&sim, 0).transport();
+    let seen = Rc::new(RefCell::new(Vec::new()));
+    let mut ex = SimExecutor::new(&sim);
+    let (s, seen2) = (sim.clone(), seen.clone());
+    ex.spawn(async move {
+        for at in [0u64, 20_000, 60_000] {
+            s.sleep(at.saturating_sub(s.now())).await;
+            let mut p = Post::new();
+            p.faa(ptr(0, 0), 1);
+            let (r, _) = post(&s, &t, &mut p).await;
+            seen2.borrow_mut().push((r.is_ok(), t.restarts()));
+        }
+    });
+    ex.run().unwrap();
+    assert_eq!(*seen.borrow(), [(true, 0), (false, 0), (true, 1)]);
+    assert!(!sim.mn_down(MnId(0)));
+    assert_eq!(
+        word(&sim, 0, 0),
+        1,
+        "the DRAM crash lost the first FAA; the third applied"
+    );
+}
+
+/// Goal: PM persistence. A WRITE followed by a FLUSH, or by a READ on the same
+/// connection, survives every PM crash; an unflushed WRITE is lost for some seed and
+/// kept for another; a READ on another connection does not make it durable (writes
+/// drain in order per node, so only a write after every drained one stays volatile).
+#[test]
+fn pm_crash_loses_unflushed_writes_only() {
+    let (mut lost, mut kept) = (0, 0);
+    for seed in 0..40 {
+        let sim = sim(seed, 1);
+        sim.install_faults(script("crash-mn mn=0 mode=pm at=50us")).unwrap();
+        let fabric = SimFabric::new(&sim, 0);
+        let (a, b, c) = (fabric.transport(), fabric.transport(), fabric.transport());
+        let mut ex = SimExecutor::new(&sim);
+        let s = sim.clone();
+        ex.spawn(async move {
+            let mut p = Post::new();
+            p.write(ptr(0, 0), &1u64.to_le_bytes());
+            p.flush(ptr(0, 0));
+            post(&s, &a, &mut p).await.0.unwrap();
+            let mut p = Post::new();
+            p.write(ptr(0, 2048), &3u64.to_le_bytes());
+            p.read(ptr(0, 4096), 8);
+            post(&s, &c, &mut p).await.0.unwrap();
+            // The last write to the node: nothing after it drains it.
+            let mut p = Post::new();
+            p.write(ptr(0, 1024), &2u64.to_le_bytes());
+            post(&s, &b, &mut p).await.0.unwrap();
+            // A READ on connection `a` drains `a`'s writes only, not `b`'s.
+            let mut p = Post::new();
+            p.read(ptr(0, 1024), 8);
+            post(&s, &a, &mut p).await.0.unwrap();
+            s.sleep(100_000 - s.now()).await; // past the crash
+        });
+        ex.run().unwrap();
+        assert!(sim.mn_down(MnId(0)));
+        assert_eq!(word(&sim, 0, 0), 1, "seed {seed}: a flushed WRITE was lost");
+        assert_eq!(
+            word(&sim, 0, 2048),
+            3,
+            "seed {seed}: a WRITE followed by a READ was lost"
+        );
+        match word(&sim, 0, 1024) {
+            0 => lost += 1,
+            2 => kept += 1,
+            v => panic!("seed {seed}: unflushed word is {v}, neither old nor new"),
+        }
+    }
+    assert!(
+        lost > 0 && kept > 0,
+        "unflushed write: lost {lost}, kept {kept} of 40 seeds"
+    );
+}
+
+/// Goal: a CN crash leaves, per connection, a prefix of its in-flight ops applied (the
+/// next WRITE possibly torn at a word) and nothing after; its later posts never
+/// complete; other CNs go on; `cn_down` turns true; the durable area keeps what was
+/// written before the crash and refuses writes after.
+#[test]
+fn crash_cn_applies_a_prefix_and_keeps_the_durable_area() {
+    const WRITES: u64 = 8;
+    let mut prefixes = std::collections::BTreeSet::new();
+    let mut torn_seen = false;
+    for seed in 0..24 {
+        let sim = sim(seed, 1);
+        sim.install_faults(script("crash-cn cn=0 at=300ns")).unwrap();
+        let durable = sim.cn_durable(0);
+        assert!(durable.write(0, b"log:txn 41 committed"));
+        let t0 = SimFabric::new(&sim, 0).transport();
+        let t1 = SimFabric::new(&sim, 1).transport();
+        let later = Rc::new(RefCell::new(None));
+        let other = Rc::new(RefCell::new(None));
+        let mut ex = SimExecutor::new(&sim);
+        let (s, l) = (sim.clone(), later.clone());
+        ex.spawn(async move {
+            // 8 WRITEs of 16 bytes (two words each, all 0x..ff) in one batch, posted at 0.
+            let mut p = Post::new();
+            for i in 0..WRITES {
+                p.write(ptr(0, i * 16), &[0xffu8; 16]);
+            }
+            let _ = post(&s, &t0, &mut p).await;
+            // Never reached: the post above never completes for a crashed node.
+            *l.borrow_mut() = Some(s.now());
+        });
+        let (s, o) = (sim.clone(), other.clone());
+        ex.spawn(async move {
+            s.sleep(1_000).await;
+            let mut p = Post::new();
+            p.write(ptr(0, 4096), &5u64.to_le_bytes());
+            *o.borrow_mut() = Some(post(&s, &t1, &mut p).await.0);
+        });
+        let s = sim.clone();
+        ex.spawn(async move { s.sleep(1_000_001).await }); // the run ends at the deadline
+        ex.run_until(1_000_000).unwrap();
+        assert!(sim.cn_down(0) && !sim.cn_down(1));
+        assert_eq!(*later.borrow(), None, "seed {seed}: a crashed node's post completed");
+        assert_eq!(*other.borrow(), Some(Ok(())), "seed {seed}: another CN was disturbed");
+        assert!(
+            !durable.write(0, b"after"),
+            "a crashed node cannot write its durable area"
+        );
+        assert!(durable.read().starts_with(b"log:txn 41 committed"));
+        // Words written: a prefix of the 16 words.
+        let words: Vec<bool> = (0..WRITES * 2).map(|w| word(&sim, 0, w * 8) != 0).collect();
+        let n = words.iter().take_while(|&&w| w).count();
+        assert!(words[n..].iter().all(|&w| !w), "seed {seed}: not a prefix: {words:?}");
+        prefixes.insert(n);
+        torn_seen |= n % 2 == 1;
+    }
+    assert!(prefixes.len() >= 4, "the seed picks the prefix: {prefixes:?}");
+    assert!(torn_seen, "some seed tears a WRITE at a word");
+}
+
+/// Goal: link down. Ops in flight fail one timeout after the link went down (one that
+/// already reached the memory node stays applied: its reply was lost, one that had not
+/// never applies); posts while it is down fail after the timeout; the first post after
+/// it is back succeeds.
+#[test]
+fn link_down_fails_in_flight_ops_and_the_connection_recovers() {
+    let base = read_latency(None);
+    let sim = sim(1, 1);
+    // The link goes down between the WRITE's arrival at the node and its reply.
+    let down_at = base * 3 / 4;
+    sim.install_faults(script(&format!(
+        "timeout=10us; link-down node=cn0 for=20us at={down_at}ns"
+    )))
+    .unwrap();
+    let log: Log = Default::default();
+    let mut ex = SimExecutor::new(&sim);
+    spawn_write(&mut ex, &sim, 0, 0, 0, 0, 1, &log); // applied, reply lost
+    spawn_write(&mut ex, &sim, 0, down_at - 100, 0, 8, 2, &log); // request lost
+    spawn_write(&mut ex, &sim, 0, 15_000, 0, 16, 3, &log); // posted while down
+    spawn_write(&mut ex, &sim, 0, down_at + 25_000, 0, 24, 4, &log); // after
+    ex.run().unwrap();
+    let log = results(&log);
+    assert!(unreachable(&log[0].0) && unreachable(&log[1].0), "{log:?}");
+    assert_eq!(log[0].1, down_at + 10_000);
+    assert_eq!(log[1].1, down_at + 10_000);
+    assert!(unreachable(&log[2].0));
+    assert_eq!(log[2].1, 15_000 + 10_000);
+    assert_eq!(log[3].0, Ok(()));
+    assert_eq!(word(&sim, 0, 0), 1, "reached the node before the link went down");
+    assert_eq!(word(&sim, 0, 8), 0, "never left");
+    assert_eq!(word(&sim, 0, 16), 0);
+    assert_eq!(word(&sim, 0, 24), 4);
+}
+
+/// Goal: a lost response. The matched op (the 2nd CAS to mn0) applies, its post fails
+/// after the timeout; the ops before and after are untouched.
+#[test]
+fn lose_response_applies_the_op_but_reports_an_error() {
+    let sim = sim(1, 1);
+    sim.install_faults(script("timeout=10us; lose-response on=kind:cas,mn:0 nth=2"))
+        .unwrap();
+    let t = SimFabric::new(&sim, 0).transport();
+    let out = Rc::new(RefCell::new(Vec::new()));
+    let mut ex = SimExecutor::new(&sim);
+    let (s, o) = (sim.clone(), out.clone());
+    ex.spawn(async move {
+        for v in 0..3u64 {
+            let start = s.now();
+            let mut p = Post::new();
+            p.read(ptr(0, 64), 8); // not a CAS: never matched
+            let cas = p.cas(ptr(0, 0), v, v + 1);
+            let (r, at) = post(&s, &t, &mut p).await;
+            o.borrow_mut()
+                .push((r.is_ok(), at - start, r.is_ok().then(|| p.old(cas))));
+        }
+    });
+    ex.run().unwrap();
+    let out = out.borrow();
+    assert_eq!((out[0].0, out[1].0, out[2].0), (true, false, true), "{out:?}");
+    assert_eq!(out[1].1, 10_000, "fails exactly one timeout after the post");
+    assert_eq!(out[2].2, Some(2), "the lost CAS applied: the third CAS saw 2");
+    assert_eq!(word(&sim, 0, 0), 3);
+}
+
+/// Goal: a delay holds the matched post's completion back by exactly `by`, and only
+/// that post's.
+#[test]
+fn delay_postpones_matched_completions() {
+    let base = read_latency(None);
+    let delayed = read_latency(Some("delay by=5us on=kind:read nth=1"));
+    assert_eq!(delayed, base + 5_000);
+    assert_eq!(read_latency(Some("delay by=5us on=kind:write nth=1")), base);
+}
+
+/// Goal: a slow NIC stretches its node's batches (here: factor 3 on the memory node
+/// gives at least 2.5x the fault-free READ latency) and no other node's.
+#[test]
+fn slow_nic_scales_its_times() {
+    let base = read_latency(None);
+    let slow = read_latency(Some("slow-nic node=mn0 factor=3 at=0"));
+    assert!(slow * 2 >= base * 5, "slow {slow} ns vs {base} ns");
+    assert_eq!(read_latency(Some("slow-nic node=cn1 factor=3 at=0")), base);
+}
+
+/// Goal: a partition cuts the paths across it in both directions for its duration and
+/// leaves paths within a side alone.
+#[test]
+fn partition_cuts_paths_across() {
+    let sim = sim(1, 2);
+    sim.install_faults(script("timeout=10us; partition side=cn1,mn1 for=50us at=0"))
+        .unwrap();
+    let log: Log = Default::default();
+    let mut ex = SimExecutor::new(&sim);
+    spawn_write(&mut ex, &sim, 0, 10, 0, 0, 1, &log); // same side (outside)
+    spawn_write(&mut ex, &sim, 0, 10, 1, 0, 1, &log); // across
+    spawn_write(&mut ex, &sim, 1, 10, 1, 8, 1, &log); // same side (inside)
+    spawn_write(&mut ex, &sim, 1, 10, 0, 8, 1, &log); // across
+    spawn_write(&mut ex, &sim, 1, 60_000, 0, 16, 1, &log); // healed
+    ex.run().unwrap();
+    let ok: Vec<bool> = results(&log).iter().map(|(r, _)| r.is_ok()).collect();
+    assert_eq!(ok, [true, false, true, false, true]);
+}
+
+/// Goal: clock faults change exactly the readings of the named node's clock: a jump at
+/// once, a drift from its start on; other nodes' clocks are untouched.
+#[test]
+fn clock_jump_and_drift_move_node_clocks() {
+    let sim = sim(1, 1);
+    let c1 = sim.node_clock(Node::Cn(1), 1_000, 0).unwrap();
+    let c0 = sim.node_clock(Node::Cn(0), 0, 0).unwrap();
+    sim.install_faults(script(
+        "clock-jump node=cn1 by=-4us at=10us; clock-drift node=cn1 ppm=100000 at=20us",
+    ))
+    .unwrap();
+    let mut ex = SimExecutor::new(&sim);
+    let readings = Rc::new(RefCell::new(Vec::new()));
+    let (s, r) = (sim.clone(), readings.clone());
+    ex.spawn(async move {
+        for at in [9_000u64, 11_000, 40_000] {
+            s.sleep(at - s.now()).await;
+            r.borrow_mut().push((c0.now_ns(), c1.now_ns()));
+        }
+    });
+    ex.run().unwrap();
+    assert_eq!(
+        *readings.borrow(),
+        [
+            (9_000, 10_000),
+            (11_000, 11_000 + 1_000 - 4_000),
+            (40_000, 40_000 + 1_000 - 4_000 + 2_000)
+        ]
+    );
+}
+
+/// Goal: op-stream triggers. An op count on one node (`on=mn:1 nth=3`) crashes it at
+/// the 3rd op to it, which then fails while the first two succeed; an address-range and
+/// CN predicate strikes only the ops that match all of it.
+#[test]
+fn op_count_and_predicate_triggers() {
+    let sim = sim(1, 2);
+    sim.install_faults(script(
+        "timeout=5us; crash-mn mn=1 mode=dram on=mn:1 nth=3; \
+         lose-response on=kind:write,cn:0,addr:0x1000..0x2000 nth=2",
+    ))
+    .unwrap();
+    let log: Log = Default::default();
+    let mut ex = SimExecutor::new(&sim);
+    for (i, (cn, mn, off)) in [
+        (0, 1, 0u64),   // 1st op to mn1
+        (0, 0, 0x1000), // 1st match of the predicate
+        (1, 1, 8),      // 2nd op to mn1
+        (1, 0, 0x1008), // cn1: no match
+        (0, 0, 0x0ff8), // below the range: no match
+        (0, 0, 0x1010), // 2nd match: response lost
+        (0, 1, 16),     // 3rd op to mn1: crashes it
+        (0, 0, 0x1018), // 3rd match: past nth (count 1)
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        spawn_write(&mut ex, &sim, cn, 10_000 * i as u64, mn, off, 1, &log);
+    }
+    ex.run().unwrap();
+    let ok: Vec<bool> = results(&log).iter().map(|(r, _)| r.is_ok()).collect();
+    assert_eq!(ok, [true, true, true, true, true, false, false, true]);
+    assert_eq!(word(&sim, 0, 0x1010), 1, "the lost-response WRITE applied");
+    assert!(sim.mn_down(MnId(1)));
+}
+
+/// Goal: fault-point triggers count passes (`occurrence`), crash the CN that passed
+/// the point when the fault names none, and honour `after`.
+#[test]
+fn fault_point_triggers() {
+    let sim = sim(1, 1);
+    sim.install_faults(script(
+        "crash-cn point=test.window occurrence=2; crash-mn mn=0 mode=dram point=test.other after=5us",
+    ))
+    .unwrap();
+    sim.fault_point(3, "test.window");
+    assert!(!sim.cn_down(3), "first pass: not yet");
+    sim.fault_point(1, "test.unrelated");
+    sim.fault_point(2, "test.window");
+    assert!(
+        sim.cn_down(2) && !sim.cn_down(3),
+        "the second pass crashes its own node"
+    );
+    sim.fault_point(0, "test.other");
+    assert!(!sim.mn_down(MnId(0)));
+    let mut ex = SimExecutor::new(&sim);
+    let s = sim.clone();
+    ex.spawn(async move { s.sleep(4_999).await });
+    ex.run().unwrap();
+    assert!(!sim.mn_down(MnId(0)));
+    let mut ex = SimExecutor::new(&sim);
+    let s = sim.clone();
+    ex.spawn(async move { s.sleep(1).await });
+    ex.run().unwrap();
+    assert!(sim.mn_down(MnId(0)), "down 5 µs after the point");
+}
+
+/// A small randomized run under many faults; returns everything that must repeat.
+fn chaos(seed: u64) -> (Vec<dmtx_sim::faults::FaultRecord>, Vec<(bool, u64)>, Vec<u64>) {
+    let sim = sim(seed, 2);
+    sim.install_faults(script(
+        "timeout=20us; crash-mn mn=1 mode=pm at=30us restart=40us; crash-cn cn=1 at=45us; \
+         link-down node=mn0 for=10us at=60us; lose-response on=kind:cas nth=5 count=3; \
+         delay by=3us on=kind:read,cn:0 nth=2 count=10",
+    ))
+    .unwrap();
+    let out = Rc::new(RefCell::new(Vec::new()));
+    let mut ex = SimExecutor::new(&sim);
+    for cn in 0..2u32 {
+        let t = SimFabric::new(&sim, cn).transport();
+        let (s, o) = (sim.clone(), out.clone());
+        let mut rng = sim.fork_rng();
+        ex.spawn(async move {
+            use rand::Rng;
+            for _ in 0..40 {
+                let mut p = Post::new();
+                for _ in 0..rng.random_range(1..5) {
+                    let mn = rng.random_range(0..2u16);
+                    let off = rng.random_range(0..64u64) * 8;
+                    match rng.random_range(0..3) {
+                        0 => {
+                            p.read(ptr(mn, off), 8);
+                        }
+                        1 => p.write(ptr(mn, off), &rng.random::<u64>().to_le_bytes()),
+                        _ => {
+                            p.faa(ptr(mn, off), 1);
+                        }
+                    }
+                    if rng.random_bool(0.2) {
+                        p.cas(ptr(mn, off), 0, 1);
+                    }
+                }
+                let (r, at) = post(&s, &t, &mut p).await;
+                o.borrow_mut().push((r.is_ok(), at));
+            }
+        });
+    }
+    // Past the deadline, so the run ends there although the crashed node's task waits.
+    let s = sim.clone();
+    ex.spawn(async move { s.sleep(2_000_001).await });
+    ex.run_until(2_000_000).unwrap();
+    let words = (0..2)
+        .flat_map(|mn| (0..64).map(move |w| (mn, w)))
+        .map(|(mn, w)| word(&sim, mn, w * 8))
+        .collect();
+    let r = out.borrow().clone();
+    (sim.fault_log(), r, words)
+}
+
+/// Goal: the same seed and script give the identical run (fault log, every post's
+/// outcome and time, memory), and another seed a different one.
+#[test]
+fn same_seed_and_script_same_outcome() {
+    let a = chaos(11);
+    assert_eq!(a, chaos(11));
+    assert!(a.0.len() >= 5, "{:?}", a.0);
+    assert!(a.1.iter().any(|(ok, _)| !ok) && a.1.iter().any(|(ok, _)| *ok));
+    assert_ne!(a, chaos(12));
+}
+
+/// Goal: scripts from TOML install like the one-line form, and a script naming a memory
+/// node the simulation lacks is refused with the node count.
+#[test]
+fn toml_scripts_and_unknown_nodes() {
+    let s = FaultScript::from_toml(
+        r#"
+        timeout = "5us"
+        [[fault]]
+        kind = "link-down"
+        node = "mn1"
+        for = "1ms"
+        at = 0
+        "#,
+    )
+    .unwrap();
+    let e = sim(1, 1).install_faults(s.clone()).unwrap_err().to_string();
+    assert!(
+        e.contains("mn1 does not exist; this simulation has 1 memory nodes"),
+        "{e}"
+    );
+    sim(1, 2).install_faults(s).unwrap();
+}
+
+fn step_until(sim: &Sim, t: u64) {
+    let mut ex = SimExecutor::new(sim);
+    let s = sim.clone();
+    ex.spawn(async move { s.sleep(t.saturating_sub(s.now())).await });
+    ex.run_until(t).unwrap();
+}
+
+const LEASE_NS: u64 = 300_000;
+
+/// Goal: a crashed memory node is expelled by lease expiry, not by an oracle: no
+/// sooner than a lease minus a renewal interval after the crash, no later than a lease
+/// plus a renewal interval; the epoch bumps once and a restart rejoins it.
+#[test]
+fn mn_crash_is_detected_within_lease_plus_renewal() {
+    let sim = sim(1, 2);
+    let crash_at = 1_000_000u64;
+    sim.install_faults(script(&format!(
+        "membership lease={LEASE_NS}ns members=cn0,mn0,mn1; crash-mn mn=1 mode=dram at={crash_at}ns restart=2ms"
+    )))
+    .unwrap();
+    step_until(&sim, crash_at + 2 * LEASE_NS);
+    let h = sim.view_history();
+    assert_eq!(h.len(), 1, "{h:?}");
+    assert_eq!((h[0].node, h[0].change, h[0].epoch), (Node::Mn(1), Change::Expelled, 2));
+    let renew = LEASE_NS / 3;
+    let after = h[0].at_ns - crash_at;
+    assert!(after <= LEASE_NS + renew, "detected {after} ns after the crash");
+    assert!(after + renew >= LEASE_NS, "detected too early: {after} ns");
+    assert!(!sim.view().contains(Node::Mn(1)) && sim.view().contains(Node::Mn(0)));
+    step_until(&sim, crash_at + 2_000_000 + 10);
+    let v = sim.view();
+    assert!(v.contains(Node::Mn(1)) && v.epoch == 3, "{v:?}");
+    assert_eq!(sim.view_history()[1].change, Change::Joined);
+}
+
+/// Goal: a compute node cut off from the membership node by a partition can no longer
+/// renew and is expelled (and stays out when the partition heals), while the others stay.
+#[test]
+fn partitioned_cn_is_expelled() {
+    let sim = sim(1, 1);
+    sim.install_faults(script(&format!(
+        "membership lease={LEASE_NS}ns members=cn0,cn1,mn0; partition side=cn1 at=500us for=1ms"
+    )))
+    .unwrap();
+    step_until(&sim, 3_000_000);
+    let v = sim.view();
+    assert_eq!(v.members, [Node::Cn(0), Node::Mn(0)]);
+    assert_eq!(v.epoch, 2);
+    let h = sim.view_history();
+    assert!(
+        h[0].at_ns > 500_000 && h[0].at_ns <= 500_000 + LEASE_NS + LEASE_NS / 3,
+        "{h:?}"
+    );
+    assert!(!sim.lease_held(Node::Cn(1)), "after healing, its renewals are rejected");
+    assert!(sim.lease_held(Node::Cn(0)));
+}
+
+/// Goal: the stale-lease hazard of a clock that drifts beyond the bound (OOCC §VII-B).
+/// Two compute nodes are cut off at the same instant; cn0's clock is exact, cn1's runs
+/// at 40 % speed (−600 000 ppm). Sampling every microsecond: cn0 never believes it
+/// holds a lease the membership node has revoked (its belief ends first, because it
+/// counts from the send time of its last renewal); cn1 does, for longer than a lease —
+/// a window in which a protocol trusting local leases would act on a revoked one.
+#[test]
+fn drifting_clock_shows_the_stale_lease_hazard() {
+    let sim = sim(1, 1);
+    sim.node_clock(Node::Cn(0), 0, 0).unwrap();
+    sim.node_clock(Node::Cn(1), 0, 0).unwrap();
+    sim.install_faults(script(&format!(
+        "membership lease={LEASE_NS}ns members=cn0,cn1,mn0; clock-drift node=cn1 ppm=-600000 at=100us; \
+         partition side=cn0,cn1 at=1ms"
+    )))
+    .unwrap();
+    let mut stale = [0u64; 2];
+    for t in (1_000_000..2_500_000).step_by(1_000) {
+        step_until(&sim, t);
+        let view = sim.view();
+        for cn in 0..2 {
+            if sim.lease_held(Node::Cn(cn)) && !view.contains(Node::Cn(cn)) {
+                stale[cn as usize] += 1_000;
+            }
+        }
+    }
+    assert!(!sim.view().contains(Node::Cn(0)) && !sim.view().contains(Node::Cn(1)));
+    assert_eq!(stale[0], 0, "an exact clock never outlives its lease");
+    assert!(
+        stale[1] > LEASE_NS,
+        "the slow clock held a revoked lease for {} ns",
+        stale[1]
+    );
+    assert_eq!(
+        MembershipConfig::new(LEASE_NS, vec![Node::Cn(0)]).renew_ns,
+        LEASE_NS / 3
+    );
+}
