@@ -168,6 +168,17 @@ struct Pending {
     deadline_ns: u64,
     attempts: u32,
     outcome: Option<Result<Vec<u8>, RpcError>>,
+    /// The waiting call's task, woken when `outcome` is set.
+    waker: Option<std::task::Waker>,
+}
+
+impl Pending {
+    fn settle(&mut self, r: Result<Vec<u8>, RpcError>) {
+        self.outcome = Some(r);
+        if let Some(w) = self.waker.take() {
+            w.wake();
+        }
+    }
 }
 
 /// One worker thread's RPC endpoint. See the module doc.
@@ -308,6 +319,7 @@ impl Rpc {
                 deadline_ns: self.deadline(),
                 attempts: 1,
                 outcome: None,
+                waker: None,
             },
         );
         self.count(|s| s.calls += 1);
@@ -339,11 +351,11 @@ impl Rpc {
             p.deadline_ns = self.deadline();
             self.count(|s| s.retries += 1);
             if let Err(e) = self.push_request(p.to, id, &p.payload, true) {
-                p.outcome = Some(Err(e.into()));
+                p.settle(Err(e.into()));
             }
         } else {
             self.count(|s| s.failed += 1);
-            p.outcome = Some(Err(err(p.attempts)));
+            p.settle(Err(err(p.attempts)));
         }
     }
 
@@ -366,7 +378,7 @@ impl Rpc {
                 EntryKind::Reply => {
                     let mut pending = self.pending.borrow_mut();
                     match pending.get_mut(&entry.id) {
-                        Some(p) if p.to == from && p.outcome.is_none() => p.outcome = Some(Ok(entry.payload.to_vec())),
+                        Some(p) if p.to == from && p.outcome.is_none() => p.settle(Ok(entry.payload.to_vec())),
                         _ => self.count(|s| s.stray_replies += 1),
                     }
                 }
@@ -474,7 +486,12 @@ impl Future for Call<'_> {
                 Poll::Ready(r)
             }
             None => {
-                cx.waker().wake_by_ref();
+                // Woken when the reply, a failure or the deadline settles the call (the
+                // executor's pass drives `progress`).
+                match &p.waker {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    _ => p.waker = Some(cx.waker().clone()),
+                }
                 Poll::Pending
             }
         }

@@ -119,6 +119,11 @@ impl Worker {
         ex
     }
 
+    /// The worker thread's id within its compute node.
+    pub fn thread(&self) -> u16 {
+        self.thread
+    }
+
     /// The compute node.
     pub fn cn(&self) -> &Cn {
         &self.cn

@@ -2,7 +2,10 @@
 //! as a task on one OS thread, on virtual time.
 //!
 //! Each task has a waker that sets its "woken" flag. A pass polls the woken tasks in
-//! task-index order. When no task is woken, the executor takes the next event of the
+//! task-index order. A task spawned on a virtual CPU ([`SimExecutor::spawn_on`]) joins
+//! that CPU's FIFO instead, and the CPU runs its queue one poll at a time while it is
+//! idle (`cursor <= now`); when it is busy, a wake-up at the instant it frees brings the
+//! executor back (see `crate::cpu`). When no task is woken, the executor takes the next event of the
 //! simulation, moves virtual time to it and processes it (which may wake tasks). Time
 //! moves only there, so a run depends only on the tasks, the seed and the model.
 //!
@@ -15,6 +18,7 @@
 //! beyond a deadline ([`SimExecutor::run_until`]; the tasks still pending are dropped),
 //! or with [`SimError::Deadlock`] when tasks wait but no event is left to wake them.
 
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,7 +45,9 @@ impl Wake for TaskWaker {
         self.wake_by_ref()
     }
     fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.flags[self.index].store(true, Ordering::Relaxed);
+        if let Some(flag) = self.woken.flags.get(self.index) {
+            flag.store(true, Ordering::Relaxed);
+        }
         self.woken.any.store(true, Ordering::Relaxed);
     }
 }
@@ -112,12 +118,29 @@ impl<'a> SimExecutor<'a> {
     pub fn run_until(self, deadline_ns: u64) -> Result<RunReport, SimError> {
         let SimExecutor { sim, tasks, cpus } = self;
         let n = tasks.len();
-        // A task woken while its CPU is busy waits for a wake-up at the instant the CPU
-        // frees; this is the latest such instant asked for, to not ask twice.
-        let mut deferred_until = vec![0u64; n];
         let cpu_model = sim.config().cpu.clone();
         let poll_ns = cpu_model.scaled(cpu_model.poll_ns);
         let measured = cpu_model.mode == CpuMode::Measured;
+        // The distinct CPUs, each with a FIFO of its woken tasks: a CPU runs one task at
+        // a time, in the order they were woken, so a task that keeps waking itself cannot
+        // starve the others of its thread.
+        let mut cpu_ids: Vec<CpuId> = Vec::new();
+        let mut local: BTreeMap<CpuId, usize> = BTreeMap::new();
+        let task_cpu: Vec<Option<usize>> = cpus
+            .iter()
+            .map(|c| {
+                c.map(|c| {
+                    *local.entry(c).or_insert_with(|| {
+                        cpu_ids.push(c);
+                        cpu_ids.len() - 1
+                    })
+                })
+            })
+            .collect();
+        let mut ready: Vec<VecDeque<usize>> = vec![VecDeque::new(); cpu_ids.len()];
+        let mut queued = vec![false; n];
+        // The latest instant a "CPU free" wake-up was asked for, per CPU.
+        let mut wake_at = vec![0u64; cpu_ids.len()];
         let mut crashed = 0usize;
         let mut tasks: Vec<Option<Task<'a>>> = tasks.into_iter().map(Some).collect();
         let woken = Arc::new(Woken {
@@ -132,6 +155,11 @@ impl<'a> SimExecutor<'a> {
                 }))
             })
             .collect();
+        // Wakes the executor (no task) when a busy CPU frees.
+        let cpu_free = Waker::from(Arc::new(TaskWaker {
+            index: usize::MAX,
+            woken: Arc::clone(&woken),
+        }));
         let events_before = sim.stats().events;
         let mut live = n;
         let mut polls = 0u64;
@@ -146,6 +174,22 @@ impl<'a> SimExecutor<'a> {
             polls,
             events: sim.stats().events - events_before,
         };
+        // Poll task `i`; charge its CPU; true when it finished.
+        let poll = |i: usize, task: &mut Task<'a>, polls: &mut u64| {
+            *polls += 1;
+            let mut cx = Context::from_waker(&wakers[i]);
+            let started = measured.then(std::time::Instant::now);
+            let done = task.as_mut().poll(&mut cx).is_ready();
+            if let Some(c) = task_cpu[i] {
+                let ns = match started {
+                    // Opt-in, for cross-checks: real time is not deterministic.
+                    Some(t) => (t.elapsed().as_nanos() as f64 * cpu_model.scale) as u64,
+                    None => poll_ns,
+                };
+                sim.charge(cpu_ids[c], ns);
+            }
+            done
+        };
         loop {
             if woken.any.swap(false, Ordering::Relaxed) {
                 for i in 0..n {
@@ -153,37 +197,48 @@ impl<'a> SimExecutor<'a> {
                         continue;
                     }
                     let Some(task) = tasks[i].as_mut() else { continue };
-                    if let Some(cpu) = cpus[i] {
-                        let (cn, cursor) = sim.cpu_state(cpu);
+                    match task_cpu[i] {
+                        None => {
+                            if poll(i, task, &mut polls) {
+                                tasks[i] = None;
+                                live -= 1;
+                            }
+                        }
+                        Some(c) if !queued[i] => {
+                            queued[i] = true;
+                            ready[c].push_back(i);
+                        }
+                        Some(_) => {}
+                    }
+                }
+                for c in 0..cpu_ids.len() {
+                    while let Some(&i) = ready[c].front() {
+                        let (cn, cursor) = sim.cpu_state(cpu_ids[c]);
                         if sim.cn_down(cn) {
-                            tasks[i] = None;
-                            live -= 1;
-                            crashed += 1;
-                            continue;
+                            // Its coordinators stop where they are.
+                            for i in ready[c].drain(..) {
+                                queued[i] = false;
+                                if tasks[i].take().is_some() {
+                                    live -= 1;
+                                    crashed += 1;
+                                }
+                            }
+                            break;
                         }
                         if cursor > sim.now() {
-                            if deferred_until[i] < cursor {
-                                deferred_until[i] = cursor;
-                                sim.lock().queue.push(cursor, Event::Wake(wakers[i].clone()));
+                            if wake_at[c] < cursor {
+                                wake_at[c] = cursor;
+                                sim.lock().queue.push(cursor, Event::Wake(cpu_free.clone()));
                             }
-                            continue;
+                            break;
                         }
-                    }
-                    polls += 1;
-                    let mut cx = Context::from_waker(&wakers[i]);
-                    let started = measured.then(std::time::Instant::now);
-                    let ready = task.as_mut().poll(&mut cx).is_ready();
-                    if let Some(cpu) = cpus[i] {
-                        let ns = match started {
-                            // Opt-in, for cross-checks: real time is not deterministic.
-                            Some(t) => (t.elapsed().as_nanos() as f64 * cpu_model.scale) as u64,
-                            None => poll_ns,
-                        };
-                        sim.charge(cpu, ns);
-                    }
-                    if ready {
-                        tasks[i] = None;
-                        live -= 1;
+                        ready[c].pop_front();
+                        queued[i] = false;
+                        let Some(task) = tasks[i].as_mut() else { continue };
+                        if poll(i, task, &mut polls) {
+                            tasks[i] = None;
+                            live -= 1;
+                        }
                     }
                 }
                 if live == 0 {
@@ -208,10 +263,22 @@ impl<'a> SimExecutor<'a> {
                     }
                 }
                 None => {
+                    // Coordinators of a crashed compute node wait for posts that never
+                    // complete: they are not a deadlock.
+                    for (i, t) in tasks.iter_mut().enumerate() {
+                        let down = task_cpu[i].is_some_and(|c| sim.cn_down(sim.cpu_state(cpu_ids[c]).0));
+                        if down && t.take().is_some() {
+                            live -= 1;
+                            crashed += 1;
+                        }
+                    }
+                    if live == 0 {
+                        return Ok(report(&sim, live, polls, crashed));
+                    }
                     return Err(SimError::Deadlock {
                         pending: live,
                         now_ns: sim.now(),
-                    })
+                    });
                 }
                 Some(t) if t > deadline_ns => {
                     if deadline_ns > sim.now() {

@@ -19,6 +19,9 @@ pub const THREADS_MAX: u32 = 1024;
 pub const COROUTINES_MAX: u32 = 4096;
 /// Most memory nodes of an in-process cluster.
 pub const MEMORY_NODES_MAX: u32 = 64;
+
+/// Most compute nodes of a simulated run (transaction ids hold 8 bits of CN id).
+pub const COMPUTE_NODES_MAX: u32 = 255;
 /// Longest run, in seconds (a guard against a unit mistake such as `--duration 10000m`).
 pub const DURATION_S_MAX: f64 = 7.0 * 24.0 * 3600.0;
 
@@ -107,6 +110,28 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = TransportKind::Mem)]
     pub transport: TransportKind,
 
+    /// Compute nodes, each with --threads worker threads (`--transport sim` only; a real
+    /// run has one compute node per process) [default: 1].
+    #[arg(long = "compute-nodes", value_name = "N")]
+    pub compute_nodes: Option<u32>,
+
+    /// The simulator's NIC profile: `cx3`, `cx5`, `cx6` or a TOML file
+    /// (`--transport sim` only) [default: cx5, or the preset's].
+    #[arg(long, value_name = "PROFILE")]
+    pub nic: Option<String>,
+
+    /// Faults to inject (`--transport sim` only): a TOML file, or a one-line script such
+    /// as `"crash-mn mn=1 mode=pm at=2ms restart=5ms; lose-response on=kind:cas nth=3"`
+    /// (the `dmtx_sim::faults` module doc lists every fault and trigger).
+    #[arg(long, value_name = "FILE|SCRIPT")]
+    pub faults: Option<String>,
+
+    /// The simulator's compute-node CPU model: `model` charges the profile's costs,
+    /// `off` makes compute free, `measured` charges real poll times (not deterministic)
+    /// (`--transport sim` only) [default: the profile's].
+    #[arg(long = "cpu", value_enum, value_name = "MODE")]
+    pub cpu: Option<CpuArg>,
+
     /// What a transaction that loses a memory node (`fault` abort: unreachable node,
     /// missed op deadline) does to the run: `stop` ends it at once with an error naming
     /// the node; `continue` keeps running and counts fault aborts (failure experiments).
@@ -123,6 +148,57 @@ pub enum TransportKind {
     /// The simulator: a model of an RDMA NIC (ConnectX-5 parameters) on virtual time,
     /// every coordinator on one deterministic thread.
     Sim,
+}
+
+/// `--faults`: a TOML file when the value names one, else a one-line script.
+fn parse_faults(value: &str) -> Result<dmtx_sim::FaultScript, ConfigError> {
+    let path = std::path::Path::new(value);
+    let parsed = if path.is_file() {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::invalid("--faults", value, &format!("cannot read the file: {e}")))?;
+        dmtx_sim::FaultScript::from_toml(&text)
+    } else if value.ends_with(".toml") {
+        return Err(ConfigError::invalid(
+            "--faults",
+            value,
+            "no such file; give an existing TOML file or a one-line script",
+        ));
+    } else {
+        dmtx_sim::FaultScript::parse_line(value)
+    };
+    parsed.map_err(|e| ConfigError::invalid("--faults", value, &e.to_string()))
+}
+
+/// `--cpu`: the simulator's CPU model.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CpuArg {
+    /// Charge the profile's costs (deterministic).
+    Model,
+    /// Compute is free: the NIC alone limits throughput.
+    Off,
+    /// Charge each poll's real time (for cross-checks; not deterministic).
+    Measured,
+}
+
+impl TransportKind {
+    /// As on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::Mem => "mem",
+            TransportKind::Sim => "sim",
+        }
+    }
+}
+
+impl CpuArg {
+    /// The simulator's mode.
+    pub fn mode(self) -> dmtx_sim::CpuMode {
+        match self {
+            CpuArg::Model => dmtx_sim::CpuMode::Model,
+            CpuArg::Off => dmtx_sim::CpuMode::Off,
+            CpuArg::Measured => dmtx_sim::CpuMode::Measured,
+        }
+    }
 }
 
 /// `--on-fault`: what a lost memory node does to a run.
@@ -158,6 +234,10 @@ impl Default for BenchArgs {
             cluster: None,
             on_fault: OnFault::Stop,
             transport: TransportKind::Mem,
+            compute_nodes: None,
+            nic: None,
+            cpu: None,
+            faults: None,
         }
     }
 }
@@ -275,6 +355,19 @@ pub struct BenchConfig {
     pub on_fault: OnFault,
     /// `mem` or `sim` for an in-process run.
     pub transport: TransportKind,
+    /// Compute nodes (more than one only on `sim`).
+    pub compute_nodes: u16,
+    /// The simulator's setup, when `transport` is `sim`.
+    pub sim: Option<SimSetup>,
+}
+
+/// What `--transport sim` runs on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimSetup {
+    /// The NIC and CPU profile (`--nic`, with `--cpu` applied).
+    pub profile: dmtx_sim::Profile,
+    /// `--faults`, parsed.
+    pub faults: Option<dmtx_sim::FaultScript>,
 }
 
 impl BenchConfig {
@@ -304,6 +397,35 @@ impl BenchConfig {
                 second: "--transport sim".into(),
                 fix: "the simulator models its own memory nodes in-process; drop one",
             });
+        }
+        if args.transport != TransportKind::Sim {
+            for (given, flag) in [
+                (args.compute_nodes.is_some_and(|n| n != 1), "--compute-nodes"),
+                (args.nic.is_some(), "--nic"),
+                (args.cpu.is_some(), "--cpu"),
+                (args.faults.is_some(), "--faults"),
+            ] {
+                if given {
+                    return Err(ConfigError::Conflict {
+                        first: flag.into(),
+                        second: format!("--transport {}", args.transport.name()),
+                        fix: "it configures the simulator; add --transport sim, or drop it",
+                    });
+                }
+            }
+        }
+        if args.transport == TransportKind::Sim {
+            let name = match (&args.nic, &args.preset) {
+                (Some(n), _) => n.clone(),
+                (None, Some(p)) => crate::preset::sim_nic(p).to_string(),
+                (None, None) => "cx5".to_string(),
+            };
+            let mut profile = dmtx_sim::Profile::load(&name).map_err(|e| ConfigError::invalid("--nic", &name, &e.to_string()))?;
+            if let Some(cpu) = args.cpu {
+                profile.cpu.mode = cpu.mode();
+            }
+            let faults = args.faults.as_deref().map(parse_faults).transpose()?;
+            cfg.sim = Some(SimSetup { profile, faults });
         }
         if let Some(path) = &args.cluster {
             let view = crate::cluster::ClusterView::load(std::path::Path::new(path))?;
@@ -359,6 +481,7 @@ impl BenchConfig {
             (None, None) => StopRule::Duration(DURATION_DEFAULT),
         };
         let mn_bytes = args.mn_bytes.as_deref().map(parse_mn_bytes).transpose()?;
+        let compute_nodes = in_range("--compute-nodes", args.compute_nodes.unwrap_or(1), 1, COMPUTE_NODES_MAX)?;
         Ok(Self {
             protocol: args.protocol.clone(),
             workload: args.workload.clone(),
@@ -379,12 +502,19 @@ impl BenchConfig {
             preset: args.preset.clone(),
             on_fault: args.on_fault,
             transport: args.transport,
+            compute_nodes: compute_nodes as u16,
+            sim: None,
         })
     }
 
-    /// Coordinators over all threads.
+    /// Coordinators over all compute nodes and threads.
     pub fn coordinators(&self) -> usize {
-        self.threads as usize * self.coroutines as usize
+        self.compute_nodes as usize * self.threads as usize * self.coroutines as usize
+    }
+
+    /// Worker threads over all compute nodes.
+    pub fn worker_threads(&self) -> usize {
+        self.compute_nodes as usize * self.threads as usize
     }
 
     /// The name of the run's JSON file inside an `--out` directory, without `.json`:

@@ -43,9 +43,9 @@ use dmtx_store::{create_table, placement, Catalog, TableBuilder, TableSpec};
 use dmtx_verbs::{Fabric, MemFabric, MnCounters, MnId, Region, Transport};
 use dmtx_workloads::{Outcome, Snapshot, Workload};
 
-use crate::config::{BenchConfig, OnFault, StopRule, TransportKind};
+use crate::config::{BenchConfig, OnFault, StopRule};
 use crate::error::RunError;
-use crate::results::{BenchResult, CheckResult, InvariantResult, RawRun, StopReason};
+use crate::results::{BenchResult, CheckResult, InvariantResult, RawRun, SimRaw, StopReason};
 use crate::stats::RunStats;
 
 /// Largest batch of `--txns` credits a thread takes from the shared budget at once.
@@ -91,6 +91,9 @@ pub struct RunHooks<'a> {
     pub stop: &'a AtomicBool,
     /// Receives progress.
     pub monitor: &'a dyn Monitor,
+    /// Probes for every worker thread on `mem` (`dmtx sim calibrate` counts named steps);
+    /// simulated runs use the simulator's own.
+    pub probes: Option<Arc<dyn dmtx_runtime::ProbeSource>>,
 }
 
 /// One thread's progress counters, on their own cache line; written by that thread only.
@@ -242,15 +245,43 @@ pub fn run<P: Protocol, W: Workload>(
     // 3. The compute node and its threads.
     hooks.monitor.phase("starting coordinators");
     // `--transport sim`: the same regions, reached through the NIC model on virtual time.
-    let sim = (cfg.transport == TransportKind::Sim).then(|| Sim::new(SimConfig::new(cfg.seed), pool.regions.clone()));
+    let sim = cfg
+        .sim
+        .as_ref()
+        .map(|setup| Sim::new(SimConfig::from_profile(cfg.seed, &setup.profile), pool.regions.clone()));
     let direct = Arc::clone(&pool.fabric);
-    let (clock, fabric): (Arc<dyn Clock>, Arc<dyn Fabric>) = match &sim {
-        Some(sim) => (Arc::new(NodeClock::exact(sim.time())), Arc::new(SimFabric::new(sim, 0))),
-        None => (Arc::new(RealClock::new()), pool.fabric),
-    };
-    let transport_name = fabric.name();
     let control = pool.control;
-    let mut cn = Cn::connect(0, fabric, control, Arc::clone(&clock))?;
+    let (clock, mut cns): (Arc<dyn Clock>, Vec<Cn>) = match &sim {
+        Some(sim) => {
+            if let Some(script) = cfg.sim.as_ref().and_then(|s| s.faults.clone()) {
+                sim.install_faults(script)
+                    .map_err(|e| RunError::Unsupported(format!("--faults: {e}")))?;
+            }
+            let clock: Arc<dyn Clock> = Arc::new(NodeClock::exact(sim.time()));
+            let cns = (0..cfg.compute_nodes)
+                .map(|i| {
+                    let fabric = SimFabric::new(sim, i as u32);
+                    // Each node reads its own clock, which a `clock-jump` fault can move.
+                    let own: Arc<dyn Clock> = Arc::new(
+                        sim.node_clock(dmtx_sim::Node::Cn(i as u32), 0, 0)
+                            .map_err(|e| RunError::Unsupported(e.to_string()))?,
+                    );
+                    Ok(Cn::connect(i, Arc::new(fabric.clone()), Arc::clone(&control), own)?
+                        .with_probes(Arc::new(fabric)))
+                })
+                .collect::<Result<_, RunError>>()?;
+            (clock, cns)
+        }
+        None => {
+            let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
+            let mut cn = Cn::connect(0, pool.fabric, Arc::clone(&control), Arc::clone(&clock))?;
+            if let Some(p) = &hooks.probes {
+                cn = cn.with_probes(Arc::clone(p));
+            }
+            (clock, vec![cn])
+        }
+    };
+    let transport_name = cns[0].fabric.name();
     if P::MESSAGING && sim.is_some() {
         return Err(RunError::Unsupported(format!(
             "protocol `{}` messages other compute nodes, and the simulator has no messaging yet; \
@@ -267,7 +298,9 @@ pub fn run<P: Protocol, W: Workload>(
             )));
         }
         let net = dmtx_verbs::msg::MemMsgNet::new(1, cfg.threads);
-        cn = cn.with_messaging(Arc::new(net.fabric(0)), dmtx_runtime::RpcConfig::default());
+        cns[0] = cns[0]
+            .clone()
+            .with_messaging(Arc::new(net.fabric(0)), dmtx_runtime::RpcConfig::default());
     }
     let types = workload.txn_types();
 
@@ -276,7 +309,7 @@ pub fn run<P: Protocol, W: Workload>(
         StopRule::Duration(_) => None,
     };
     let shared = Shared {
-        cn: &cn,
+        cns: &cns,
         proto: &proto,
         workload: &workload,
         cfg,
@@ -288,7 +321,7 @@ pub fn run<P: Protocol, W: Workload>(
             StopRule::Txns(n) => (n / (coords * 8)).clamp(1, CREDIT_BATCH_MAX),
             StopRule::Duration(_) => 0,
         },
-        progress: (0..cfg.threads).map(|_| ThreadProgress::default()).collect(),
+        progress: (0..cfg.worker_threads()).map(|_| ThreadProgress::default()).collect(),
         types: types.len(),
         fault: Mutex::new(None),
     };
@@ -296,10 +329,12 @@ pub fn run<P: Protocol, W: Workload>(
     let mut started_at_unix_s = 0.0;
     let mut start_ns = 0;
     let mut stop_reason = StopReason::Interrupt;
+    let mut real_started = std::time::Instant::now();
     let outcomes: Vec<Result<ThreadOutcome<W::Local>, RunError>> = if let Some(sim) = &sim {
         started_at_unix_s = crate::results::wall_clock_unix_s();
         start_ns = clock.now_ns();
         hooks.monitor.phase("simulating");
+        real_started = std::time::Instant::now();
         let (outcomes, reason) = run_simulated(&shared, sim)?;
         stop_reason = reason;
         outcomes
@@ -324,6 +359,7 @@ pub fn run<P: Protocol, W: Workload>(
             }
             started_at_unix_s = crate::results::wall_clock_unix_s();
             start_ns = clock.now_ns();
+            real_started = std::time::Instant::now();
             shared.go.store(true, Ordering::Release);
             hooks.monitor.running(cfg.stop);
 
@@ -371,6 +407,7 @@ pub fn run<P: Protocol, W: Workload>(
                 .collect()
         })
     };
+    let real = real_started.elapsed();
     hooks.monitor.finished();
 
     // 4. Merge, then check the invariants on the quiesced database.
@@ -380,8 +417,15 @@ pub fn run<P: Protocol, W: Workload>(
     let mut end_ns = start_ns;
     let mut last_fault = None;
     let mut history = cfg.check.then(History::new);
+    let mut series: Vec<u64> = Vec::new();
     for outcome in outcomes {
         let o = outcome?;
+        if series.len() < o.series.len() {
+            series.resize(o.series.len(), 0);
+        }
+        for (a, b) in series.iter_mut().zip(&o.series) {
+            *a += b;
+        }
         if let (Some(all), Some(h)) = (history.as_mut(), o.history) {
             all.append(h);
         }
@@ -407,8 +451,8 @@ pub fn run<P: Protocol, W: Workload>(
     // The scan reads the quiesced regions directly: on the simulator nothing would move
     // virtual time forward outside the executor.
     let scan_cn = match &sim {
-        Some(_) => Cn::connect(0, direct, Arc::clone(&cn.control), Arc::new(RealClock::new()))?,
-        None => cn.clone(),
+        Some(_) => Cn::connect(0, direct, Arc::clone(&control), Arc::new(RealClock::new()))?,
+        None => cns[0].clone(),
     };
     let scanner = scan_cn.worker(cfg.threads)?;
     let mut ctx = scanner.ctx(0);
@@ -459,6 +503,28 @@ pub fn run<P: Protocol, W: Workload>(
         last_fault,
         started_at_unix_s,
         load,
+        real,
+        sim: match (&sim, &cfg.sim) {
+            (Some(sim), Some(setup)) => {
+                // The series counts from virtual 0; the run started at `start_ns`.
+                let skip = (start_ns / 1_000_000) as usize;
+                Some(SimRaw {
+                    profile: setup.profile.name.clone(),
+                    cpu_mode: setup.profile.cpu.mode,
+                    compute_nodes: cfg.compute_nodes,
+                    load: sim.load(),
+                    cpus: sim.cpu_busy(),
+                    stats: sim.stats(),
+                    series: series.get(skip..).unwrap_or_default().to_vec(),
+                    faults: sim
+                        .fault_log()
+                        .into_iter()
+                        .map(|f| format!("{:.6} ms: {}", f.at_ns as f64 / 1e6, f.what))
+                        .collect(),
+                })
+            }
+            _ => None,
+        },
     }))
 }
 
@@ -543,7 +609,8 @@ fn remote_pool(view: &crate::cluster::ClusterView, need: &[u64]) -> Result<Memor
 
 /// What every worker thread shares.
 struct Shared<'a, P: Protocol, W: Workload> {
-    cn: &'a Cn,
+    /// The compute nodes (one, except on the simulator).
+    cns: &'a [Cn],
     proto: &'a Arc<P>,
     workload: &'a W,
     cfg: &'a BenchConfig,
@@ -586,6 +653,8 @@ struct ThreadOutcome<L> {
     last_fault: Option<String>,
     /// Every transaction of the thread's coordinators (with `--check`).
     history: Option<History>,
+    /// Commits per ms (simulated runs).
+    series: Vec<u64>,
 }
 
 /// Sets the stop flag if the thread unwinds, so the others end too.
@@ -607,12 +676,14 @@ type ThreadSetup<P, L> = (
     Option<Rc<RefCell<History>>>,
 );
 
-/// Set up worker thread `t`: its coordinators, their workload state, its history.
+/// Set up worker thread `g` of the run (thread `g % threads` of compute node
+/// `g / threads`): its coordinators, their workload state, its history.
 fn setup_thread<P: Protocol, W: Workload>(
-    t: u16,
+    g: u16,
     shared: &Shared<'_, P, W>,
 ) -> Result<ThreadSetup<P, W::Local>, RunError> {
-    let worker = shared.cn.worker(t)?;
+    let threads = shared.cfg.threads;
+    let worker = shared.cns[(g / threads) as usize].worker(g % threads)?;
     let mut coords = Vec::with_capacity(shared.cfg.coroutines as usize);
     let mut locals = Vec::with_capacity(shared.cfg.coroutines as usize);
     // The thread's coordinators append to one history; no synchronisation needed.
@@ -644,6 +715,7 @@ fn thread_ctx<'a, P: Protocol, W: Workload>(t: u16, shared: &'a Shared<'a, P, W>
         committed: Cell::new(0),
         attempted: Cell::new(0),
         stop_on_fault: (shared.cfg.on_fault == OnFault::Stop).then_some(&shared.fault),
+        series: shared.cfg.sim.is_some().then(|| RefCell::new(Vec::new())),
     }
 }
 
@@ -668,6 +740,7 @@ fn finish_thread<P: Protocol, L>(
     // A budget handed out but not used (the run was interrupted) is simply dropped.
     ThreadOutcome {
         history,
+        series: th.series.map(RefCell::into_inner).unwrap_or_default(),
         stats: th.stats.into_inner(),
         locals,
         per_mn,
@@ -712,16 +785,18 @@ fn run_simulated<P: Protocol, W: Workload>(
     shared: &Shared<'_, P, W>,
     sim: &Sim,
 ) -> Result<(Vec<Result<ThreadOutcome<W::Local>, RunError>>, StopReason), RunError> {
-    let mut threads = Vec::with_capacity(shared.cfg.threads as usize);
-    for t in 0..shared.cfg.threads {
-        threads.push(setup_thread(t, shared)?);
+    let n = shared.cfg.worker_threads() as u16;
+    let mut threads = Vec::with_capacity(n as usize);
+    for g in 0..n {
+        threads.push(setup_thread(g, shared)?);
     }
-    let ths: Vec<ThreadCtx<'_>> = (0..shared.cfg.threads).map(|t| thread_ctx(t, shared)).collect();
+    let ths: Vec<ThreadCtx<'_>> = (0..n).map(|g| thread_ctx(g, shared)).collect();
     {
         let mut ex = SimExecutor::new(sim);
-        for ((_, coords, locals, _), th) in threads.iter_mut().zip(&ths) {
+        for ((worker, coords, locals, _), th) in threads.iter_mut().zip(&ths) {
+            let cpu = sim.cpu_of(worker.cn().id as u32, worker.thread());
             for (coord, local) in coords.iter_mut().zip(locals.iter_mut()) {
-                ex.spawn(drive(shared.workload, coord, local, th));
+                ex.spawn_on(cpu, drive(shared.workload, coord, local, th));
             }
         }
         if let StopRule::Duration(d) = shared.cfg.stop {
@@ -760,6 +835,8 @@ struct ThreadCtx<'a> {
     attempted: Cell<u64>,
     /// `--on-fault stop`: where the first fault goes (and the run stops).
     stop_on_fault: Option<&'a Mutex<Option<(String, u64)>>>,
+    /// Commits per ms of the run (simulated runs: `timeseries_ms`).
+    series: Option<RefCell<Vec<u64>>>,
 }
 
 impl ThreadCtx<'_> {
@@ -808,6 +885,10 @@ impl ThreadCtx<'_> {
     }
 }
 
+/// The CPU step charged per transaction attempt: the workload's choice of transaction
+/// and its inputs, and the driver's accounting.
+pub const STEP_TXN: &str = "workload.txn";
+
 /// One coordinator's loop: run transactions until stopped, counting each attempt.
 async fn drive<P: Protocol, W: Workload>(
     workload: &W,
@@ -820,11 +901,22 @@ async fn drive<P: Protocol, W: Workload>(
             return;
         }
         let start_ns = coord.ctx.clock.now_ns();
+        coord.ctx.step(STEP_TXN, 1);
         let (ty, outcome) = workload.run_one(local, coord).await;
-        let latency_ns = coord.ctx.clock.now_ns().saturating_sub(start_ns);
+        let end_ns = coord.ctx.clock.now_ns();
+        let latency_ns = end_ns.saturating_sub(start_ns);
         let counters = coord.ctx.txn_counters;
         match outcome {
             Ok(o @ (Outcome::Committed | Outcome::Unsuccessful)) => {
+                if let Some(series) = &th.series {
+                    // Virtual time starts at 0 with the run.
+                    let ms = (end_ns / 1_000_000) as usize;
+                    let mut s = series.borrow_mut();
+                    if s.len() <= ms {
+                        s.resize(ms + 1, 0);
+                    }
+                    s[ms] += 1;
+                }
                 th.stats
                     .borrow_mut()
                     .commit(ty, &counters, latency_ns, o == Outcome::Committed)
@@ -905,6 +997,7 @@ mod tests {
             committed: Cell::new(0),
             attempted: Cell::new(0),
             stop_on_fault: None,
+            series: None,
         };
         let (mut committed, mut aborted) = (0, 0);
         while th.take_credit() {

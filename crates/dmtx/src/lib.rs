@@ -35,6 +35,7 @@ pub use dmtx_store as store;
 pub use dmtx_verbs as verbs;
 pub use dmtx_workloads as workloads;
 
+pub mod calibrate;
 pub mod cluster;
 pub mod config;
 pub mod driver;

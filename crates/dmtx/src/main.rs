@@ -54,6 +54,36 @@ enum Command {
     /// Start memory-node processes (`cluster up --local N [-- bench ARGS...]`).
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// The simulator's NIC/CPU profiles: print one, or calibrate the CPU costs.
+    #[command(subcommand)]
+    Sim(SimCommand),
+}
+
+/// `dmtx sim` subcommands.
+#[derive(Subcommand, Debug)]
+enum SimCommand {
+    /// Print a profile as TOML (`cx3`, `cx5`, `cx6` or a file): a starting point for your own.
+    Profile {
+        /// Profile name or file.
+        #[arg(default_value = "cx5")]
+        name: String,
+    },
+    /// Fit the CPU costs of a profile from `mem` runs on this host (one thread, one
+    /// coroutine per workload) and print the profile with the fitted `[cpu]` table.
+    Calibrate {
+        /// The profile whose NIC parameters and starting CPU costs to use.
+        #[arg(long, default_value = "cx5")]
+        base: String,
+        /// Workloads to run, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "kvs,smallbank,tatp,tpcc,ycsb")]
+        workloads: Vec<String>,
+        /// Run length per workload.
+        #[arg(long, default_value = "2s")]
+        duration: String,
+        /// Write the profile here instead of to stdout.
+        #[arg(long, short = 'o', value_name = "FILE")]
+        out: Option<std::path::PathBuf>,
+    },
 }
 
 /// `dmtx cluster` subcommands.
@@ -158,7 +188,44 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Check(args) => check(&args),
         Command::Memnode(args) => memnode(&args),
         Command::Cluster(ClusterCommand::Up(args)) => cluster_up(&args),
+        Command::Sim(cmd) => sim(cmd),
     }
+}
+
+fn sim(cmd: SimCommand) -> anyhow::Result<i32> {
+    match cmd {
+        SimCommand::Profile { name } => {
+            let profile = dmtx_sim::Profile::load(&name)?;
+            let mut out = std::io::stdout().lock();
+            out.write_all(profile.to_toml().as_bytes())?;
+            out.flush()?;
+        }
+        SimCommand::Calibrate {
+            base,
+            workloads,
+            duration,
+            out,
+        } => {
+            eprintln!(
+                "calibrating: {} workload(s) x {duration} on mem, one thread, one coroutine",
+                workloads.len()
+            );
+            let (toml, report) = dmtx::calibrate::calibrate(&base, &workloads, &duration)?;
+            eprint!("{report}");
+            match out {
+                Some(path) => {
+                    std::fs::write(&path, toml).with_context(|| format!("writing {}", path.display()))?;
+                    eprintln!("wrote {}; use it with `dmtx bench --transport sim --nic {}`", path.display(), path.display());
+                }
+                None => {
+                    let mut o = std::io::stdout().lock();
+                    o.write_all(toml.as_bytes())?;
+                    o.flush()?;
+                }
+            }
+        }
+    }
+    Ok(EXIT_OK)
 }
 
 fn cluster_up(args: &ClusterUpArgs) -> anyhow::Result<i32> {
@@ -311,7 +378,14 @@ fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
         Some(b) => b,
         None => &Silent,
     };
-    let result = registry::run(&cfg, &RunHooks { stop: &stop, monitor });
+    let result = registry::run(
+        &cfg,
+        &RunHooks {
+            stop: &stop,
+            monitor,
+            probes: None,
+        },
+    );
     if let Some(b) = &bar {
         b.bar.finish_and_clear();
     }

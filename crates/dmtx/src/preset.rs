@@ -32,6 +32,17 @@ pub struct Preset {
     pub workloads: &'static [(&'static str, &'static [(&'static str, &'static str)])],
 }
 
+/// The simulator's NIC profile for a preset's testbed (`--transport sim`): FORD §6.1,
+/// Motor §7.1 and RCBench §6.1 used 100 Gb/s ConnectX-5, LOTUS §8.1 56 Gb/s ConnectX-3,
+/// OOCC §VIII-A 200 Gb/s ConnectX-6. An unknown preset gets `cx5`; `lookup` reports it.
+pub fn sim_nic(preset: &str) -> &'static str {
+    match preset {
+        "lotus" => "cx3",
+        "oocc" => "cx6",
+        _ => "cx5",
+    }
+}
+
 /// Every preset.
 pub const PRESETS: &[Preset] = &[
     Preset {

@@ -1,6 +1,9 @@
-//! The record of one run: a JSON document (schema version 1) and a human summary.
+//! The record of one run: a JSON document (schema version 2) and a human summary.
 //!
-//! # JSON schema, version 1
+//! # JSON schema, version 2
+//!
+//! Version 2 moved `load_s` into `run_info` (with everything else a simulated run cannot
+//! repeat bit for bit) and added `sim`.
 //!
 //! One object per run. Times are seconds (`_s`) or microseconds (`_us`); rates are per
 //! second of the measured run (from the start barrier to the last thread's stop);
@@ -11,11 +14,10 @@
 //! | --- | --- | --- |
 //! | `schema_version` | int | `1`; bumped on any incompatible change |
 //! | `protocol`, `workload` | string | names as given to `--protocol`, `--workload` |
-//! | `transport` | string | `mem` (in-process memory nodes) |
+//! | `transport` | string | `mem` (in-process memory nodes), `tcp` (`--cluster`) or `sim` (the simulator: every time is virtual) |
 //! | `config` | object | `threads`, `coroutines`, `duration_s` *or* `txns`, `seed`, `memory_nodes`, `replicas`, `mn_bytes`, `knobs` (every knob of the protocol and workload with its effective value, defaults included, as strings), `preset` (when `--preset` was given) |
 //! | `stop_reason` | string | `duration`, `txns` or `interrupt` (Ctrl-C: results so far) |
 //! | `elapsed_s` | float | measured run time |
-//! | `load_s` | float | building and loading the tables before the run |
 //! | `committed`, `aborted`, `attempted` | int | transaction attempts by outcome (`attempted = committed + aborted + rolled_back`) |
 //! | `successful` | int | committed attempts the workload's spec counts as successful (TATP: not "not found" or "duplicate"); equals `committed` for most workloads |
 //! | `rolled_back` | int | attempts the workload rolled back on purpose (TPC-C NewOrder's 1%): neither commits nor aborts |
@@ -29,7 +31,8 @@
 //! | `invariant` | object | `ok` (bool), `detail` (what was checked, or what broke) |
 //! | `check` | object or null | with `--check`: `level` checked, `txns`, `committed`, `clean` (bool), `summary` (one line), `findings` (each anomaly with its smallest cycle) |
 //! | `last_fault` | string or null | the last verb error a coordinator saw, if any |
-//! | `run_info` | object | `host`, `started_at` (RFC 3339, UTC), `started_at_unix_s`, `dmtx_version`, `cpus` |
+//! | `sim` | object or null | `--transport sim` only: `note` (the numbers are simulated), `profile`, `cpu_mode`, `compute_nodes`, `verbs` (completed), `events`, `nics` (per node `node` (`mn0`, `cn0`, ...), `ops` {…}, `tx_bytes`, `rx_bytes` (wire bytes, headers included), `link_utilisation` (busier direction's share of the run)), `waits_us` (per op kind: `ops`, `admission_mean` (waiting for the connection's outstanding-READ bound), `responder_mean` (queued at the responder NIC), `latency_mean` (doorbell to reply)), `cpus` (per worker thread `cn`, `thread`, `utilisation` of its virtual CPU), `timeseries_ms` (commits per 1 ms of virtual time), `faults` (each fault fired by `--faults`, with its virtual time) |
+//! | `run_info` | object | what no two runs repeat: `host`, `started_at` (RFC 3339, UTC), `started_at_unix_s`, `dmtx_version`, `cpus`, `load_s` (building and loading the tables, real time), `real_s` (the measured run's real time), `real_s_per_sim_s` (`sim` only: real seconds per simulated second) |
 //!
 //! A txn-type object:
 //!
@@ -65,7 +68,7 @@ use crate::error::RunError;
 use crate::stats::{slot_name, RunStats, TypeStats, REASON_SLOTS};
 
 /// The schema version written by this build.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Why the measured run ended.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,9 +101,6 @@ pub struct BenchResult {
     pub stop_reason: StopReason,
     /// Measured seconds.
     pub elapsed_s: f64,
-    /// Seconds spent building the tables and loading them into the memory nodes.
-    #[serde(default)]
-    pub load_s: f64,
     /// Committed attempts.
     pub committed: u64,
     /// Aborted attempts.
@@ -136,6 +136,9 @@ pub struct BenchResult {
     pub check: Option<CheckResult>,
     /// The last verb error a coordinator saw.
     pub last_fault: Option<String>,
+    /// What a simulated run adds (null otherwise).
+    #[serde(default)]
+    pub sim: Option<SimResult>,
     /// Where and when.
     pub run_info: RunInfo,
 }
@@ -405,7 +408,167 @@ pub struct RunInfo {
     pub dmtx_version: String,
     /// CPUs available to the process.
     pub cpus: usize,
+    /// Seconds spent building the tables and loading them into the memory nodes.
+    pub load_s: f64,
+    /// Real time of the measured run (seconds).
+    pub real_s: f64,
+    /// `sim` only: real seconds per simulated second.
+    pub real_s_per_sim_s: Option<f64>,
 }
+
+/// What a simulated run reports beyond the common fields (`sim` in the JSON).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SimResult {
+    /// Says that the numbers are simulated.
+    pub note: String,
+    /// The NIC profile's name.
+    pub profile: String,
+    /// `model`, `off` or `measured`.
+    pub cpu_mode: String,
+    /// Simulated compute nodes.
+    pub compute_nodes: u16,
+    /// Verbs completed.
+    pub verbs: u64,
+    /// Events processed.
+    pub events: u64,
+    /// Per node: memory nodes first, then compute nodes.
+    pub nics: Vec<NicResult>,
+    /// Per op kind.
+    pub waits_us: BTreeMap<String, WaitResult>,
+    /// Per worker thread.
+    pub cpus: Vec<CpuResult>,
+    /// Commits per 1 ms of virtual time, from the start of the measured run.
+    pub timeseries_ms: Vec<u64>,
+    /// Faults fired (`--faults`), with their virtual time.
+    pub faults: Vec<String>,
+}
+
+/// One node's NIC load.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NicResult {
+    /// `mn0`, `cn0`, ...
+    pub node: String,
+    /// Ops sent (a compute node) or served (a memory node).
+    pub ops: Ops<u64>,
+    /// Wire bytes sent.
+    pub tx_bytes: u64,
+    /// Wire bytes received.
+    pub rx_bytes: u64,
+    /// The busier link direction's share of the run.
+    pub link_utilisation: f64,
+}
+
+/// Mean waits of one op kind (µs).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WaitResult {
+    /// Ops of the kind.
+    pub ops: u64,
+    /// For the connection's outstanding READ/atomic bound.
+    pub admission_mean: f64,
+    /// Queued at the responder NIC.
+    pub responder_mean: f64,
+    /// Doorbell to reply.
+    pub latency_mean: f64,
+}
+
+/// One worker thread's virtual CPU.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CpuResult {
+    /// Compute node.
+    pub cn: u32,
+    /// Worker thread.
+    pub thread: u16,
+    /// Busy share of the run.
+    pub utilisation: f64,
+}
+
+/// What the driver hands over about a simulated run.
+pub struct SimRaw {
+    /// Profile name.
+    pub profile: String,
+    /// CPU mode.
+    pub cpu_mode: dmtx_sim::CpuMode,
+    /// Compute nodes.
+    pub compute_nodes: u16,
+    /// The fabric's load.
+    pub load: dmtx_sim::FabricLoad,
+    /// CPU work per worker thread.
+    pub cpus: Vec<dmtx_sim::CpuBusy>,
+    /// Simulator counters.
+    pub stats: dmtx_sim::SimStats,
+    /// Commits per ms.
+    pub series: Vec<u64>,
+    /// Faults fired, with their virtual time.
+    pub faults: Vec<String>,
+}
+
+impl SimResult {
+    fn of(raw: SimRaw, elapsed_ns: u64) -> Self {
+        let share = |ns: u64| {
+            if elapsed_ns == 0 {
+                0.0
+            } else {
+                round(ns as f64 / elapsed_ns as f64, 4)
+            }
+        };
+        let node = |name: String, l: &dmtx_sim::NodeLoad| NicResult {
+            node: name,
+            ops: Ops::from_array(l.ops),
+            tx_bytes: l.tx_bytes,
+            rx_bytes: l.rx_bytes,
+            link_utilisation: round(l.link_utilisation(elapsed_ns), 4),
+        };
+        let mut nics: Vec<NicResult> = raw.load.mns.iter().enumerate().map(|(i, l)| node(format!("mn{i}"), l)).collect();
+        nics.extend(raw.load.cns.iter().enumerate().map(|(i, l)| node(format!("cn{i}"), l)));
+        let mean_us = |sum: u64, n: u64| if n == 0 { 0.0 } else { round(sum as f64 / n as f64 / 1e3, 3) };
+        let waits_us = dmtx_sim::report::KINDS
+            .iter()
+            .zip(&raw.load.kinds)
+            .filter(|(_, w)| w.ops > 0)
+            .map(|(k, w)| {
+                (
+                    k.name().to_string(),
+                    WaitResult {
+                        ops: w.ops,
+                        admission_mean: mean_us(w.admission_ns, w.ops),
+                        responder_mean: mean_us(w.responder_ns, w.ops),
+                        latency_mean: mean_us(w.latency_ns, w.ops),
+                    },
+                )
+            })
+            .collect();
+        Self {
+            note: format!(
+                "simulated: throughput, latency and utilisation are virtual-time results of the `{}` NIC/CPU model, not measurements of this host",
+                raw.profile
+            ),
+            cpu_mode: match raw.cpu_mode {
+                dmtx_sim::CpuMode::Model => "model",
+                dmtx_sim::CpuMode::Off => "off",
+                dmtx_sim::CpuMode::Measured => "measured",
+            }
+            .to_string(),
+            profile: raw.profile,
+            compute_nodes: raw.compute_nodes,
+            verbs: raw.stats.ops,
+            events: raw.stats.events,
+            nics,
+            waits_us,
+            cpus: raw
+                .cpus
+                .iter()
+                .map(|c| CpuResult {
+                    cn: c.cn,
+                    thread: c.thread,
+                    utilisation: share(c.busy_ns),
+                })
+                .collect(),
+            timeseries_ms: raw.series,
+            faults: raw.faults,
+        }
+    }
+}
+
 
 /// What the driver hands over to build a [`BenchResult`].
 pub struct RawRun<'a> {
@@ -435,6 +598,10 @@ pub struct RawRun<'a> {
     pub started_at_unix_s: f64,
     /// Time spent building and loading the tables before the run.
     pub load: Duration,
+    /// Real time of the measured run.
+    pub real: Duration,
+    /// What the simulator adds (`--transport sim`).
+    pub sim: Option<SimRaw>,
 }
 
 impl BenchResult {
@@ -487,7 +654,6 @@ impl BenchResult {
             },
             stop_reason: raw.stop_reason,
             elapsed_s: round(elapsed_s, 6),
-            load_s: round(raw.load.as_secs_f64(), 3),
             committed: total.committed,
             aborted: total.aborted,
             attempted: total.committed + total.aborted + total.rolled_back,
@@ -520,7 +686,14 @@ impl BenchResult {
                 started_at_unix_s: round(raw.started_at_unix_s, 3),
                 dmtx_version: env!("CARGO_PKG_VERSION").to_string(),
                 cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+                load_s: round(raw.load.as_secs_f64(), 3),
+                real_s: round(raw.real.as_secs_f64(), 3),
+                real_s_per_sim_s: raw
+                    .sim
+                    .is_some()
+                    .then(|| round(raw.real.as_secs_f64() / elapsed_s.max(1e-9), 2)),
             },
+            sim: raw.sim.map(|s| SimResult::of(s, raw.elapsed.as_nanos() as u64)),
         }
     }
 
@@ -529,6 +702,36 @@ impl BenchResult {
         let mut s = serde_json::to_string_pretty(self).expect("results serialize");
         s.push('\n');
         s
+    }
+
+    fn sim_summary(&self, o: &mut String, sim: &SimResult) {
+        let _ = writeln!(
+            o,
+            "  simulated   profile {}, cpu {}, {} compute node(s); {} verbs; {:.1} s real per simulated second",
+            sim.profile,
+            sim.cpu_mode,
+            sim.compute_nodes,
+            sim.verbs,
+            self.run_info.real_s_per_sim_s.unwrap_or(0.0)
+        );
+        let links: Vec<String> = sim
+            .nics
+            .iter()
+            .map(|n| format!("{} {:.0}%", n.node, n.link_utilisation * 100.0))
+            .collect();
+        let _ = writeln!(o, "  link busy   {}", links.join(", "));
+        if !sim.cpus.is_empty() {
+            let u: Vec<f64> = sim.cpus.iter().map(|c| c.utilisation).collect();
+            let mean = u.iter().sum::<f64>() / u.len() as f64;
+            let max = u.iter().copied().fold(0.0, f64::max);
+            let _ = writeln!(o, "  cpu busy    mean {:.0}%, max {:.0}% over {} worker threads", mean * 100.0, max * 100.0, u.len());
+        }
+        let waits: Vec<String> = sim
+            .waits_us
+            .iter()
+            .map(|(k, w)| format!("{k} {:.2}+{:.2}/{:.2}", w.admission_mean, w.responder_mean, w.latency_mean))
+            .collect();
+        let _ = writeln!(o, "  waits us    {}   (admission+responder queueing / latency, per op)", waits.join(", "));
     }
 
     /// The fixed-width human summary; `saved` is where the JSON went, if anywhere.
@@ -561,7 +764,7 @@ impl BenchResult {
         let _ = writeln!(
             o,
             "  elapsed     {:.2} s{interrupted}   (tables loaded in {:.2} s before)",
-            self.elapsed_s, self.load_s
+            self.elapsed_s, self.run_info.load_s
         );
         let _ = writeln!(
             o,
@@ -605,6 +808,9 @@ impl BenchResult {
             .collect();
         if !reasons.is_empty() {
             let _ = writeln!(o, "  aborts      {}", reasons.join(", "));
+        }
+        if let Some(sim) = &self.sim {
+            self.sim_summary(&mut o, sim);
         }
         let _ = writeln!(o);
         let _ = writeln!(
@@ -746,7 +952,7 @@ fn ratio(a: u64, b: u64) -> f64 {
     }
 }
 
-fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .or_else(|_| std::fs::read_to_string("/etc/hostname"))
         .map(|s| s.trim().to_string())

@@ -69,15 +69,16 @@ fn smallbank_txns_run_writes_json_with_required_keys() {
         "invariant",
         "run_info",
         "elapsed_s",
-        "load_s",
+        "sim",
         "successful",
         "rolled_back",
     ] {
         assert!(v.get(key).is_some(), "missing `{key}` in {v}");
     }
-    assert!(v["load_s"].as_f64().unwrap() > 0.0, "loading takes time");
+    assert!(v["run_info"]["load_s"].as_f64().unwrap() > 0.0, "loading takes time");
+    assert!(v["sim"].is_null(), "not simulated");
     assert_eq!(v["successful"], v["committed"], "every SmallBank commit is successful");
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
     assert_eq!(v["protocol"], "ford");
     assert_eq!(v["workload"], "smallbank");
     assert_eq!(v["transport"], "mem");
@@ -165,6 +166,7 @@ fn stop_flag_set_before_start_still_yields_a_result() {
         &RunHooks {
             stop: &stop,
             monitor: &Silent,
+            probes: None,
         },
     )
     .unwrap();
@@ -186,6 +188,7 @@ fn too_small_regions_are_refused_with_the_fix() {
         &RunHooks {
             stop: &stop,
             monitor: &Silent,
+            probes: None,
         },
     )
     .unwrap_err()
@@ -205,6 +208,7 @@ fn out_directory_gets_a_file_named_for_the_run() {
         &RunHooks {
             stop: &stop,
             monitor: &Silent,
+            probes: None,
         },
     )
     .unwrap();
@@ -354,6 +358,7 @@ fn run_tiny(cfg: &BenchConfig) -> BenchResult {
         &RunHooks {
             stop: &stop,
             monitor: &Silent,
+            probes: None,
         },
     )
     .unwrap()
@@ -412,20 +417,47 @@ fn simulated_runs_are_checked_and_deterministic() {
     assert!(a.invariant.ok, "{}", a.invariant.detail);
     assert!(a.check.as_ref().unwrap().clean);
     assert!((a.elapsed_s - 0.002).abs() < 0.001, "virtual time: {}", a.elapsed_s);
+    // Everything but `run_info` (host, wall-clock times) is bit-identical.
     let same = |r: &BenchResult| {
-        (
-            r.committed,
-            r.aborted,
-            r.elapsed_s,
-            serde_json::to_string(&r.per_mn).unwrap(),
-        )
+        let mut v = serde_json::to_value(r).unwrap();
+        v.as_object_mut().unwrap().remove("run_info");
+        serde_json::to_string(&v).unwrap()
     };
     assert_eq!(same(&a), same(&b), "same seed, same run");
+    let sim = a.sim.as_ref().expect("a simulated run reports `sim`");
+    assert_eq!(sim.profile, "cx5");
+    assert!(sim.note.contains("simulated"));
+    assert_eq!(sim.timeseries_ms.iter().sum::<u64>(), a.committed, "the series counts every commit");
+    // 2 ms of virtual time in 1 ms buckets, and the attempts in flight at the deadline
+    // finish in a third.
+    assert!((2..=3).contains(&sim.timeseries_ms.len()), "{:?}", sim.timeseries_ms);
+    assert!(sim.cpus.iter().all(|c| c.utilisation > 0.0 && c.utilisation <= 1.0), "{:?}", sim.cpus);
+    assert!(sim.nics.iter().any(|n| n.node == "mn0" && n.link_utilisation > 0.0));
+    assert!(sim.waits_us["read"].latency_mean > 2.0, "a READ crosses the link twice");
+    assert!(a.run_info.real_s_per_sim_s.is_some());
     let c = run_registry(&BenchArgs {
         seed: 2,
         ..args.clone()
     });
     assert_ne!(same(&a), same(&c), "another seed, another run");
+    // Two compute nodes: twice the coordinators, on their own NICs and CPUs.
+    let two = run_registry(&BenchArgs {
+        compute_nodes: Some(2),
+        ..args.clone()
+    });
+    let sim2 = two.sim.as_ref().unwrap();
+    assert_eq!(sim2.compute_nodes, 2);
+    assert_eq!(sim2.cpus.len(), 4, "2 compute nodes x 2 threads");
+    assert!(sim2.nics.iter().any(|n| n.node == "cn1" && n.tx_bytes > 0));
+    assert!(two.invariant.ok && two.check.as_ref().unwrap().clean);
+    // `--cpu off` charges nothing to the worker threads.
+    let free = run_registry(&BenchArgs {
+        cpu: Some(dmtx::config::CpuArg::Off),
+        ..args.clone()
+    });
+    let free_sim = free.sim.as_ref().unwrap();
+    assert_eq!(free_sim.cpu_mode, "off");
+    assert!(free_sim.cpus.iter().all(|c| c.utilisation == 0.0), "{:?}", free_sim.cpus);
     let e = BenchConfig::from_args(&BenchArgs {
         cluster: Some("cluster.toml".into()),
         ..args
@@ -433,4 +465,63 @@ fn simulated_runs_are_checked_and_deterministic() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("--transport sim"), "{e}");
+}
+
+/// Goal: `--faults` strikes a simulated run: lost CAS replies abort transactions with
+/// `fault` but leave the database consistent and the history clean (`--on-fault
+/// continue`), a crashed memory node stops a run with an error naming it, and a bad
+/// script is a config error naming the field.
+#[test]
+fn simulated_faults_are_injected_from_the_command_line() {
+    let args = BenchArgs {
+        transport: dmtx::config::TransportKind::Sim,
+        duration: Some("3ms".into()),
+        check: true,
+        set: vec!["accounts=500".into()],
+        out: "-".into(),
+        quiet: true,
+        on_fault: dmtx::config::OnFault::Continue,
+        faults: Some("timeout=20us; lose-response on=kind:cas nth=50 count=5".into()),
+        ..BenchArgs::default()
+    };
+    let r = run_registry(&args);
+    let sim = r.sim.as_ref().unwrap();
+    assert!(!sim.faults.is_empty(), "the log names the lost replies");
+    assert!(r.abort_reasons["fault"] >= 1, "{:?}", r.abort_reasons);
+    assert!(r.invariant.ok, "{}", r.invariant.detail);
+    assert!(r.check.as_ref().unwrap().clean);
+
+    let crash = BenchArgs {
+        on_fault: dmtx::config::OnFault::Stop,
+        faults: Some("crash-mn mn=1 mode=dram at=1ms".into()),
+        ..args.clone()
+    };
+    let cfg = BenchConfig::from_args(&crash).unwrap();
+    let stop = AtomicBool::new(false);
+    let e = registry::run(
+        &cfg,
+        &RunHooks {
+            stop: &stop,
+            monitor: &Silent,
+            probes: None,
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("mn1"), "{e}");
+
+    let e = BenchConfig::from_args(&BenchArgs {
+        faults: Some("crash-mn mn=1 mode=flash".into()),
+        ..args.clone()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("--faults") && e.contains("mode"), "{e}");
+    let e = BenchConfig::from_args(&BenchArgs {
+        transport: dmtx::config::TransportKind::Mem,
+        ..args
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("--faults") && e.contains("--transport sim"), "{e}");
 }

@@ -112,6 +112,8 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
             c.set.fetched = n;
             return Ok(());
         }
+        // Building each record's ops, then checking its slot: the simulator's CPU model.
+        c.ctx.step(super::STEP_EXECUTE, (n - start) as u32);
         if c.ctx.post(&mut c.state.post).await.is_err() {
             // Which ops of a failed post ran is unknown: give back every lock this round
             // may have taken, by CAS so a lock we never got is left alone.

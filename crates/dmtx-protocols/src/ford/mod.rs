@@ -92,6 +92,14 @@ use dmtx_runtime::{Abort, CoordCtx, Isolation, KnobError, KnobSpec, Knobs, Proto
 use dmtx_store::SlotLayout;
 use dmtx_verbs::{AtomicId, MnId, Post, ReadId};
 
+/// CPU steps FORD declares (see `dmtx_runtime::Probe`), per record: building its
+/// execution ops and checking the slot it read.
+pub const STEP_EXECUTE: &str = "ford.execute";
+/// Per read-only record: its validation read and version check.
+pub const STEP_VALIDATE: &str = "ford.validate";
+/// Per written record: its undo-log entry, new image and replica writes.
+pub const STEP_COMMIT: &str = "ford.commit";
+
 pub use layout::FordLayout;
 
 /// Protocol variants. Every one but [`FordVariant::Fixed`] is deliberately broken and

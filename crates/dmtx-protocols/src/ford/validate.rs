@@ -43,6 +43,7 @@ pub(super) async fn validate(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
         };
         o.proto.read = Some(post.read(info.ptr(r, o.proto.rel + VLOCK as u64), 16));
     }
+    c.ctx.step(super::STEP_VALIDATE, reads as u32);
     if c.ctx.post(&mut c.state.post).await.is_err() {
         return Err(Abort::new(AbortReason::Fault));
     }

@@ -17,6 +17,7 @@ pub fn run_registry(args: &BenchArgs) -> BenchResult {
         &RunHooks {
             stop: &stop,
             monitor: &Silent,
+            probes: None,
         },
     )
     .unwrap()
