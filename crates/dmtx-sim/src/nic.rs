@@ -10,7 +10,9 @@
 //! # The path of a batch
 //!
 //! ```text
-//!  CN NIC tx ──latency──▶ MN NIC rx ─▶ unit (k in parallel) ─▶ PCIe / atomic engine ─▶ MN tx ──latency──▶ CN rx
+//!  CN PCIe ─▶ CN NIC tx ──latency──▶ MN NIC rx ─▶ unit (k in parallel) ─▶ media / PCIe / atomic engine
+//!                                                                              │
+//!  CN PCIe ◀─ CN rx ◀──latency── MN tx ◀───────────────────────────────────────┘
 //! ```
 //!
 //! 1. **Admission.** A connection (one worker thread's queue pair to one memory node)
@@ -20,67 +22,88 @@
 //!    for all earlier ones and then goes as a whole (a NIC would pipeline it; not modelled).
 //! 2. **Request.** The request bytes ([`NicModel::request_bytes`]: headers per packet,
 //!    MTU segmentation) are serialized on the CN's tx link: `s = max(issue, cn.tx_free)`,
-//!    `cn.tx_free = s + link(bytes)`. They reach the MN port `latency` later and are
-//!    serialized again on the MN's rx link if it is busy (the switch queues them):
-//!    `r = max(s + latency, mn.rx_free)`, `arrival = mn.rx_free = r + link(bytes)`.
-//!    Uncontended, `arrival = issue + latency + link(bytes)`.
+//!    `cn.tx_free = s + link(bytes)`. WRITE payloads are first fetched from CN memory
+//!    over the CN NIC's PCIe, cut-through: `d = max(issue, cn.pcie.dma_read_free)`,
+//!    `cn.pcie.dma_read_free = d + pcie(payload)`, and the send starts no earlier than
+//!    `d` and ends no earlier than the fetch. The bytes reach the MN port `latency` later
+//!    and are serialized again on the MN's rx link if it is busy (the switch queues
+//!    them): `r = max(s + latency, mn.rx_free)`, `arrival = mn.rx_free = r + link(bytes)`.
+//!    Uncontended, `arrival = issue + latency + link(bytes)` (PCIe is faster than the
+//!    link on every built-in profile).
 //! 3. **Service.** The responder has [`NicModel::units`] processing units. The batch
 //!    takes the unit that frees first (lowest index on ties) and starts at
 //!    `start = max(arrival, unit_free, connection_served_until)`: batches of one
 //!    connection are served in order. The unit is busy for the sum of the ops' service
 //!    times ([`NicModel::service_ns`]), processing the ops one after another:
-//!    `proc_i = start + Σ_{j≤i} service_j`. A READ's or WRITE's payload then crosses
-//!    the responder's PCIe, one shared resource, while the unit goes on with the next op:
-//!    `p = max(proc_i, pcie_free)`, `done_i = pcie_free = p + pcie(len)`. An atomic
-//!    waits for the ops before it to complete, for the NIC-wide atomic token (one every
-//!    [`NicModel::atomic_nic_gap_ns`]) and for its address to be free (one atomic per
-//!    address every [`NicModel::atomic_addr_ns`], next-free times kept per address in a
-//!    `BTreeMap`): `x = max(proc_i, done_{<i}, token, addr_free)`, `token = x + gap`,
+//!    `proc_i = start + Σ_{j≤i} service_j`. A READ's payload then crosses the
+//!    responder's PCIe (after the media, with [`PmModel`]), a WRITE's payload crosses it
+//!    (and then lands on the media, with [`PmModel`]), while the unit goes on with the
+//!    next op: `p = max(proc_i, pcie_free)`, `done_i = pcie_free = p + pcie(len)`. An
+//!    atomic waits for the ops before it to complete, for the NIC-wide atomic token (one
+//!    every [`NicModel::atomic_nic_gap_ns`]) and for its address to be free (one atomic
+//!    per address every [`NicModel::atomic_addr_ns`], next-free times kept per address
+//!    in a `BTreeMap`): `x = max(proc_i, done_{<i}, token, addr_free)`, `token = x + gap`,
 //!    `done_i = addr_free = x + addr_ns`. Service ends when the last op is done,
-//!    `end = max_i done_i`; the
-//!    connection's next batch starts no earlier.
+//!    `end = max_i done_i`; the connection's next batch starts no earlier. An op's
+//!    service interval, `[proc_{i-1}, done_i]`, is what the `tear` module overlaps.
 //! 4. **Reply.** The reply bytes ([`NicModel::reply_bytes`]) leave at `end` through the
-//!    MN's tx link and the CN's rx link, as in step 2; the batch is done when its last
-//!    byte lands: uncontended, `done = end + latency + link(reply)`.
+//!    MN's tx link and the CN's rx link, as in step 2, and READ payloads are written to
+//!    CN memory over the CN NIC's PCIe as they land (`d = max(r2, cn.pcie.dma_write_free)`
+//!    where `r2` is the reply's first byte at the CN); the batch is done when both ended:
+//!    uncontended, `done = end + latency + max(link(reply), pcie(payload))`.
 //!
 //! So an uncontended single READ of `n` bytes completes after
-//! `2·latency + link(req) + service(READ) + pcie(n) + link(reply)`; CAS on one address
-//! saturates at `1/atomic_addr_ns`; CAS on distinct addresses at
-//! `min(1/atomic_nic_gap_ns, units/service(atomic))`.
+//! `2·latency + link(req) + service(READ) + pcie(n) + max(link(reply), pcie(n))`; CAS on
+//! one address saturates at `1/atomic_addr_ns`; CAS on distinct addresses at
+//! `min(1/atomic_nic_gap_ns, units/service(atomic))`; a stream of large READs or WRITEs
+//! at the lowest of the link, the two PCIe links and (with [`PmModel`]) the media.
+//!
+//! **PCIe** is full duplex: each NIC has a budget for reading host memory (a
+//! responder's READ payloads, a requester's WRITE payloads) and one for writing it (the
+//! other two), each at [`NicModel::pcie_fs_per_byte`], computed from the slot's
+//! generation, lanes and a TLP/DLLP efficiency. Keeping the directions apart also keeps
+//! a READ reply, reserved microseconds ahead at submit, from delaying a later-submitted
+//! WRITE's payload fetch on the same CN.
 //!
 //! Resources are reserved in submit order (a batch submitted earlier is never served
 //! after a later one on a shared resource), which is exact while all links have the same
-//! latency. Link and PCIe transfer times are rounded up to whole nanoseconds per batch.
+//! latency and batches take similar times; a batch whose service ends far in the future
+//! (atomics queued on one address, WRITEs queued on slow PM media) holds the memory
+//! node's tx link for the batches submitted after it. Link and PCIe transfer times are
+//! rounded up to whole nanoseconds per batch (PCIe: per op at the responder).
 //!
-//! # Parameters of [`NicModel::cx5`]
+//! # Parameters
 //!
-//! Each number is *spec* (from a standard or datasheet), *measured* (a published
-//! measurement) or *assumed* (our estimate, to be replaced by a measurement). The same
-//! table, with units, is in `docs/sim-model.md`.
+//! Profiles (`crates/dmtx-sim/profiles/*.toml`, [`crate::Profile`]) give every field
+//! with its kind and source: *spec* (a standard or datasheet), *measured* (a published
+//! measurement) or *assumed* (our estimate, to be replaced by a measurement).
+//! [`NicModel::cx5`] is the `cx5` profile; its table, and those of `cx3` and `cx6`, are
+//! in `docs/sim-model.md`. The main `cx5` values:
 //!
 //! | parameter | value | kind | source |
 //! | --- | --- | --- | --- |
-//! | link rate | 100 Gb/s (80 ps/B) | spec | ConnectX-5 100 Gb/s InfiniBand NIC and SB7890 switch of the FORD (§6.1) and Motor (§7.1) testbeds |
-//! | one-way latency | 1000 ns | assumed | ConnectX-5 datasheet "sub-600 ns" adapter latency + SB7890 datasheet 90 ns port-to-port + PCIe doorbell/DMA; FORD §3 cites 3–8 µs RDMA RTT including software |
-//! | MTU | 4096 B | spec | InfiniBand maximum MTU (IBTA spec) |
-//! | packet header | 26 B | spec | IB LRH 8 + BTH 12 + ICRC 4 + VCRC 2 (IBTA spec) |
-//! | RETH (READ/WRITE request) | 16 B | spec | IBTA spec |
-//! | AtomicETH (CAS/FAA request) | 28 B | spec | IBTA spec |
-//! | AETH (every reply packet) | 4 B | spec | IBTA spec |
-//! | AtomicAckETH (atomic reply) | 8 B | spec | IBTA spec |
-//! | processing units | 16 | assumed | with 80 ns each: 200 M ops/s, the ConnectX-5 datasheet message rate |
-//! | READ / WRITE / atomic / FLUSH service | 80 ns each | assumed | as above |
-//! | responder PCIe | 73 ps/B (≈13.7 GB/s) | assumed | PCIe 3.0 x16 (ConnectX-5) 15.75 GB/s raw, minus TLP overhead |
-//! | NIC-wide atomics | one per 20 ns (50 M/s) | assumed | order of magnitude of published ConnectX atomic-rate measurements (Kalia et al., ATC'16) |
-//! | per-address atomic | 400 ns (2.5 M/s) | assumed | same-address atomics serialize on a PCIe read-modify-write; ~2–3 M/s reported for ConnectX-3 (Kalia et al., ATC'16) |
-//! | outstanding READ/atomic per connection | 16 | assumed | `max_qp_rd_atom` that `ibv_devinfo` commonly reports for ConnectX-5 |
+//! | link rate | 100 Gb/s (80 ps/B) | spec | EDR 4x; ConnectX-5 100 Gb/s NIC and SB7890 switch of the FORD (§6.1) and Motor (§7.1) testbeds |
+//! | one-way latency | 1000 ns | assumed | ConnectX-5 datasheet "sub-600 ns" adapter latency + SB7890 datasheet 90 ns port-to-port + PCIe doorbell/DMA; FORD §4.9 cites 3–8 µs RDMA RTT including software |
+//! | MTU, headers | 4096 B; 26 B + RETH 16 / AtomicETH 28 / AETH 4 / AtomicAckETH 8 | spec | IBTA |
+//! | processing units × service | 16 × 80 ns | assumed split | 200 M ops/s, the ConnectX-5 datasheet message rate |
+//! | PCIe | Gen3 x16 at 87% (≈ 13.7 GB/s per direction) | spec / assumed | ConnectX-5 datasheet; PCI-SIG rates; 87%: TLP and DLLP overhead |
+//! | NIC-wide atomics | one per 20 ns (50 M/s) | assumed | order of published ConnectX-4/5 rates (Kalia et al., ATC'16); FORD §4.9 |
+//! | per-address atomic | 400 ns (2.5 M/s) | assumed | same-address atomics serialize on a PCIe read-modify-write (Kalia et al., ATC'16) |
+//! | outstanding READ/atomic per connection | 16 | assumed | `max_qp_rd_atom` that `ibv_devinfo` commonly reports |
+//! | RECV processing (CN↔CN SEND) | 200 ns | assumed | a responder op (80 ns) plus the receive-WQE fetch over PCIe, which one-sided ops do not need (Kalia et al., FaSST, OSDI'16) |
 
 use std::collections::{BTreeMap, VecDeque};
 
 use dmtx_verbs::{Op, OpKind};
+use serde::{Deserialize, Serialize};
+
+use crate::tear::Tears;
 
 /// Parameters of the NIC and link model (see the module doc for each one's source).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Deserialized from a profile's `[nic]` table ([`crate::Profile`]); every field is
+/// required there.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NicModel {
     /// Link serialization time per byte, in picoseconds (100 Gb/s = 80 ps/B).
     pub link_ps_per_byte: u64,
@@ -108,14 +131,23 @@ pub struct NicModel {
     pub atomic_service_ns: u64,
     /// Responder processing time of a FLUSH (modelled as a 0-byte READ) (ns).
     pub flush_service_ns: u64,
-    /// Responder PCIe transfer time per payload byte, in picoseconds.
-    pub pcie_ps_per_byte: u64,
+    /// PCIe generation of the NIC's slot (1..=5): sets the per-lane rate and line
+    /// encoding ([`NicModel::pcie_fs_per_byte`]). Both sides' NICs use it.
+    pub pcie_gen: u8,
+    /// PCIe lanes of the slot (1, 2, 4, 8, 16 or 32).
+    pub pcie_lanes: u8,
+    /// Share of the raw PCIe rate left for payload after TLP headers and DLLP traffic
+    /// (percent, 1..=100).
+    pub pcie_efficiency_pct: u8,
     /// NIC-wide atomic capacity: at most one atomic starts per this many ns.
     pub atomic_nic_gap_ns: u64,
     /// Atomics on one address are serialized: each takes this long (ns).
     pub atomic_addr_ns: u64,
     /// READ and atomic ops in flight per connection (`max_rd_atomic`).
     pub outstanding_rd_atomic_max: usize,
+    /// Receiver processing of a two-sided SEND (ns): fetch the receive WQE, place the
+    /// payload, write the CQE ([`NicModel::time_send`]).
+    pub recv_service_ns: u64,
 }
 
 impl Default for NicModel {
@@ -142,10 +174,13 @@ impl NicModel {
             write_service_ns: 80,
             atomic_service_ns: 80,
             flush_service_ns: 80,
-            pcie_ps_per_byte: 73,
+            pcie_gen: 3,
+            pcie_lanes: 16,
+            pcie_efficiency_pct: 87,
             atomic_nic_gap_ns: 20,
             atomic_addr_ns: 400,
             outstanding_rd_atomic_max: 16,
+            recv_service_ns: 200,
         }
     }
 
@@ -155,10 +190,30 @@ impl NicModel {
         (bytes * self.link_ps_per_byte).div_ceil(1000)
     }
 
-    /// Time to move `bytes` over the responder's PCIe (ns, rounded up).
+    /// PCIe payload time per byte, in femtoseconds: the lanes' raw rate (2.5, 5, 8, 16 or
+    /// 32 GT/s per lane for generations 1 to 5), less the line encoding (8b/10b up to
+    /// Gen2, 128b/130b from Gen3) and [`NicModel::pcie_efficiency_pct`]. Gen3 x16 at 87%:
+    /// ≈ 72 960 fs/B (13.7 GB/s); Gen4 x16: ≈ 36 480 fs/B (27.4 GB/s).
+    pub fn pcie_fs_per_byte(&self) -> u64 {
+        // GT/s × 10 and encoding (payload bits / line bits) per generation (PCI-SIG).
+        let (gts_x10, num, den) = match self.pcie_gen {
+            1 => (25, 8, 10),
+            2 => (50, 8, 10),
+            3 => (80, 128, 130),
+            4 => (160, 128, 130),
+            _ => (320, 128, 130),
+        };
+        // fs/B = 8 · 10^15 / (gts_x10/10 · 10^9 · num/den · lanes · pct/100)
+        //      = 8 · 10^9 · den / (gts_x10 · num · lanes · pct).
+        let bits_fs: u64 = 8_000_000_000 * den;
+        let rate = gts_x10 * num * u64::from(self.pcie_lanes.max(1)) * u64::from(self.pcie_efficiency_pct.max(1));
+        bits_fs.div_ceil(rate)
+    }
+
+    /// Time to move `bytes` over one NIC's PCIe (ns, rounded up).
     #[inline]
     pub fn pcie_ns(&self, bytes: u64) -> u64 {
-        (bytes * self.pcie_ps_per_byte).div_ceil(1000)
+        pcie_ns_at(bytes, self.pcie_fs_per_byte())
     }
 
     /// Packets a payload of `len` bytes takes (at least one).
@@ -215,19 +270,40 @@ impl NicModel {
     }
 
     /// Time one batch: `ops` are the batch's ops in order (all to `batch.mn`). Reserves
-    /// the links, unit, PCIe, atomic tokens and addresses it uses in `st`.
+    /// the links, both sides' PCIe, the unit, atomic tokens and addresses it uses in
+    /// `st`. Memory is DRAM; [`NicModel::time_batch_pm`] adds persistent-memory media.
     pub fn time_batch<'o>(
         &self,
         st: &mut FabricState,
         batch: BatchAt,
         ops: impl Iterator<Item = &'o Op> + Clone,
     ) -> BatchTiming {
+        self.time_batch_pm(None, st, batch, ops)
+    }
+
+    /// [`NicModel::time_batch`] on a memory node whose memory is `pm` (None: DRAM, whose
+    /// bandwidth never binds before PCIe's): WRITE payloads pass through the media after
+    /// PCIe, READ payloads before it ([`PmModel`]).
+    pub fn time_batch_pm<'o>(
+        &self,
+        pm: Option<&PmModel>,
+        st: &mut FabricState,
+        batch: BatchAt,
+        ops: impl Iterator<Item = &'o Op> + Clone,
+    ) -> BatchTiming {
         st.ensure(batch.cn, batch.conn, batch.mn, self.units);
         let lat = self.one_way_latency_ns;
+        let pcie_fs = self.pcie_fs_per_byte();
         let (mut req, mut rep, mut rd_atomic) = (0u64, 0u64, 0usize);
+        let (mut write_bytes, mut read_bytes) = (0u64, 0u64);
         for op in ops.clone() {
             req += self.request_bytes(op);
             rep += self.reply_bytes(op);
+            match *op {
+                Op::Read { len, .. } => read_bytes += u64::from(len),
+                Op::Write { len, .. } => write_bytes += u64::from(len),
+                _ => {}
+            }
             if matches!(op.kind(), OpKind::Read | OpKind::Cas | OpKind::Faa | OpKind::Flush) {
                 rd_atomic += 1;
             }
@@ -247,16 +323,33 @@ impl NicModel {
         }
         let served_until = conn.served_until;
 
-        // 2. Request: CN tx link, latency, MN rx link.
-        let cn = &mut st.cns[batch.cn as usize];
-        let mn = &mut st.mns[batch.mn as usize];
-        let s = issue.max(cn.tx_free);
-        cn.tx_free = s + self.link_ns(req);
+        // 2. Request: CN PCIe (WRITE payloads), CN tx link, latency, MN rx link.
+        let FabricState {
+            cns,
+            mns,
+            cn_pcie,
+            tears,
+            ..
+        } = &mut *st;
+        let cn = &mut cns[batch.cn as usize];
+        let cn_pcie = &mut cn_pcie[batch.cn as usize];
+        let mn = &mut mns[batch.mn as usize];
+        let mut s = issue.max(cn.tx_free);
+        let mut tx_end = s + self.link_ns(req);
+        if write_bytes > 0 {
+            // The NIC fetches the payload from CN memory while it sends (cut-through):
+            // sending starts no earlier than the fetch and ends no earlier than it.
+            let d = issue.max(cn_pcie.dma_read_free);
+            cn_pcie.dma_read_free = d + pcie_ns_at(write_bytes, pcie_fs);
+            s = s.max(d);
+            tx_end = (s + self.link_ns(req)).max(cn_pcie.dma_read_free);
+        }
+        cn.tx_free = tx_end;
         let r = (s + lat).max(mn.port.rx_free);
-        mn.port.rx_free = r + self.link_ns(req);
+        mn.port.rx_free = (r + self.link_ns(req)).max(tx_end + lat);
         let arrival = mn.port.rx_free;
 
-        // 3. Service: a unit, connection order, PCIe, atomic token and address.
+        // 3. Service: a unit, connection order, media, PCIe, atomic token and address.
         let (unit, unit_free) = mn
             .units
             .iter()
@@ -265,24 +358,49 @@ impl NicModel {
             .min_by_key(|&(i, free)| (free, i))
             .expect("a NIC has at least one unit");
         let start = arrival.max(unit_free).max(served_until);
+        let tear_at = batch.slot.map(|slot| (slot, batch.mn));
         let mut proc = start; // the unit's processing, op after op
         let mut t = start; // completion of the ops so far
-        for op in ops {
+        for (ord, op) in ops.enumerate() {
+            let begin = proc;
             proc += self.service_ns(op.kind());
-            let dma = Self::dma_bytes(op);
-            if dma > 0 {
-                let p = proc.max(mn.pcie_free);
-                mn.pcie_free = p + self.pcie_ns(dma);
-                t = t.max(mn.pcie_free);
-            } else if matches!(op.kind(), OpKind::Cas | OpKind::Faa) {
-                let addr = op.ptr().offset;
-                let addr_free = mn.addr_free.get(&addr).copied().unwrap_or(0);
-                let x = proc.max(t).max(mn.atomic_next).max(addr_free);
-                mn.atomic_next = x + self.atomic_nic_gap_ns;
-                mn.addr_free.insert(addr, x + self.atomic_addr_ns);
-                t = x + self.atomic_addr_ns;
-            } else {
-                t = t.max(proc);
+            match *op {
+                Op::Read { ptr, len, dst } if len > 0 => {
+                    let n = u64::from(len);
+                    let ready = match pm {
+                        Some(pm) => mn.pm.read(pm, proc, n, batch.t),
+                        None => proc,
+                    };
+                    let p = ready.max(mn.pcie.dma_read_free);
+                    mn.pcie.dma_read_free = p + pcie_ns_at(n, pcie_fs);
+                    t = t.max(mn.pcie.dma_read_free);
+                    if let Some(at) = tear_at.filter(|_| Tears::may_tear(ptr.offset, len)) {
+                        tears.push(at, false, ord, (ptr.offset, len, dst), (begin, mn.pcie.dma_read_free));
+                    }
+                }
+                Op::Write { ptr, src, len } if len > 0 => {
+                    let n = u64::from(len);
+                    let p = proc.max(mn.pcie.dma_write_free);
+                    mn.pcie.dma_write_free = p + pcie_ns_at(n, pcie_fs);
+                    let landed = match pm {
+                        Some(pm) => mn.pm.write(pm, mn.pcie.dma_write_free, n, batch.t),
+                        None => mn.pcie.dma_write_free,
+                    };
+                    t = t.max(landed);
+                    if let Some(at) = tear_at.filter(|_| Tears::may_tear(ptr.offset, len)) {
+                        tears.push(at, true, ord, (ptr.offset, len, src), (begin, landed));
+                    }
+                }
+                Op::Cas { ptr, .. } | Op::Faa { ptr, .. } => {
+                    let addr = ptr.offset;
+                    let addr_free = mn.addr_free.get(&addr).copied().unwrap_or(0);
+                    let x = proc.max(t).max(mn.atomic_next).max(addr_free);
+                    mn.atomic_next = x + self.atomic_nic_gap_ns;
+                    mn.addr_free.insert(addr, x + self.atomic_addr_ns);
+                    t = x + self.atomic_addr_ns;
+                }
+                // FLUSH, and READ/WRITE of no bytes: the unit alone.
+                _ => t = t.max(proc),
             }
         }
         let busy = proc - start;
@@ -293,12 +411,19 @@ impl NicModel {
             mn.addr_free.retain(|_, &mut free| free > batch.t);
         }
 
-        // 4. Reply: MN tx link, latency, CN rx link.
+        // 4. Reply: MN tx link, latency, CN rx link, CN PCIe (READ payloads).
         let s2 = end.max(mn.port.tx_free);
         mn.port.tx_free = s2 + self.link_ns(rep);
         let r2 = (s2 + lat).max(cn.rx_free);
         cn.rx_free = r2 + self.link_ns(rep);
-        let done = cn.rx_free;
+        let mut done = cn.rx_free;
+        if read_bytes > 0 {
+            // Cut-through again: the NIC writes the payload to CN memory as packets land.
+            let d = r2.max(cn_pcie.dma_write_free);
+            cn_pcie.dma_write_free = d + pcie_ns_at(read_bytes, pcie_fs);
+            done = done.max(cn_pcie.dma_write_free);
+        }
+        tears.close(end, done);
 
         let conn = &mut st.conns[batch.conn as usize][batch.mn as usize];
         conn.served_until = end;
@@ -314,10 +439,153 @@ impl NicModel {
             done,
         }
     }
+
+    /// Bytes on the wire for a two-sided SEND of `len` bytes: one header per MTU packet,
+    /// as a WRITE, without the RETH.
+    pub fn send_bytes(&self, len: u64) -> u64 {
+        self.packets(len) * self.packet_header_bytes + len
+    }
+
+    /// Time a CN→CN SEND of `len` bytes leaving compute node `from` at `t` for compute
+    /// node `to` (`from != to`), reserving `from`'s tx link and `to`'s rx link as step 2
+    /// of the module doc does for a request. Returns when the receiver's NIC has placed
+    /// it: `arrival + recv_service_ns`; uncontended,
+    /// `t + latency + link(send_bytes(len)) + recv_service_ns`. ACKs are not modelled.
+    pub fn time_send(&self, st: &mut FabricState, from: u32, to: u32, len: u64, t: u64) -> u64 {
+        assert_ne!(from, to, "a message within one compute node does not cross its NIC");
+        let n = from.max(to) as usize + 1;
+        if st.cns.len() < n {
+            st.cns.resize_with(n, Port::default);
+        }
+        let wire = self.link_ns(self.send_bytes(len));
+        let tx = &mut st.cns[from as usize];
+        let s = t.max(tx.tx_free);
+        tx.tx_free = s + wire;
+        let rx = &mut st.cns[to as usize];
+        let r = (s + self.one_way_latency_ns).max(rx.rx_free);
+        rx.rx_free = r + wire;
+        rx.rx_free + self.recv_service_ns
+    }
 }
 
 /// Prune a responder's per-address map when it holds more entries than this.
 const ADDR_FREE_PRUNE_AT: usize = 4096;
+
+/// `bytes` at `fs_per_byte` femtoseconds each, in ns rounded up.
+#[inline]
+fn pcie_ns_at(bytes: u64, fs_per_byte: u64) -> u64 {
+    (bytes * fs_per_byte).div_ceil(1_000_000)
+}
+
+/// Persistent-memory media of a memory node (a profile's optional `[pm]`), after FORD
+/// §1 and §3.2 (Fig. 3): Optane DIMMs write far slower than a NIC moves data, and
+/// concurrent reads cut their write throughput further.
+///
+/// Each memory node has one media resource with a read queue and a write queue (the
+/// memory controller keeps separate read and write pending queues). A READ's payload
+/// is read from the media before it crosses PCIe: `m = max(proc, read_free)`,
+/// `read_free = m + n·read_ps_per_byte`. A WRITE's payload lands on the media after
+/// PCIe: `m = max(pcie_done, write_free)`, `write_free = m + n·write_ps_per_byte / (1 −
+/// cut)`, and the op is done (for its batch's service end) when it landed. FLUSH adds
+/// nothing: the media's write queue is inside the persistence domain (ADR).
+///
+/// Interference: `cut = write_cut_max_permille/1000 · load`, where `load ∈ [0, 1]` is
+/// the READ bytes sent to the node during the previous `load_window_ns` window (of
+/// doorbell time), as a share of what the media could write in that window:
+/// `load = min(1, read_bytes · write_ps_per_byte / window)`. So reads cut write
+/// throughput linearly in their rate, by at most `write_cut_max_permille` (FORD's
+/// measured 87.5%) once they flow at the media's write bandwidth or more, which is
+/// where one 100 Gb/s ConnectX-5 was in FORD's Fig. 3 (32 reading threads). The shape
+/// in between is assumed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PmModel {
+    /// Media write time per byte (ps): 78 ≈ 12.9 GB/s.
+    pub write_ps_per_byte: u64,
+    /// Media read time per byte (ps).
+    pub read_ps_per_byte: u64,
+    /// Largest cut of write throughput by concurrent reads, per mille (< 1000).
+    pub write_cut_max_permille: u64,
+    /// Window over which the read load is measured (ns).
+    pub load_window_ns: u64,
+}
+
+impl PmModel {
+    /// Six interleaved Optane DC PM DIMMs per memory node, FORD's PM pool (§6.1).
+    /// Sources: `docs/sim-model.md`.
+    pub fn optane_6x() -> Self {
+        Self {
+            write_ps_per_byte: 78,
+            read_ps_per_byte: 25,
+            write_cut_max_permille: 875,
+            load_window_ns: 10_000,
+        }
+    }
+
+    /// Media time of a WRITE of `n` bytes under a read load of `load_permille` (ns,
+    /// rounded up).
+    #[inline]
+    pub fn write_ns(&self, n: u64, load_permille: u64) -> u64 {
+        let cut = self.write_cut_max_permille * load_permille.min(1000) / 1000;
+        (n * self.write_ps_per_byte * 1000).div_ceil((1000 - cut.min(999)) * 1000)
+    }
+
+    /// Media time of a READ of `n` bytes (ns, rounded up).
+    #[inline]
+    pub fn read_ns(&self, n: u64) -> u64 {
+        (n * self.read_ps_per_byte).div_ceil(1000)
+    }
+
+    /// Read load (per mille) of `read_bytes` in one window.
+    #[inline]
+    pub fn load_permille(&self, read_bytes: u64) -> u64 {
+        (read_bytes * self.write_ps_per_byte / self.load_window_ns.max(1)).min(1000)
+    }
+}
+
+/// One memory node's media queues and read-load windows ([`PmModel`]).
+#[derive(Clone, Debug, Default)]
+pub struct PmState {
+    /// The read queue frees then.
+    pub read_free: u64,
+    /// The write queue frees then.
+    pub write_free: u64,
+    /// Index of the current load window (doorbell time / window).
+    window: u64,
+    /// READ bytes in the current window.
+    read_bytes_cur: u64,
+    /// READ bytes in the window before it.
+    read_bytes_prev: u64,
+}
+
+impl PmState {
+    /// Move the load windows to the one holding doorbell time `t`. Doorbell times are
+    /// nearly monotonic (each CPU's are); an older one counts in the current window.
+    fn roll(&mut self, pm: &PmModel, t: u64) {
+        let idx = t / pm.load_window_ns.max(1);
+        if idx > self.window {
+            self.read_bytes_prev = if idx == self.window + 1 { self.read_bytes_cur } else { 0 };
+            self.read_bytes_cur = 0;
+            self.window = idx;
+        }
+    }
+
+    /// A READ of `n` bytes whose unit is done at `at`: when its payload is off the media.
+    fn read(&mut self, pm: &PmModel, at: u64, n: u64, t: u64) -> u64 {
+        self.roll(pm, t);
+        self.read_bytes_cur += n;
+        self.read_free = at.max(self.read_free) + pm.read_ns(n);
+        self.read_free
+    }
+
+    /// A WRITE of `n` bytes off PCIe at `at`: when it landed on the media.
+    fn write(&mut self, pm: &PmModel, at: u64, n: u64, t: u64) -> u64 {
+        self.roll(pm, t);
+        let load = pm.load_permille(self.read_bytes_prev);
+        self.write_free = at.max(self.write_free) + pm.write_ns(n, load);
+        self.write_free
+    }
+}
 
 /// Who sends a batch where, and when the doorbell rang.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -330,6 +598,10 @@ pub struct BatchAt {
     pub mn: u16,
     /// Virtual time of the doorbell (ns).
     pub t: u64,
+    /// The in-flight post slot that owns the batch, for tears (the `sim` transport's):
+    /// its READ and WRITE ops are recorded so that concurrent ones can tear
+    /// (the `tear` module). None: timing only.
+    pub slot: Option<u32>,
 }
 
 /// When a batch passes each point of its path (virtual ns).
@@ -356,6 +628,17 @@ pub struct Port {
     pub rx_free: u64,
 }
 
+/// One NIC's PCIe link, full duplex: the two directions are separate budgets.
+#[derive(Clone, Debug, Default)]
+pub struct Pcie {
+    /// The NIC reading host memory (a responder's READ payloads, a requester's WRITE
+    /// payloads) is busy until then.
+    pub dma_read_free: u64,
+    /// The NIC writing host memory (a responder's WRITE payloads, a requester's READ
+    /// payloads) is busy until then.
+    pub dma_write_free: u64,
+}
+
 /// A memory node's NIC.
 #[derive(Clone, Debug, Default)]
 pub struct Responder {
@@ -363,12 +646,14 @@ pub struct Responder {
     pub port: Port,
     /// When each processing unit frees.
     pub units: Vec<u64>,
-    /// When PCIe frees.
-    pub pcie_free: u64,
+    /// Its PCIe.
+    pub pcie: Pcie,
     /// When the next NIC-wide atomic token is available.
     pub atomic_next: u64,
     /// Per address: when the next atomic on it may run.
     pub addr_free: BTreeMap<u64, u64>,
+    /// Its persistent-memory media, when the profile has `[pm]`.
+    pub pm: PmState,
 }
 
 /// One connection to one memory node.
@@ -390,6 +675,11 @@ pub struct FabricState {
     pub cns: Vec<Port>,
     /// Memory-node NICs.
     pub mns: Vec<Responder>,
+    /// Per compute node: its NIC's PCIe (WRITE payloads fetched from CN memory, READ
+    /// payloads written to it).
+    pub cn_pcie: Vec<Pcie>,
+    /// READ and WRITE ops in service, for tears.
+    pub(crate) tears: Tears,
     /// Per connection, per memory node.
     pub conns: Vec<Vec<ConnState>>,
 }
@@ -399,6 +689,9 @@ impl FabricState {
         let (cn, conn, mn) = (cn as usize, conn as usize, mn as usize);
         if self.cns.len() <= cn {
             self.cns.resize_with(cn + 1, Port::default);
+        }
+        if self.cn_pcie.len() <= cn {
+            self.cn_pcie.resize_with(cn + 1, Pcie::default);
         }
         if self.mns.len() <= mn {
             self.mns.resize_with(mn + 1, || Responder {
@@ -422,7 +715,13 @@ mod tests {
     use dmtx_verbs::{MnId, RemotePtr};
 
     fn at(conn: u32, t: u64) -> BatchAt {
-        BatchAt { cn: 0, conn, mn: 0, t }
+        BatchAt {
+            cn: 0,
+            conn,
+            mn: 0,
+            t,
+            slot: None,
+        }
     }
 
     /// Goal: one READ's timing is the closed form of the module doc.
