@@ -222,7 +222,9 @@ mod tests {
     fn jumps_and_drift_changes() {
         let vt = VirtualTime::new();
         let a = Arc::new(ClockAdjust::default());
-        let c = NodeClock::new(vt.clone(), 1_000, 0).unwrap().with_adjust(Arc::clone(&a));
+        let c = NodeClock::new(vt.clone(), 1_000, 0)
+            .unwrap()
+            .with_adjust(Arc::clone(&a));
         vt.advance_to(10_000);
         assert_eq!(c.now_ns(), 11_000);
         a.jump(-5_000);

@@ -60,7 +60,8 @@ pub struct CpuModel {
     pub wqe_ns: u64,
     /// Polling one completion-queue entry, once per batch.
     pub cqe_ns: u64,
-    /// Copying a READ's payload out of the receive buffer, per KiB.
+    /// Per KiB of verb payload: building a WRITE's (record images, checksums) before its
+    /// doorbell, and copying and checking a READ's after its completion.
     pub copy_ns_per_kib: u64,
     /// Resuming a coroutine (the executor's pass and the context switch), per poll.
     pub poll_ns: u64,

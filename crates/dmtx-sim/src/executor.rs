@@ -1,8 +1,8 @@
 //! The deterministic executor: every coordinator of every simulated compute node runs
 //! as a task on one OS thread, on virtual time.
 //!
-//! Each task has a waker that sets its "woken" flag. A pass polls the woken tasks in
-//! task-index order. A task spawned on a virtual CPU ([`SimExecutor::spawn_on`]) joins
+//! Each task has a waker that lists it as woken (once). A pass polls the woken tasks in
+//! the order they were woken. A task spawned on a virtual CPU ([`SimExecutor::spawn_on`]) joins
 //! that CPU's FIFO instead, and the CPU runs its queue one poll at a time while it is
 //! idle (`cursor <= now`); when it is busy, a wake-up at the instant it frees brings the
 //! executor back (see `crate::cpu`). When no task is woken, the executor takes the next event of the
@@ -22,16 +22,18 @@ use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Wake, Waker};
 
 use crate::cpu::CpuId;
 use crate::sim::Event;
 use crate::{CpuMode, Sim, SimError};
 
-/// Tasks woken since their last poll.
+/// Tasks woken since their last poll: a flag per task (so a task is listed once) and
+/// the list in wake order, so a pass touches only the woken tasks.
 struct Woken {
     flags: Vec<AtomicBool>,
+    list: Mutex<Vec<usize>>,
     any: AtomicBool,
 }
 
@@ -46,7 +48,13 @@ impl Wake for TaskWaker {
     }
     fn wake_by_ref(self: &Arc<Self>) {
         if let Some(flag) = self.woken.flags.get(self.index) {
-            flag.store(true, Ordering::Relaxed);
+            if !flag.swap(true, Ordering::Relaxed) {
+                self.woken
+                    .list
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(self.index);
+            }
         }
         self.woken.any.store(true, Ordering::Relaxed);
     }
@@ -145,8 +153,10 @@ impl<'a> SimExecutor<'a> {
         let mut tasks: Vec<Option<Task<'a>>> = tasks.into_iter().map(Some).collect();
         let woken = Arc::new(Woken {
             flags: (0..n).map(|_| AtomicBool::new(true)).collect(),
+            list: Mutex::new((0..n).collect()),
             any: AtomicBool::new(true),
         });
+        let mut pass: Vec<usize> = Vec::with_capacity(n);
         let wakers: Vec<Waker> = (0..n)
             .map(|index| {
                 Waker::from(Arc::new(TaskWaker {
@@ -192,10 +202,10 @@ impl<'a> SimExecutor<'a> {
         };
         loop {
             if woken.any.swap(false, Ordering::Relaxed) {
-                for i in 0..n {
-                    if !woken.flags[i].swap(false, Ordering::Relaxed) {
-                        continue;
-                    }
+                pass.clear();
+                std::mem::swap(&mut pass, &mut *woken.list.lock().unwrap_or_else(|e| e.into_inner()));
+                for &i in &pass {
+                    woken.flags[i].store(false, Ordering::Relaxed);
                     let Some(task) = tasks[i].as_mut() else { continue };
                     match task_cpu[i] {
                         None => {

@@ -1307,6 +1307,10 @@ impl Sim {
     /// The batch of `slot` for `mn` reaches its node with a script installed.
     pub(crate) fn apply_faulty(&self, st: &mut State, slot: usize, mn: MnId) {
         let region = &self.shared.regions[mn.index()];
+        if st.posts[slot].fx.cut & bit(mn.0) == 0 {
+            // READs and WRITEs in service together tear here as on the fast path.
+            crate::tear::before_apply(st, region, slot, mn, self.now());
+        }
         let State {
             posts, stats, faults, ..
         } = st;

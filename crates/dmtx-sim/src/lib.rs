@@ -22,6 +22,14 @@
 //! - [`SimExecutor`]: every coordinator of every simulated compute node as a task on one
 //!   OS thread, with real wakers, polled in a fixed order; virtual time moves only
 //!   when no task is runnable.
+//! - [`SimMsgNet`] ([`msg`]): CN↔CN two-sided messages (the [`dmtx_verbs::msg`]
+//!   contract) over the same links, and [`serve`], the task that drives a worker's
+//!   [`dmtx_runtime::Rpc`] on the executor.
+//!
+//! - [`FaultScript`] ([`Sim::install_faults`], module [`faults`]): crashed memory nodes
+//!   (DRAM or PM, with [`persist`]'s persistence domain) and compute nodes, link downs,
+//!   partitions, lost replies, delays, slow NICs and clock faults, fired by virtual time,
+//!   the op stream or named fault points; [`membership`]: failure detection by leases.
 //!
 //! Same seed, same configuration and the same tasks give bit-identical runs: nothing
 //! reads the host's clock, nothing iterates a hash map, no OS thread is started.
@@ -30,13 +38,13 @@
 //!
 //! - Sparse memory-node regions (pages allocated on first touch): regions are whatever
 //!   [`dmtx_verbs::Region`] the caller passes.
-//! - TOML NIC profiles (cx3/cx5/cx6): only the built-in [`NicModel::cx5`].
-//! - Tears between a READ and a WRITE in service at the same time: a batch's ops take
-//!   effect together at the end of its service, so the simulator never tears a record
-//!   (the `mem` transport's stall knob is the place to test tears), and
-//!   `dmtx_verbs::conformance::reads_tear_by_word` does not apply.
+//! - Tears of two overlapping WRITEs (memory never holds a mixture: the later applied
+//!   wins whole), and tears while a fault script is installed (its apply path does not
+//!   call the `tear` hook). READ/WRITE tears are modelled otherwise (the `tear` module,
+//!   [`Sim::tear_stats`]); `dmtx_verbs::conformance::reads_tear_by_word` does not apply:
+//!   it stalls a region's word loop from OS threads, while the simulator applies ops on
+//!   one thread and tears by its model (`tests/physics.rs` checks the shapes).
 //! - A CPU model: polling a task costs no virtual time.
-//! - Faults (dropped or delayed completions, crashed nodes, clogged links).
 //! - `dmtx bench --transport sim`.
 //!
 //! ```
@@ -64,19 +72,29 @@ pub mod clock;
 pub mod cpu;
 pub mod events;
 mod executor;
-mod faults;
+pub mod faults;
+pub mod membership;
+pub mod msg;
 pub mod nic;
-mod sim;
+pub mod persist;
+pub mod profile;
 pub mod report;
+mod sim;
+mod tear;
 mod transport;
 
 pub use clock::{NodeClock, VirtualTime};
 pub use cpu::{CpuBusy, CpuId, CpuMode, CpuModel};
 pub use events::EventQueue;
 pub use executor::{RunReport, SimExecutor};
-pub use nic::{BatchTiming, NicModel};
-pub use sim::{Sim, SimConfig, SimStats, Sleep};
+pub use faults::{CnDurable, FaultError, FaultScript, Node};
+pub use membership::{MembershipConfig, View, ViewChange};
+pub use msg::{serve, ServeStop, SimMailbox, SimMsgFabric, SimMsgNet};
+pub use nic::{BatchTiming, NicModel, PmModel};
+pub use profile::{Profile, ProfileError};
 pub use report::{FabricLoad, KindWaits, NodeLoad};
+pub use sim::{Sim, SimConfig, SimStats, Sleep};
+pub use tear::TearStats;
 pub use transport::{SimFabric, SimTransport};
 
 /// What can go wrong in a simulation run.

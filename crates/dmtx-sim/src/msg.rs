@@ -529,7 +529,7 @@ impl SimMailbox {
                 wire = model.send_bytes(len);
                 model.time_send(&mut st.fabric, u32::from(self.addr.cn), u32::from(dest.cn), len, t)
             };
-            st.queue.push(at, SimEvent::Msg(delivery));
+            st.queue.push(at, SimEvent::Msg(Box::new(delivery)));
         }
         let mut st = self.net.lock();
         st.stats.wire_bytes += wire;

@@ -28,6 +28,8 @@ pub struct SimConfig {
     pub nic: NicModel,
     /// The compute nodes' CPU model.
     pub cpu: crate::CpuModel,
+    /// The memory nodes' persistent-memory media ([`crate::nic::PmModel`]); None: DRAM.
+    pub pm: Option<crate::nic::PmModel>,
     /// Passes over runnable tasks the executor makes without virtual time moving before
     /// it takes the next event anyway: a task that only yields (a backoff loop) then
     /// costs virtual time instead of spinning forever at one instant.
@@ -41,7 +43,18 @@ impl SimConfig {
             seed,
             nic: NicModel::cx5(),
             cpu: crate::CpuModel::default(),
+            pm: None,
             spin_passes_max: 1024,
+        }
+    }
+
+    /// A profile's NIC, CPU and memory models and the given seed.
+    pub fn from_profile(seed: u64, profile: &crate::Profile) -> Self {
+        Self {
+            nic: profile.nic.clone(),
+            cpu: profile.cpu.clone(),
+            pm: profile.pm.clone(),
+            ..Self::new(seed)
         }
     }
 }
@@ -68,6 +81,10 @@ pub(crate) enum Event {
     Complete { slot: usize },
     /// A timer fires.
     Wake(Waker),
+    /// A CN↔CN message reaches its receiver (`msg` module).
+    Msg(Box<crate::msg::Delivery>),
+    /// A scripted fault or the membership service acts (`faults`, `membership`).
+    Fault(crate::faults::FaultEvent),
 }
 
 /// A post in flight: a copy of its ops and write data, and the results to hand back.
@@ -85,6 +102,8 @@ pub(crate) struct InFlight {
     pub err: Option<(usize, VerbError)>,
     pub waker: Option<Waker>,
     pub detached: bool,
+    /// Fault-script bookkeeping (untouched when no script is installed).
+    pub fx: crate::faults::PostFaults,
 }
 
 impl InFlight {
@@ -108,6 +127,8 @@ pub(crate) struct State {
     /// Worker threads' virtual CPUs, and who they belong to.
     pub cpus: Vec<crate::cpu::CpuState>,
     pub cpu_ids: std::collections::BTreeMap<(u32, u16), u32>,
+    /// The fault script, node clocks' faults, CN durable areas, membership.
+    pub faults: crate::faults::Faults,
 }
 
 pub(crate) struct Shared {
@@ -115,6 +136,8 @@ pub(crate) struct Shared {
     pub config: SimConfig,
     pub regions: Vec<Arc<Region>>,
     pub state: Mutex<State>,
+    /// Fault flags read without the lock (crashed CNs, MN restarts).
+    pub flags: crate::faults::Flags,
 }
 
 /// A handle on one simulation; clones share it.
@@ -153,7 +176,9 @@ impl Sim {
                     load: Default::default(),
                     cpus: Vec::new(),
                     cpu_ids: Default::default(),
+                    faults: Default::default(),
                 }),
+                flags: Default::default(),
             }),
         }
     }
@@ -217,6 +242,7 @@ impl Sim {
     /// the queue was empty. Wakers are woken after the lock is released.
     pub fn step(&self) -> bool {
         let mut wake = None;
+        let mut delivery = None;
         {
             let mut st = self.lock();
             let Some((at, event)) = st.queue.pop() else {
@@ -225,7 +251,17 @@ impl Sim {
             self.shared.time.advance_to(at.max(self.now()));
             st.stats.events += 1;
             match event {
+                Event::Apply { slot, mn } if st.faults.active.is_some() => self.apply_faulty(&mut st, slot, mn),
                 Event::Apply { slot, mn } => self.apply(&mut st, slot, mn),
+                Event::Complete { slot } if st.posts[slot].fx.hold_until > self.now() => {
+                    // A fault holds the reply back (a timeout, a delay): it lands later,
+                    // or never when its compute node crashed.
+                    let until = st.posts[slot].fx.hold_until;
+                    if until != u64::MAX {
+                        st.queue.push(until, Event::Complete { slot });
+                    }
+                }
+                Event::Fault(ev) => self.fault_event(&mut st, ev),
                 Event::Complete { slot } => {
                     let p = &mut st.posts[slot];
                     p.pending -= 1;
@@ -238,7 +274,12 @@ impl Sim {
                     }
                 }
                 Event::Wake(w) => wake = Some(w),
+                // Handled below: it looks at crashed nodes, which may lock the state.
+                Event::Msg(d) => delivery = Some(d),
             }
+        }
+        if let Some(d) = delivery {
+            d.arrive(self);
         }
         if let Some(w) = wake {
             w.wake();
@@ -250,6 +291,7 @@ impl Sim {
     /// skips the rest of that batch, as an RDMA queue pair in the error state does.
     fn apply(&self, st: &mut State, slot: usize, mn: MnId) {
         let region = &self.shared.regions[mn.index()];
+        crate::tear::before_apply(st, region, slot, mn, self.now());
         let State { posts, stats, .. } = st;
         let p = &mut posts[slot];
         stats.batches += 1;

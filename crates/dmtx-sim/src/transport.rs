@@ -23,7 +23,7 @@
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
-use dmtx_verbs::{Fabric, MnId, Post, Result, Submitted, Ticket, Transport, VerbError};
+use dmtx_verbs::{Fabric, MnId, Op, Post, Result, Submitted, Ticket, Transport, VerbError};
 
 use dmtx_runtime::{Probe, ProbeSource};
 
@@ -196,6 +196,10 @@ impl SimTransport {
         }
         p.pending = (mns.count_ones() as usize).max(1);
         p.batches = mns.count_ones();
+        // Fault script: a crashed CN's posts never run; triggers count the ops.
+        if st.faults.active.is_some() && !sim.fault_admit(st, slot, self.cn, self.conn, now) {
+            return slot;
+        }
         if mns == 0 {
             st.queue.push(now, Event::Complete { slot });
             return slot;
@@ -205,11 +209,31 @@ impl SimTransport {
                 continue;
             }
             let mn = MnId(mn as u16);
+            // Fault script: a cut path fails after the timeout, a slow NIC scales the model.
+            let faulty = st.faults.active.is_some();
+            let slow = match faulty {
+                false => None,
+                true => match sim.fault_gate(st, slot, self.cn, mn, now) {
+                    Some(m) => m,
+                    None => continue,
+                },
+            };
+            let model = slow.as_ref().unwrap_or(model);
             let ops = st.posts[slot].ops.iter().filter(move |o| o.ptr().mn == mn);
             let wqes = ops.clone().count() as u64;
             let mut t = now;
             if let Some(cpu) = self.cpu {
-                let cost = cpu_model.scaled(cpu_model.wqe_ns * wqes + cpu_model.doorbell_ns);
+                // WRITE payloads are built (images, checksums) before the doorbell.
+                let payload: u64 = ops
+                    .clone()
+                    .map(|o| match *o {
+                        Op::Write { len, .. } => len as u64,
+                        _ => 0,
+                    })
+                    .sum();
+                let cost = cpu_model.scaled(
+                    cpu_model.wqe_ns * wqes + cpu_model.doorbell_ns + payload * cpu_model.copy_ns_per_kib / 1024,
+                );
                 let cpu = &mut st.cpus[cpu.index()];
                 cpu.cursor = now.max(cpu.cursor) + cost;
                 cpu.busy_ns += cost;
@@ -220,12 +244,16 @@ impl SimTransport {
                 conn: self.conn,
                 mn: mn.0,
                 t,
+                slot: Some(slot as u32),
             };
             let t = at.t;
-            let tm = model.time_batch(&mut st.fabric, at, ops.clone());
+            let tm = model.time_batch_pm(sim.config().pm.as_ref(), &mut st.fabric, at, ops.clone());
             st.load.batch(model, self.cn, mn.0, t, &tm, ops);
             st.queue.push(tm.end, Event::Apply { slot, mn });
             st.queue.push(tm.done, Event::Complete { slot });
+            if faulty {
+                sim.fault_batch(st, slot, mn, &tm);
+            }
         }
         slot
     }
@@ -243,6 +271,7 @@ impl Transport for SimTransport {
     fn poll(&self, ticket: Ticket, post: &mut Post, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let slot = ticket.0 as usize;
         let mut st = self.sim.lock();
+        crate::tear::before_poll(&mut st, slot);
         let p = &mut st.posts[slot];
         if p.pending > 0 {
             match &p.waker {
@@ -276,6 +305,12 @@ impl Transport for SimTransport {
 
     fn submit_detached(&self, post: &mut Post) {
         self.start(post, true);
+    }
+
+    /// Memory-node restarts in the simulation so far: every endpoint reconnects and
+    /// sees them.
+    fn restarts(&self) -> u64 {
+        self.sim.mn_restarts()
     }
 
     fn progress(&self) {

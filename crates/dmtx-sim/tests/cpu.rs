@@ -26,7 +26,9 @@ fn run(coroutines: usize, step_ns: u64, rounds: usize, mode: CpuMode) -> u64 {
                 probe.step("test.work", 1);
                 post.clear();
                 post.read(RemotePtr::new(MnId(0), 64 * c as u64), 64);
-                let Submitted::Pending(ticket) = t.submit(&mut post) else { unreachable!() };
+                let Submitted::Pending(ticket) = t.submit(&mut post) else {
+                    unreachable!()
+                };
                 std::future::poll_fn(|cx| t.poll(ticket, &mut post, cx)).await.unwrap();
             }
         });
@@ -54,7 +56,10 @@ fn coroutines_overlap_round_trips_until_the_cpu_saturates() {
     let (t1, t2, t4, t8) = (tput(1), tput(2), tput(4), tput(8));
     let cap = 1e9 / per_round as f64;
     assert!(t2 > 1.8 * t1, "2 coroutines overlap: {t1:.0} -> {t2:.0}/s");
-    assert!(t4 > 0.95 * cap && t8 > 0.95 * cap, "saturated at the CPU: {t4:.0}, {t8:.0} of {cap:.0}/s");
+    assert!(
+        t4 > 0.95 * cap && t8 > 0.95 * cap,
+        "saturated at the CPU: {t4:.0}, {t8:.0} of {cap:.0}/s"
+    );
     assert!(t8 <= cap * 1.001, "never beyond the CPU: {t8:.0} > {cap:.0}/s");
     // With the CPU free, 8 coroutines are bounded only by the fabric.
     let free = (8 * rounds) as f64 / run(8, step, rounds, CpuMode::Off) as f64 * 1e9;

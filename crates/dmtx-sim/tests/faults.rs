@@ -44,7 +44,10 @@ async fn post(sim: &Sim, t: &SimTransport, p: &mut Post) -> (Result<(), VerbErro
 type Log = Rc<RefCell<Vec<Option<(Result<(), VerbError>, u64)>>>>;
 
 fn results(log: &Log) -> Vec<(Result<(), VerbError>, u64)> {
-    log.borrow().iter().map(|r| r.clone().expect("every write completed")).collect()
+    log.borrow()
+        .iter()
+        .map(|r| r.clone().expect("every write completed"))
+        .collect()
 }
 
 fn unreachable(r: &Result<(), VerbError>) -> bool {

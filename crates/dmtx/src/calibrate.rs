@@ -15,7 +15,7 @@
 //! 3. With `A[w][k]` the count of step `k` per attempt of workload `w` (polls included)
 //!    and `t[w]` the remaining ns per attempt, the costs `c` minimise
 //!    `Σ_w ((t_w − A_w·c) / t_w)² + λ Σ_k ((c_k − p_k) / p_k)²`: relative error per
-//!    workload, pulled gently (`λ = 0.05`) towards the starting profile's values `p` so
+//!    workload, pulled gently (`λ = 0.001`) towards the starting profile's values `p` so
 //!    that steps the runs cannot tell apart keep sensible costs. Negative costs are
 //!    clipped to zero.
 //!
@@ -41,9 +41,12 @@ use crate::registry;
 
 /// The pseudo-step the executor charges per coroutine poll (`cpu.poll_ns`).
 const POLL: &str = "poll";
+/// The pseudo-step the transport charges per KiB of verb payload (`cpu.copy_ns_per_kib`):
+/// copying it, and the checksums and record images protocols compute over it.
+const KIB: &str = "payload_kib";
 
 /// Pull towards the starting profile (see the module doc).
-const LAMBDA: f64 = 0.05;
+const LAMBDA: f64 = 1e-3;
 
 /// Counts every named step, per thread, merged when the thread's probe is dropped.
 #[derive(Default)]
@@ -117,8 +120,9 @@ pub fn measure_mem_cost() -> MemCost {
             post.read(RemotePtr::new(MnId(0), ((i as u64 * 4096) % (1 << 19)) & !63), len);
             match t.submit(&mut post) {
                 Submitted::Done(r) => r.expect("an in-range read"),
-                Submitted::Pending(ticket) => block_on(std::future::poll_fn(|cx| t.poll(ticket, &mut post, cx)))
-                    .expect("an in-range read"),
+                Submitted::Pending(ticket) => {
+                    block_on(std::future::poll_fn(|cx| t.poll(ticket, &mut post, cx))).expect("an in-range read")
+                }
             }
         }
         start.elapsed().as_nanos() as f64 / n as f64
@@ -169,6 +173,8 @@ pub fn sample(workload: &str, duration: &str, mem: MemCost, extra: &[String]) ->
         .collect();
     // One poll per critical round trip, plus the attempt's first.
     steps.insert(POLL.into(), (c.rtts + a.rtts) as f64 / attempts + 1.0);
+    let payload = (c.bytes_in + c.bytes_out + a.bytes_in + a.bytes_out) as f64;
+    steps.insert(KIB.into(), payload / 1024.0 / attempts);
     Ok(Sample {
         workload: workload.to_string(),
         ns_per_attempt: r.elapsed_s * 1e9 / attempts,
@@ -201,7 +207,11 @@ pub fn fit(samples: &[Sample], prior: &BTreeMap<String, f64>) -> BTreeMap<String
         rhs[i] += LAMBDA * prior[*n] / (p * p);
     }
     let c = solve(m, rhs);
-    names.into_iter().cloned().zip(c.into_iter().map(|x| x.max(0.0))).collect()
+    names
+        .into_iter()
+        .cloned()
+        .zip(c.into_iter().map(|x| x.max(0.0)))
+        .collect()
 }
 
 /// Gaussian elimination with partial pivoting (the system is small and, thanks to the
@@ -250,8 +260,9 @@ pub fn calibrate(base: &str, workloads: &[String], duration: &str) -> Result<(St
     let cpu = &profile.cpu;
     let mut prior: BTreeMap<String, f64> = BTreeMap::new();
     prior.insert(POLL.into(), cpu.poll_ns as f64);
+    prior.insert(KIB.into(), cpu.copy_ns_per_kib as f64);
     for s in &samples {
-        for name in s.steps.keys().filter(|n| *n != POLL) {
+        for name in s.steps.keys().filter(|n| *n != POLL && *n != KIB) {
             let p = cpu.steps.get(name).copied().unwrap_or(cpu.step_default_ns);
             prior.insert(name.clone(), p as f64);
         }
@@ -263,10 +274,18 @@ pub fn calibrate(base: &str, workloads: &[String], duration: &str) -> Result<(St
         "mem transport: {:.0} ns per post, {:.3} ns per byte (subtracted)",
         mem.post_ns, mem.byte_ns
     );
-    let _ = writeln!(report, "{:<10} {:>12} {:>12} {:>12} {:>8}", "workload", "ns/attempt", "mem ns", "fitted ns", "error");
+    let _ = writeln!(
+        report,
+        "{:<10} {:>12} {:>12} {:>12} {:>8}",
+        "workload", "ns/attempt", "mem ns", "fitted ns", "error"
+    );
     for s in &samples {
         let t = s.ns_per_attempt - s.mem_ns_per_attempt;
-        let f: f64 = s.steps.iter().map(|(n, c)| c * fitted.get(n).copied().unwrap_or(0.0)).sum();
+        let f: f64 = s
+            .steps
+            .iter()
+            .map(|(n, c)| c * fitted.get(n).copied().unwrap_or(0.0))
+            .sum();
         let _ = writeln!(
             report,
             "{:<10} {:>12.0} {:>12.0} {:>12.0} {:>7.1}%",
@@ -285,6 +304,8 @@ pub fn calibrate(base: &str, workloads: &[String], duration: &str) -> Result<(St
     for (n, c) in &fitted {
         if n == POLL {
             cpu.poll_ns = c.round() as u64;
+        } else if n == KIB {
+            cpu.copy_ns_per_kib = c.round() as u64;
         } else {
             cpu.steps.insert(n.clone(), c.round() as u64);
         }
@@ -316,8 +337,11 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, r)| {
-                let steps: BTreeMap<String, f64> =
-                    ["a", "b", POLL].iter().zip(r).map(|(k, v)| (k.to_string(), *v)).collect();
+                let steps: BTreeMap<String, f64> = ["a", "b", POLL]
+                    .iter()
+                    .zip(r)
+                    .map(|(k, v)| (k.to_string(), *v))
+                    .collect();
                 let t: f64 = steps.iter().map(|(k, v)| v * truth[k]).sum();
                 Sample {
                     workload: format!("w{i}"),

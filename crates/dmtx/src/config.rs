@@ -420,7 +420,8 @@ impl BenchConfig {
                 (None, Some(p)) => crate::preset::sim_nic(p).to_string(),
                 (None, None) => "cx5".to_string(),
             };
-            let mut profile = dmtx_sim::Profile::load(&name).map_err(|e| ConfigError::invalid("--nic", &name, &e.to_string()))?;
+            let mut profile =
+                dmtx_sim::Profile::load(&name).map_err(|e| ConfigError::invalid("--nic", &name, &e.to_string()))?;
             if let Some(cpu) = args.cpu {
                 profile.cpu.mode = cpu.mode();
             }

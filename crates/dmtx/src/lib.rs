@@ -42,6 +42,7 @@ pub mod driver;
 pub mod error;
 pub mod preset;
 pub mod registry;
+pub mod report;
 pub mod results;
 pub mod stats;
 

@@ -49,6 +49,12 @@ enum Command {
     List,
     /// Check a recorded history (`dmtx bench --history FILE`) for isolation anomalies.
     Check(CheckArgs),
+    /// Tabulate run records (`dmtx bench --out` JSON files, or directories of them).
+    Report {
+        /// JSON files or directories.
+        #[arg(required = true)]
+        paths: Vec<std::path::PathBuf>,
+    },
     /// Serve one memory node over TCP (verbs and the init-time control RPC only).
     Memnode(MemnodeArgs),
     /// Start memory-node processes (`cluster up --local N [-- bench ARGS...]`).
@@ -189,6 +195,13 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Memnode(args) => memnode(&args),
         Command::Cluster(ClusterCommand::Up(args)) => cluster_up(&args),
         Command::Sim(cmd) => sim(cmd),
+        Command::Report { paths } => {
+            let runs = dmtx::report::load(&paths)?;
+            let mut out = std::io::stdout().lock();
+            out.write_all(dmtx::report::render(&runs).as_bytes())?;
+            out.flush()?;
+            Ok(EXIT_OK)
+        }
     }
 }
 
@@ -215,7 +228,11 @@ fn sim(cmd: SimCommand) -> anyhow::Result<i32> {
             match out {
                 Some(path) => {
                     std::fs::write(&path, toml).with_context(|| format!("writing {}", path.display()))?;
-                    eprintln!("wrote {}; use it with `dmtx bench --transport sim --nic {}`", path.display(), path.display());
+                    eprintln!(
+                        "wrote {}; use it with `dmtx bench --transport sim --nic {}`",
+                        path.display(),
+                        path.display()
+                    );
                 }
                 None => {
                     let mut o = std::io::stdout().lock();

@@ -518,9 +518,21 @@ impl SimResult {
             rx_bytes: l.rx_bytes,
             link_utilisation: round(l.link_utilisation(elapsed_ns), 4),
         };
-        let mut nics: Vec<NicResult> = raw.load.mns.iter().enumerate().map(|(i, l)| node(format!("mn{i}"), l)).collect();
+        let mut nics: Vec<NicResult> = raw
+            .load
+            .mns
+            .iter()
+            .enumerate()
+            .map(|(i, l)| node(format!("mn{i}"), l))
+            .collect();
         nics.extend(raw.load.cns.iter().enumerate().map(|(i, l)| node(format!("cn{i}"), l)));
-        let mean_us = |sum: u64, n: u64| if n == 0 { 0.0 } else { round(sum as f64 / n as f64 / 1e3, 3) };
+        let mean_us = |sum: u64, n: u64| {
+            if n == 0 {
+                0.0
+            } else {
+                round(sum as f64 / n as f64 / 1e3, 3)
+            }
+        };
         let waits_us = dmtx_sim::report::KINDS
             .iter()
             .zip(&raw.load.kinds)
@@ -568,7 +580,6 @@ impl SimResult {
         }
     }
 }
-
 
 /// What the driver hands over to build a [`BenchResult`].
 pub struct RawRun<'a> {
@@ -724,14 +735,29 @@ impl BenchResult {
             let u: Vec<f64> = sim.cpus.iter().map(|c| c.utilisation).collect();
             let mean = u.iter().sum::<f64>() / u.len() as f64;
             let max = u.iter().copied().fold(0.0, f64::max);
-            let _ = writeln!(o, "  cpu busy    mean {:.0}%, max {:.0}% over {} worker threads", mean * 100.0, max * 100.0, u.len());
+            let _ = writeln!(
+                o,
+                "  cpu busy    mean {:.0}%, max {:.0}% over {} worker threads",
+                mean * 100.0,
+                max * 100.0,
+                u.len()
+            );
         }
         let waits: Vec<String> = sim
             .waits_us
             .iter()
-            .map(|(k, w)| format!("{k} {:.2}+{:.2}/{:.2}", w.admission_mean, w.responder_mean, w.latency_mean))
+            .map(|(k, w)| {
+                format!(
+                    "{k} {:.2}+{:.2}/{:.2}",
+                    w.admission_mean, w.responder_mean, w.latency_mean
+                )
+            })
             .collect();
-        let _ = writeln!(o, "  waits us    {}   (admission+responder queueing / latency, per op)", waits.join(", "));
+        let _ = writeln!(
+            o,
+            "  waits us    {}   (admission+responder queueing / latency, per op)",
+            waits.join(", ")
+        );
     }
 
     /// The fixed-width human summary; `saved` is where the JSON went, if anywhere.

@@ -427,11 +427,19 @@ fn simulated_runs_are_checked_and_deterministic() {
     let sim = a.sim.as_ref().expect("a simulated run reports `sim`");
     assert_eq!(sim.profile, "cx5");
     assert!(sim.note.contains("simulated"));
-    assert_eq!(sim.timeseries_ms.iter().sum::<u64>(), a.committed, "the series counts every commit");
+    assert_eq!(
+        sim.timeseries_ms.iter().sum::<u64>(),
+        a.committed,
+        "the series counts every commit"
+    );
     // 2 ms of virtual time in 1 ms buckets, and the attempts in flight at the deadline
     // finish in a third.
     assert!((2..=3).contains(&sim.timeseries_ms.len()), "{:?}", sim.timeseries_ms);
-    assert!(sim.cpus.iter().all(|c| c.utilisation > 0.0 && c.utilisation <= 1.0), "{:?}", sim.cpus);
+    assert!(
+        sim.cpus.iter().all(|c| c.utilisation > 0.0 && c.utilisation <= 1.0),
+        "{:?}",
+        sim.cpus
+    );
     assert!(sim.nics.iter().any(|n| n.node == "mn0" && n.link_utilisation > 0.0));
     assert!(sim.waits_us["read"].latency_mean > 2.0, "a READ crosses the link twice");
     assert!(a.run_info.real_s_per_sim_s.is_some());
@@ -457,7 +465,11 @@ fn simulated_runs_are_checked_and_deterministic() {
     });
     let free_sim = free.sim.as_ref().unwrap();
     assert_eq!(free_sim.cpu_mode, "off");
-    assert!(free_sim.cpus.iter().all(|c| c.utilisation == 0.0), "{:?}", free_sim.cpus);
+    assert!(
+        free_sim.cpus.iter().all(|c| c.utilisation == 0.0),
+        "{:?}",
+        free_sim.cpus
+    );
     let e = BenchConfig::from_args(&BenchArgs {
         cluster: Some("cluster.toml".into()),
         ..args
