@@ -151,11 +151,16 @@ impl<'a> SimExecutor<'a> {
         let mut wake_at = vec![0u64; cpu_ids.len()];
         let mut crashed = 0usize;
         let mut tasks: Vec<Option<Task<'a>>> = tasks.into_iter().map(Some).collect();
+        let ncpu = cpu_ids.len();
+        // Wake-ups `0..n` are tasks, `n..n + ncpu` a busy CPU freeing.
         let woken = Arc::new(Woken {
-            flags: (0..n).map(|_| AtomicBool::new(true)).collect(),
+            flags: (0..n + ncpu).map(|i| AtomicBool::new(i < n)).collect(),
             list: Mutex::new((0..n).collect()),
             any: AtomicBool::new(true),
         });
+        // CPUs with woken tasks to run this pass, in the order they became due.
+        let mut due: Vec<usize> = Vec::with_capacity(ncpu);
+        let mut is_due = vec![false; ncpu];
         let mut pass: Vec<usize> = Vec::with_capacity(n);
         let wakers: Vec<Waker> = (0..n)
             .map(|index| {
@@ -165,11 +170,15 @@ impl<'a> SimExecutor<'a> {
                 }))
             })
             .collect();
-        // Wakes the executor (no task) when a busy CPU frees.
-        let cpu_free = Waker::from(Arc::new(TaskWaker {
-            index: usize::MAX,
-            woken: Arc::clone(&woken),
-        }));
+        // Wakes the executor when a busy CPU frees.
+        let cpu_free: Vec<Waker> = (0..ncpu)
+            .map(|c| {
+                Waker::from(Arc::new(TaskWaker {
+                    index: n + c,
+                    woken: Arc::clone(&woken),
+                }))
+            })
+            .collect();
         let events_before = sim.stats().events;
         let mut live = n;
         let mut polls = 0u64;
@@ -206,6 +215,14 @@ impl<'a> SimExecutor<'a> {
                 std::mem::swap(&mut pass, &mut *woken.list.lock().unwrap_or_else(|e| e.into_inner()));
                 for &i in &pass {
                     woken.flags[i].store(false, Ordering::Relaxed);
+                    if i >= n {
+                        let c = i - n;
+                        if !is_due[c] {
+                            is_due[c] = true;
+                            due.push(c);
+                        }
+                        continue;
+                    }
                     let Some(task) = tasks[i].as_mut() else { continue };
                     match task_cpu[i] {
                         None => {
@@ -214,14 +231,21 @@ impl<'a> SimExecutor<'a> {
                                 live -= 1;
                             }
                         }
-                        Some(c) if !queued[i] => {
-                            queued[i] = true;
-                            ready[c].push_back(i);
+                        Some(c) => {
+                            if !queued[i] {
+                                queued[i] = true;
+                                ready[c].push_back(i);
+                            }
+                            if !is_due[c] {
+                                is_due[c] = true;
+                                due.push(c);
+                            }
                         }
-                        Some(_) => {}
                     }
                 }
-                for c in 0..cpu_ids.len() {
+                // Only CPUs with something new to run; a busy one comes back when it frees.
+                for &c in &due {
+                    is_due[c] = false;
                     while let Some(&i) = ready[c].front() {
                         let (cn, cursor) = sim.cpu_state(cpu_ids[c]);
                         if sim.cn_down(cn) {
@@ -238,7 +262,7 @@ impl<'a> SimExecutor<'a> {
                         if cursor > sim.now() {
                             if wake_at[c] < cursor {
                                 wake_at[c] = cursor;
-                                sim.lock().queue.push(cursor, Event::Wake(cpu_free.clone()));
+                                sim.lock().queue.push(cursor, Event::Wake(cpu_free[c].clone()));
                             }
                             break;
                         }
@@ -251,6 +275,7 @@ impl<'a> SimExecutor<'a> {
                         }
                     }
                 }
+                due.clear();
                 if live == 0 {
                     return Ok(report(&sim, live, polls, crashed));
                 }

@@ -42,7 +42,7 @@
 //!    atomic waits for the ops before it to complete, for the NIC-wide atomic token (one
 //!    every [`NicModel::atomic_nic_gap_ns`]) and for its address to be free (one atomic
 //!    per address every [`NicModel::atomic_addr_ns`], next-free times kept per address
-//!    in a `BTreeMap`): `x = max(proc_i, done_{<i}, token, addr_free)`, `token = x + gap`,
+//!    in a hash map): `x = max(proc_i, done_{<i}, token, addr_free)`, `token = x + gap`,
 //!    `done_i = addr_free = x + addr_ns`. Service ends when the last op is done,
 //!    `end = max_i done_i`; the connection's next batch starts no earlier. An op's
 //!    service interval, `[proc_{i-1}, done_i]`, is what the `tear` module overlaps.
@@ -92,7 +92,9 @@
 //! | outstanding READ/atomic per connection | 16 | assumed | `max_qp_rd_atom` that `ibv_devinfo` commonly reports |
 //! | RECV processing (CN↔CN SEND) | 200 ns | assumed | a responder op (80 ns) plus the receive-WQE fetch over PCIe, which one-sided ops do not need (Kalia et al., FaSST, OSDI'16) |
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
 
 use dmtx_verbs::{Op, OpKind};
 use serde::{Deserialize, Serialize};
@@ -350,13 +352,7 @@ impl NicModel {
         let arrival = mn.port.rx_free;
 
         // 3. Service: a unit, connection order, media, PCIe, atomic token and address.
-        let (unit, unit_free) = mn
-            .units
-            .iter()
-            .copied()
-            .enumerate()
-            .min_by_key(|&(i, free)| (free, i))
-            .expect("a NIC has at least one unit");
+        let (unit, unit_free) = earliest(&mn.units);
         let start = arrival.max(unit_free).max(served_until);
         let tear_at = batch.slot.map(|slot| (slot, batch.mn));
         let mut proc = start; // the unit's processing, op after op
@@ -587,6 +583,21 @@ impl PmState {
     }
 }
 
+/// The unit that frees first, the lowest index on ties (a plain loop: this runs once per
+/// batch and is the model's hottest line).
+#[inline]
+fn earliest(units: &[u64]) -> (usize, u64) {
+    let mut best = 0;
+    let mut free = units[0];
+    for (i, &f) in units.iter().enumerate().skip(1) {
+        if f < free {
+            best = i;
+            free = f;
+        }
+    }
+    (best, free)
+}
+
 /// Who sends a batch where, and when the doorbell rang.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct BatchAt {
@@ -651,7 +662,9 @@ pub struct Responder {
     /// When the next NIC-wide atomic token is available.
     pub atomic_next: u64,
     /// Per address: when the next atomic on it may run.
-    pub addr_free: BTreeMap<u64, u64>,
+    /// Never iterated in an order that matters (pruning only drops past entries), so a
+    /// hash map keeps runs deterministic.
+    pub addr_free: FxHashMap<u64, u64>,
     /// Its persistent-memory media, when the profile has `[pm]`.
     pub pm: PmState,
 }

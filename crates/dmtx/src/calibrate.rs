@@ -228,12 +228,14 @@ fn solve(mut m: Vec<Vec<f64>>, mut b: Vec<f64>) -> Vec<f64> {
         if d.abs() < f64::MIN_POSITIVE {
             continue;
         }
-        for row in col + 1..n {
-            let f = m[row][col] / d;
-            for j in col..n {
-                m[row][j] -= f * m[col][j];
+        let (top, rest) = m.split_at_mut(col + 1);
+        let pivot_row = &top[col];
+        for (k, row) in rest.iter_mut().enumerate() {
+            let f = row[col] / d;
+            for (x, p) in row[col..].iter_mut().zip(&pivot_row[col..]) {
+                *x -= f * p;
             }
-            b[row] -= f * b[col];
+            b[col + 1 + k] -= f * b[col];
         }
     }
     let mut x = vec![0.0; n];

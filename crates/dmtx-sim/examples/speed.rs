@@ -1,0 +1,71 @@
+//! How fast the simulator runs: simulated verb completions per real second, for a stream
+//! of posts with no protocol logic around them (the simulator's own cost), with one and
+//! with four ops per doorbell batch, with the CPU model on.
+//!
+//! `cargo run --release -p dmtx-sim --example speed [virtual_ms]`
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use dmtx_sim::{Sim, SimConfig, SimExecutor, SimFabric};
+use dmtx_verbs::{MnId, Post, Region, RemotePtr, Submitted, Transport};
+use rand::Rng;
+
+/// `cns` compute nodes × `threads` × `coroutines` coordinators post `ops` READs/WRITEs per
+/// post, spread over `mns` memory nodes, until `virtual_ns`.
+fn run(cns: u32, threads: u16, coroutines: usize, mns: usize, ops: usize, virtual_ns: u64) {
+    let regions: Vec<Arc<Region>> = (0..mns).map(|_| Arc::new(Region::new(64 << 20))).collect();
+    let sim = Sim::new(SimConfig::new(1), regions);
+    let mut ex = SimExecutor::new(&sim);
+    for cn in 0..cns {
+        let fabric = SimFabric::new(&sim, cn);
+        for t in 0..threads {
+            let transport = Rc::new(fabric.transport_of(t));
+            let cpu = sim.cpu_of(cn, t);
+            for _ in 0..coroutines {
+                let (tr, mut rng) = (Rc::clone(&transport), sim.fork_rng());
+                ex.spawn_on(cpu, async move {
+                    let mut post = Post::new();
+                    loop {
+                        post.clear();
+                        let mn = MnId(rng.random_range(0..mns as u16));
+                        for _ in 0..ops {
+                            let at = RemotePtr::new(mn, rng.random_range(0..(1u64 << 20)) * 64);
+                            if rng.random_bool(0.5) {
+                                post.read(at, 64);
+                            } else {
+                                post.write(at, &[7u8; 64]);
+                            }
+                        }
+                        let Submitted::Pending(ticket) = tr.submit(&mut post) else {
+                            unreachable!()
+                        };
+                        std::future::poll_fn(|cx| tr.poll(ticket, &mut post, cx)).await.unwrap();
+                    }
+                });
+            }
+        }
+    }
+    let started = Instant::now();
+    ex.run_until(virtual_ns).unwrap();
+    let real = started.elapsed().as_secs_f64();
+    let st = sim.stats();
+    println!(
+        "{cns} CN x {threads} threads x {coroutines} coroutines, {mns} MNs, {ops} op(s)/post: {} verbs, {} events in {real:.2} s: {:.2} M verb completions/s, {:.1} s real per simulated second",
+        st.ops,
+        st.events,
+        st.ops as f64 / real / 1e6,
+        real / (virtual_ns as f64 / 1e9)
+    );
+}
+
+fn main() {
+    let ms: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(20);
+    let ns = ms * 1_000_000;
+    run(1, 8, 8, 2, 1, ns);
+    run(1, 8, 8, 2, 4, ns);
+    // LOTUS-sized: 3 MNs, 9 CNs, 540 coordinators.
+    run(9, 10, 6, 3, 1, ns);
+    run(9, 10, 6, 3, 4, ns);
+}
