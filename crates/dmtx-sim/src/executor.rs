@@ -197,15 +197,15 @@ impl<'a> SimExecutor<'a> {
         let poll = |i: usize, task: &mut Task<'a>, polls: &mut u64| {
             *polls += 1;
             let mut cx = Context::from_waker(&wakers[i]);
+            // Resuming the coroutine comes first: what the poll posts leaves after it.
+            if let (Some(c), false) = (task_cpu[i], measured) {
+                sim.charge(cpu_ids[c], poll_ns);
+            }
             let started = measured.then(std::time::Instant::now);
             let done = task.as_mut().poll(&mut cx).is_ready();
-            if let Some(c) = task_cpu[i] {
-                let ns = match started {
-                    // Opt-in, for cross-checks: real time is not deterministic.
-                    Some(t) => (t.elapsed().as_nanos() as f64 * cpu_model.scale) as u64,
-                    None => poll_ns,
-                };
-                sim.charge(cpu_ids[c], ns);
+            if let (Some(c), Some(t)) = (task_cpu[i], started) {
+                // Opt-in, for cross-checks: real time is not deterministic.
+                sim.charge(cpu_ids[c], (t.elapsed().as_nanos() as f64 * cpu_model.scale) as u64);
             }
             done
         };

@@ -116,17 +116,35 @@ fn run(seed: u64, faults: &str, deadline_ns: u64) -> Outcome {
     let commits = Rc::new(Cell::new(0u64));
     let aborts = Rc::new(Cell::new(0u64));
     let gave_up = Rc::new(Cell::new(0u64));
+    // Coordinators stop between transactions at half the deadline, so none is caught
+    // mid-transaction (holding its locks) when the run ends: survivors retrying against
+    // a crashed node's locks could otherwise still be at it.
+    let stop = Rc::new(Cell::new(false));
     let mut ex = SimExecutor::new(&sim);
+    {
+        let (s, stop) = (sim.clone(), stop.clone());
+        ex.spawn(async move {
+            s.sleep(deadline_ns / 2).await;
+            stop.set(true);
+        });
+    }
     for c in coords.iter_mut() {
         let mut rng = sim.fork_rng();
         let (sim, commits, aborts, gave_up) = (sim.clone(), commits.clone(), aborts.clone(), gave_up.clone());
+        let stop = stop.clone();
         ex.spawn(async move {
             for _ in 0..TRANSFERS {
+                if stop.get() {
+                    return;
+                }
                 let a = rng.random_range(0..KEYS);
                 let b = (a + rng.random_range(1..KEYS)) % KEYS;
                 let amount = rng.random_range(1..10u64);
                 let mut done = false;
                 for tries in 0..TRIES_MAX {
+                    if stop.get() {
+                        return;
+                    }
                     let r = async {
                         let mut tx = c.begin();
                         let ra = tx.add_rw(ACCTS, a);
