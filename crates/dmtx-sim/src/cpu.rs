@@ -84,7 +84,7 @@ const CALIBRATED_STEPS: [(&str, u64); 5] = [
 
 impl Default for CpuModel {
     /// `poll_ns`, `copy_ns_per_kib` and the steps are calibrated (see
-    /// [`CALIBRATED_STEPS`]); the doorbell, WQE and CQE costs are assumed, of the order
+    /// `CALIBRATED_STEPS`); the doorbell, WQE and CQE costs are assumed, of the order
     /// Kalia et al. (ATC'16) report for an MMIO doorbell and WQE/CQE handling.
     fn default() -> Self {
         Self {

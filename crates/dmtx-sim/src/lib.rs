@@ -11,7 +11,7 @@
 //!   per-node offset and drift (ppm).
 //! - [`NicModel`]: links (rate, latency, per-packet headers, MTU segmentation), responder
 //!   processing units with per-kind service times, per-connection ordering and the
-//!   outstanding READ/atomic bound, responder PCIe, the NIC-wide atomic rate and
+//!   outstanding READ/atomic bound, PCIe on both ends, the NIC-wide atomic rate and
 //!   per-address atomic serialization. One batch costs one `Apply` and one `Complete`
 //!   event, never one per op. [`NicModel::cx5`] is the default; the `nic` module doc
 //!   and `docs/sim-model.md` give every parameter's source and whether it is measured,
@@ -20,8 +20,8 @@
 //!   connections, implementing [`dmtx_verbs::Fabric`] and [`dmtx_verbs::Transport`] over
 //!   the memory nodes' [`dmtx_verbs::Region`]s.
 //! - [`SimExecutor`]: every coordinator of every simulated compute node as a task on one
-//!   OS thread, with real wakers, polled in a fixed order; virtual time moves only
-//!   when no task is runnable.
+//!   OS thread, with real wakers, polled in wake order (per worker CPU, FIFO); virtual
+//!   time moves only when no task is runnable.
 //! - [`SimMsgNet`] ([`msg`]): CN↔CN two-sided messages (the [`dmtx_verbs::msg`]
 //!   contract) over the same links, and [`serve`], the task that drives a worker's
 //!   [`dmtx_runtime::Rpc`] on the executor.
@@ -34,18 +34,23 @@
 //! Same seed, same configuration and the same tasks give bit-identical runs: nothing
 //! reads the host's clock, nothing iterates a hash map, no OS thread is started.
 //!
+//! - [`CpuModel`] ([`cpu`]): each worker thread's virtual CPU, charged per poll, WQE,
+//!   doorbell, CQE, payload KiB and named protocol step ([`dmtx_runtime::Probe`]);
+//!   [`Profile`] ([`profile`]): NIC, CPU and PM parameters from TOML (`cx3`, `cx5`, `cx6`
+//!   built in); [`FabricLoad`] ([`report`]): per-node link load and per-op-kind waits.
+//!
+//! Memory-node regions are sparse (the kernel fills a page on first touch), so regions
+//! may be paper-sized (`tests/sparse.rs`).
+//!
 //! # Not done yet
 //!
-//! - Sparse memory-node regions (pages allocated on first touch): regions are whatever
-//!   [`dmtx_verbs::Region`] the caller passes.
 //! - Tears of two overlapping WRITEs (memory never holds a mixture: the later applied
-//!   wins whole), and tears while a fault script is installed (its apply path does not
-//!   call the `tear` hook). READ/WRITE tears are modelled otherwise (the `tear` module,
-//!   [`Sim::tear_stats`]); `dmtx_verbs::conformance::reads_tear_by_word` does not apply:
-//!   it stalls a region's word loop from OS threads, while the simulator applies ops on
-//!   one thread and tears by its model (`tests/physics.rs` checks the shapes).
-//! - A CPU model: polling a task costs no virtual time.
-//! - `dmtx bench --transport sim`.
+//!   wins whole). READ/WRITE tears are modelled (the `tear` module, [`Sim::tear_stats`]);
+//!   `dmtx_verbs::conformance::reads_tear_by_word` does not apply: it stalls a region's
+//!   word loop from OS threads, while the simulator applies ops on one thread and tears
+//!   by its model (`tests/physics.rs` checks the shapes).
+//! - Speed: about 2 M simulated verbs per real second end to end (`examples/speed.rs`,
+//!   `docs/sim-model.md`), short of the 5 M aimed at.
 //!
 //! ```
 //! use std::sync::Arc;

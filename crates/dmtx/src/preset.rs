@@ -168,11 +168,12 @@ pub fn render() -> String {
     for p in PRESETS {
         let ws: Vec<&str> = p.workloads.iter().map(|(w, _)| *w).collect();
         out += &format!(
-            "  {:<12} {}: {} memory nodes x {} replicas; workloads: {}\n",
+            "  {:<12} {}: {} memory nodes x {} replicas, --nic {} on sim; workloads: {}\n",
             p.name,
             p.source,
             p.memory_nodes,
             p.replicas,
+            sim_nic(p.name),
             if ws.is_empty() {
                 "none yet".to_string()
             } else {
@@ -187,6 +188,25 @@ pub fn render() -> String {
 mod tests {
     use super::*;
     use crate::config::{BenchArgs, BenchConfig};
+
+    /// Goal: on the simulator a preset picks its testbed's NIC unless `--nic` is given.
+    #[test]
+    fn presets_pick_their_testbeds_nic_on_sim() {
+        let sim = |preset: &str, nic: Option<&str>| {
+            let cfg = BenchConfig::from_args(&BenchArgs {
+                transport: crate::config::TransportKind::Sim,
+                nic: nic.map(String::from),
+                ..args(preset, "tatp")
+            })
+            .unwrap();
+            cfg.sim.unwrap().profile.name
+        };
+        assert_eq!(sim("lotus", None), "cx3");
+        assert_eq!(sim("oocc", None), "cx6");
+        assert_eq!(sim("ford", None), "cx5");
+        assert_eq!(sim("lotus", Some("cx6")), "cx6");
+        assert!(render().contains("--nic cx3"));
+    }
 
     fn args(preset: &str, workload: &str) -> BenchArgs {
         BenchArgs {
