@@ -327,7 +327,8 @@ pub fn calibrate(base: &str, workloads: &[String], duration: &str) -> Result<(St
 mod tests {
     use super::*;
 
-    /// Goal: with consistent measurements the fit recovers the true costs.
+    /// Goal: with consistent measurements the fit recovers the true costs (within 5%: the
+    /// pull towards a prior 1.5 times off moves them a little).
     #[test]
     fn fit_recovers_known_costs() {
         let truth: BTreeMap<String, f64> = [("a", 100.0), ("b", 30.0), (POLL, 50.0)]
@@ -353,7 +354,8 @@ mod tests {
                 }
             })
             .collect();
-        let prior: BTreeMap<String, f64> = truth.keys().map(|k| (k.clone(), 40.0)).collect();
+        // A prior half as large again as the truth (the base profile is a guess).
+        let prior: BTreeMap<String, f64> = truth.iter().map(|(k, v)| (k.clone(), v * 1.5)).collect();
         let got = fit(&samples, &prior);
         for (k, v) in &truth {
             assert!((got[k] - v).abs() / v < 0.05, "{k}: fitted {} vs {v}", got[k]);
