@@ -27,6 +27,9 @@ pub const DURATION_S_MAX: f64 = 7.0 * 24.0 * 3600.0;
 
 /// Default run length when neither `--duration` nor `--txns` is given.
 pub const DURATION_DEFAULT: Duration = Duration::from_secs(10);
+/// Default simulated run length (`--transport sim`): 0.2 s of virtual time, several
+/// hundred thousand transactions on the default setup.
+pub const SIM_DURATION_DEFAULT: Duration = Duration::from_millis(200);
 
 /// The raw flags of `dmtx bench`, as clap parses them. Nothing here is validated yet:
 /// call [`BenchConfig::from_args`].
@@ -48,7 +51,8 @@ pub struct BenchArgs {
     #[arg(long, short = 'c', default_value_t = 8)]
     pub coroutines: u32,
 
-    /// Run length: seconds, or a number with `ms`, `s`, `m` [default: 10s unless --txns].
+    /// Run length: seconds, or a number with `ms`, `s`, `m` [default: 10s, or 200ms of
+    /// virtual time on --transport sim, unless --txns].
     #[arg(long, short = 'd', value_name = "TIME")]
     pub duration: Option<String>,
 
@@ -479,6 +483,7 @@ impl BenchConfig {
                 ))
             }
             (None, Some(n)) => StopRule::Txns(n),
+            (None, None) if args.transport == TransportKind::Sim => StopRule::Duration(SIM_DURATION_DEFAULT),
             (None, None) => StopRule::Duration(DURATION_DEFAULT),
         };
         let mn_bytes = args.mn_bytes.as_deref().map(parse_mn_bytes).transpose()?;
@@ -708,6 +713,20 @@ mod tests {
             out: "-".into(),
             ..BenchArgs::default()
         }
+    }
+
+    /// Goal: a run without --duration or --txns lasts 10 s of real time, or 0.2 s of
+    /// virtual time on the simulator (whose seconds cost several real ones).
+    #[test]
+    fn test_default_run_length_depends_on_the_transport() {
+        let real = BenchConfig::from_args(&args()).unwrap();
+        assert_eq!(real.stop, StopRule::Duration(DURATION_DEFAULT));
+        let sim = BenchConfig::from_args(&BenchArgs {
+            transport: TransportKind::Sim,
+            ..args()
+        })
+        .unwrap();
+        assert_eq!(sim.stop, StopRule::Duration(SIM_DURATION_DEFAULT));
     }
 
     #[test]

@@ -383,7 +383,8 @@ fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
     }
     if !cfg.quiet {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if cfg.threads as usize > cores {
+        // Simulated threads are virtual: they share the one OS thread by design.
+        if cfg.threads as usize > cores && cfg.sim.is_none() {
             eprintln!(
                 "note: --threads {} exceeds the {cores} CPUs here; worker threads poll, so they will share cores and measure less",
                 cfg.threads

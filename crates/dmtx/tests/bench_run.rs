@@ -410,8 +410,21 @@ fn simulated_runs_are_checked_and_deterministic() {
         quiet: true,
         ..BenchArgs::default()
     };
-    let a = run_registry(&args);
-    let b = run_registry(&args);
+    let dir = std::env::temp_dir().join(format!("dmtx-sim-history-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let with_history = |name: &str| BenchArgs {
+        history: Some(dir.join(name).display().to_string()),
+        ..args.clone()
+    };
+    let a = run_registry(&with_history("a.jsonl"));
+    let b = run_registry(&with_history("b.jsonl"));
+    let (ha, hb) = (
+        std::fs::read(dir.join("a.jsonl")).unwrap(),
+        std::fs::read(dir.join("b.jsonl")).unwrap(),
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(!ha.is_empty());
+    assert!(ha == hb, "same seed, same history, byte for byte");
     assert_eq!(a.transport, "sim");
     assert!(a.committed > 0);
     assert!(a.invariant.ok, "{}", a.invariant.detail);
