@@ -182,17 +182,7 @@ fn too_small_regions_are_refused_with_the_fix() {
         ..small("smallbank", &["accounts=1000"])
     })
     .unwrap();
-    let stop = AtomicBool::new(false);
-    let e = registry::run(
-        &cfg,
-        &RunHooks {
-            stop: &stop,
-            monitor: &Silent,
-            probes: None,
-        },
-    )
-    .unwrap_err()
-    .to_string();
+    let e = common::run_error(&cfg);
     assert!(e.starts_with("--mn-bytes 65536: memory node mn"), "{e}");
     assert!(e.contains("drop --mn-bytes"), "{e}");
 }
@@ -521,18 +511,7 @@ fn simulated_faults_are_injected_from_the_command_line() {
         faults: Some("crash-mn mn=1 mode=dram at=1ms".into()),
         ..args.clone()
     };
-    let cfg = BenchConfig::from_args(&crash).unwrap();
-    let stop = AtomicBool::new(false);
-    let e = registry::run(
-        &cfg,
-        &RunHooks {
-            stop: &stop,
-            monitor: &Silent,
-            probes: None,
-        },
-    )
-    .unwrap_err()
-    .to_string();
+    let e = common::run_error(&BenchConfig::from_args(&crash).unwrap());
     assert!(e.contains("mn1"), "{e}");
 
     let e = BenchConfig::from_args(&BenchArgs {

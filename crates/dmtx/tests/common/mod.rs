@@ -22,3 +22,18 @@ pub fn run_registry(args: &BenchArgs) -> BenchResult {
     )
     .unwrap()
 }
+
+/// Run `cfg` through the registry, silently, expecting an error; its message.
+pub fn run_error(cfg: &BenchConfig) -> String {
+    let stop = AtomicBool::new(false);
+    registry::run(
+        cfg,
+        &RunHooks {
+            stop: &stop,
+            monitor: &Silent,
+            probes: None,
+        },
+    )
+    .unwrap_err()
+    .to_string()
+}
