@@ -119,6 +119,44 @@ impl FabricLoad {
     }
 }
 
+impl NodeLoad {
+    fn since(&self, before: &NodeLoad) -> NodeLoad {
+        NodeLoad {
+            ops: std::array::from_fn(|k| self.ops[k] - before.ops[k]),
+            tx_bytes: self.tx_bytes - before.tx_bytes,
+            rx_bytes: self.rx_bytes - before.rx_bytes,
+            tx_busy_ns: self.tx_busy_ns - before.tx_busy_ns,
+            rx_busy_ns: self.rx_busy_ns - before.rx_busy_ns,
+        }
+    }
+}
+
+impl FabricLoad {
+    /// What was added since `before` (an earlier reading of the same run): the load of
+    /// a measured window after a warm-up.
+    pub fn since(&self, before: &FabricLoad) -> FabricLoad {
+        let nodes = |now: &[NodeLoad], then: &[NodeLoad]| -> Vec<NodeLoad> {
+            now.iter()
+                .enumerate()
+                .map(|(i, n)| n.since(then.get(i).unwrap_or(&NodeLoad::default())))
+                .collect()
+        };
+        FabricLoad {
+            mns: nodes(&self.mns, &before.mns),
+            cns: nodes(&self.cns, &before.cns),
+            kinds: std::array::from_fn(|k| {
+                let (a, b) = (&self.kinds[k], &before.kinds[k]);
+                KindWaits {
+                    ops: a.ops - b.ops,
+                    admission_ns: a.admission_ns - b.admission_ns,
+                    responder_ns: a.responder_ns - b.responder_ns,
+                    latency_ns: a.latency_ns - b.latency_ns,
+                }
+            }),
+        }
+    }
+}
+
 impl crate::Sim {
     /// The fabric's load so far.
     pub fn load(&self) -> FabricLoad {

@@ -72,6 +72,18 @@ pub struct SimStats {
     pub ops: u64,
 }
 
+impl SimStats {
+    /// What was added since `before` (an earlier reading of the same run).
+    pub fn since(&self, before: &SimStats) -> SimStats {
+        SimStats {
+            events: self.events - before.events,
+            posts: self.posts - before.posts,
+            batches: self.batches - before.batches,
+            ops: self.ops - before.ops,
+        }
+    }
+}
+
 /// Something that happens at a virtual time.
 #[derive(Debug)]
 pub(crate) enum Event {

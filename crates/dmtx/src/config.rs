@@ -30,6 +30,8 @@ pub const DURATION_DEFAULT: Duration = Duration::from_secs(10);
 /// Default simulated run length (`--transport sim`): 0.2 s of virtual time, several
 /// hundred thousand transactions on the default setup.
 pub const SIM_DURATION_DEFAULT: Duration = Duration::from_millis(200);
+/// Default warm-up of a simulated run without --duration: virtual time before measuring.
+pub const SIM_WARMUP_DEFAULT: Duration = Duration::from_millis(20);
 
 /// The raw flags of `dmtx bench`, as clap parses them. Nothing here is validated yet:
 /// call [`BenchConfig::from_args`].
@@ -55,6 +57,11 @@ pub struct BenchArgs {
     /// virtual time on --transport sim, unless --txns].
     #[arg(long, short = 'd', value_name = "TIME")]
     pub duration: Option<String>,
+
+    /// Run this long first without measuring (caches and queues fill); then --duration
+    /// is measured [default: 0, or 20ms on --transport sim without --duration].
+    #[arg(long, value_name = "TIME")]
+    pub warmup: Option<String>,
 
     /// Stop after this many committed transactions instead of after a time.
     #[arg(long, value_name = "N")]
@@ -224,6 +231,7 @@ impl Default for BenchArgs {
             threads: 2,
             coroutines: 8,
             duration: None,
+            warmup: None,
             txns: None,
             seed: 1,
             set: Vec::new(),
@@ -331,6 +339,8 @@ pub struct BenchConfig {
     pub coroutines: u16,
     /// When the run stops.
     pub stop: StopRule,
+    /// How long the run goes before measuring starts (with [`StopRule::Duration`] only).
+    pub warmup: Duration,
     /// Seed of the workload's random choices.
     pub seed: u64,
     /// `--set` values (only declared keys).
@@ -487,6 +497,21 @@ impl BenchConfig {
             (None, None) => StopRule::Duration(DURATION_DEFAULT),
         };
         let mn_bytes = args.mn_bytes.as_deref().map(parse_mn_bytes).transpose()?;
+        let warmup = match (&args.warmup, &stop) {
+            (Some(w), StopRule::Duration(_)) => parse_time("--warmup", w)?,
+            (Some(w), StopRule::Txns(n)) => {
+                return Err(ConfigError::Conflict {
+                    first: format!("--warmup {w}"),
+                    second: format!("--txns {n}"),
+                    fix: "a warm-up precedes a timed run; use --duration with it",
+                })
+            }
+            // The simulator's default window: warm up, then 0.2 s of virtual time.
+            (None, _) if args.transport == TransportKind::Sim && args.duration.is_none() && args.txns.is_none() => {
+                SIM_WARMUP_DEFAULT
+            }
+            (None, _) => Duration::ZERO,
+        };
         let compute_nodes = in_range("--compute-nodes", args.compute_nodes.unwrap_or(1), 1, COMPUTE_NODES_MAX)?;
         Ok(Self {
             protocol: args.protocol.clone(),
@@ -494,6 +519,7 @@ impl BenchConfig {
             threads: threads as u16,
             coroutines: coroutines as u16,
             stop,
+            warmup,
             seed: args.seed,
             knobs_effective: knobs.iter().map(|(k, v)| (k.into(), v.into())).collect(),
             knobs,
@@ -648,7 +674,12 @@ pub use dmtx_runtime::did_you_mean;
 
 /// Parse `--duration`: plain seconds (`10`, `0.5`) or a number with `ms`, `s` or `m`.
 pub fn parse_duration(raw: &str) -> Result<Duration, ConfigError> {
-    let bad = |why: &str| ConfigError::invalid("--duration", raw, why);
+    parse_time("--duration", raw)
+}
+
+/// Parse a time given to `flag` (the error names it).
+fn parse_time(flag: &'static str, raw: &str) -> Result<Duration, ConfigError> {
+    let bad = |why: &str| ConfigError::invalid(flag, raw, why);
     let s = raw.trim();
     let (num, scale_s) = if let Some(n) = s.strip_suffix("ms") {
         (n, 1e-3)
@@ -727,6 +758,16 @@ mod tests {
         })
         .unwrap();
         assert_eq!(sim.stop, StopRule::Duration(SIM_DURATION_DEFAULT));
+        assert_eq!(sim.warmup, SIM_WARMUP_DEFAULT);
+        assert_eq!(real.warmup, Duration::ZERO);
+        let e = BenchConfig::from_args(&BenchArgs {
+            warmup: Some("1s".into()),
+            txns: Some(10),
+            ..args()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--warmup") && e.contains("--duration"), "{e}");
     }
 
     #[test]

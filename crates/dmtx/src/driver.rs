@@ -324,19 +324,24 @@ pub fn run<P: Protocol, W: Workload>(
         progress: (0..cfg.worker_threads()).map(|_| ThreadProgress::default()).collect(),
         types: types.len(),
         fault: Mutex::new(None),
+        measure_from_ns: AtomicU64::new(0),
     };
+    let warmup_ns = cfg.warmup.as_nanos() as u64;
 
     let mut started_at_unix_s = 0.0;
     let mut start_ns = 0;
     let mut stop_reason = StopReason::Interrupt;
     let mut real_started = std::time::Instant::now();
+    let mut sim_baseline: Option<SimBaseline> = None;
     let outcomes: Vec<Result<ThreadOutcome<W::Local>, RunError>> = if let Some(sim) = &sim {
         started_at_unix_s = crate::results::wall_clock_unix_s();
         start_ns = clock.now_ns();
+        shared.measure_from_ns.store(start_ns + warmup_ns, Ordering::Relaxed);
         hooks.monitor.phase("simulating");
         real_started = std::time::Instant::now();
-        let (outcomes, reason) = run_simulated(&shared, sim)?;
+        let (outcomes, reason, base) = run_simulated(&shared, sim)?;
         stop_reason = reason;
+        sim_baseline = base;
         outcomes
     } else {
         std::thread::scope(|s| {
@@ -359,6 +364,7 @@ pub fn run<P: Protocol, W: Workload>(
             }
             started_at_unix_s = crate::results::wall_clock_unix_s();
             start_ns = clock.now_ns();
+            shared.measure_from_ns.store(start_ns + warmup_ns, Ordering::Relaxed);
             real_started = std::time::Instant::now();
             shared.go.store(true, Ordering::Release);
             hooks.monitor.running(cfg.stop);
@@ -383,6 +389,7 @@ pub fn run<P: Protocol, W: Workload>(
                 }
                 let mut wait = TICK;
                 if let StopRule::Duration(d) = cfg.stop {
+                    let d = d + cfg.warmup;
                     if elapsed >= d {
                         stop_reason = StopReason::Duration;
                         break;
@@ -409,6 +416,8 @@ pub fn run<P: Protocol, W: Workload>(
     };
     let real = real_started.elapsed();
     hooks.monitor.finished();
+    // What is reported starts after the warm-up.
+    start_ns += warmup_ns;
 
     // 4. Merge, then check the invariants on the quiesced database.
     let mut stats = RunStats::new(types.len());
@@ -508,13 +517,21 @@ pub fn run<P: Protocol, W: Workload>(
             (Some(sim), Some(setup)) => {
                 // The series counts from virtual 0; the run started at `start_ns`.
                 let skip = (start_ns / 1_000_000) as usize;
+                let (mut load, mut cpus, mut stats) = (sim.load(), sim.cpu_busy(), sim.stats());
+                if let Some((l0, c0, s0)) = &sim_baseline {
+                    load = load.since(l0);
+                    for (c, b) in cpus.iter_mut().zip(c0) {
+                        c.busy_ns -= b.busy_ns;
+                    }
+                    stats = stats.since(s0);
+                }
                 Some(SimRaw {
                     profile: setup.profile.name.clone(),
                     cpu_mode: setup.profile.cpu.mode,
                     compute_nodes: cfg.compute_nodes,
-                    load: sim.load(),
-                    cpus: sim.cpu_busy(),
-                    stats: sim.stats(),
+                    load,
+                    cpus,
+                    stats,
                     series: series.get(skip..).unwrap_or_default().to_vec(),
                     faults: sim
                         .fault_log()
@@ -627,6 +644,9 @@ struct Shared<'a, P: Protocol, W: Workload> {
     types: usize,
     /// The first fault of a `--on-fault stop` run, and when it happened.
     fault: Mutex<Option<(String, u64)>>,
+    /// Clock time when measuring starts (the end of `--warmup`); attempts that start
+    /// earlier are run but not counted.
+    measure_from_ns: AtomicU64,
 }
 
 impl<P: Protocol, W: Workload> Shared<'_, P, W> {
@@ -716,6 +736,7 @@ fn thread_ctx<'a, P: Protocol, W: Workload>(t: u16, shared: &'a Shared<'a, P, W>
         attempted: Cell::new(0),
         stop_on_fault: (shared.cfg.on_fault == OnFault::Stop).then_some(&shared.fault),
         series: shared.cfg.sim.is_some().then(|| RefCell::new(Vec::new())),
+        measure_from_ns: &shared.measure_from_ns,
     }
 }
 
@@ -784,7 +805,15 @@ fn worker_thread<P: Protocol, W: Workload>(
 fn run_simulated<P: Protocol, W: Workload>(
     shared: &Shared<'_, P, W>,
     sim: &Sim,
-) -> Result<(Vec<Result<ThreadOutcome<W::Local>, RunError>>, StopReason), RunError> {
+) -> Result<
+    (
+        Vec<Result<ThreadOutcome<W::Local>, RunError>>,
+        StopReason,
+        Option<SimBaseline>,
+    ),
+    RunError,
+> {
+    let baseline: RefCell<Option<SimBaseline>> = RefCell::new(None);
     let n = shared.cfg.worker_threads() as u16;
     let mut threads = Vec::with_capacity(n as usize);
     for g in 0..n {
@@ -800,10 +829,18 @@ fn run_simulated<P: Protocol, W: Workload>(
             }
         }
         if let StopRule::Duration(d) = shared.cfg.stop {
-            let (stop, nap) = (&shared.stop, sim.sleep(d.as_nanos() as u64));
+            let (stop, nap) = (&shared.stop, sim.sleep((d + shared.cfg.warmup).as_nanos() as u64));
             ex.spawn(async move {
                 nap.await;
                 stop.store(true, Ordering::Relaxed);
+            });
+        }
+        if !shared.cfg.warmup.is_zero() {
+            // The fabric's and CPUs' counters at the end of the warm-up, to subtract.
+            let (snap, nap, s) = (&baseline, sim.sleep(shared.cfg.warmup.as_nanos() as u64), sim.clone());
+            ex.spawn(async move {
+                nap.await;
+                *snap.borrow_mut() = Some((s.load(), s.cpu_busy(), s.stats()));
             });
         }
         ex.run()
@@ -819,8 +856,11 @@ fn run_simulated<P: Protocol, W: Workload>(
         .zip(ths)
         .map(|(setup, th)| Ok(finish_thread(setup, th, shared.cfg.memory_nodes as usize, end_ns)))
         .collect();
-    Ok((outcomes, reason))
+    Ok((outcomes, reason, baseline.into_inner()))
 }
+
+/// The simulator's counters at the end of the warm-up.
+type SimBaseline = (dmtx_sim::FabricLoad, Vec<dmtx_sim::CpuBusy>, dmtx_sim::SimStats);
 
 /// What the coordinators of one thread share; single-threaded, so `Cell`s suffice.
 struct ThreadCtx<'a> {
@@ -837,6 +877,8 @@ struct ThreadCtx<'a> {
     stop_on_fault: Option<&'a Mutex<Option<(String, u64)>>>,
     /// Commits per ms of the run (simulated runs: `timeseries_ms`).
     series: Option<RefCell<Vec<u64>>>,
+    /// When measuring starts (clock ns).
+    measure_from_ns: &'a AtomicU64,
 }
 
 impl ThreadCtx<'_> {
@@ -861,6 +903,19 @@ impl ThreadCtx<'_> {
         debug_assert!(got > 0);
         self.credits.set(got - 1);
         true
+    }
+
+    /// `--on-fault stop`: a `fault` abort records why and stops the run.
+    fn stop_on<P: Protocol>(&self, reason: AbortReason, coord: &Coordinator<P>) {
+        if let (AbortReason::Fault, Some(slot)) = (reason, self.stop_on_fault) {
+            let why = coord
+                .ctx
+                .last_fault
+                .as_ref()
+                .map_or("a verb failed".into(), |f| f.to_string());
+            slot.lock().unwrap().get_or_insert((why, coord.ctx.clock.now_ns()));
+            self.stop.store(true, Ordering::Relaxed);
+        }
     }
 
     /// An aborted attempt hands its reservation back.
@@ -896,17 +951,29 @@ async fn drive<P: Protocol, W: Workload>(
     local: &mut W::Local,
     th: &ThreadCtx<'_>,
 ) {
+    let mut measuring = false;
     loop {
         if th.stop.load(Ordering::Relaxed) || !th.take_credit() {
             return;
         }
         let start_ns = coord.ctx.clock.now_ns();
+        if !measuring && start_ns >= th.measure_from_ns.load(Ordering::Relaxed) {
+            // The warm-up is over: count this coordinator's load from here.
+            measuring = true;
+            coord.ctx.per_mn.iter_mut().for_each(|m| *m = MnCounters::default());
+        }
         coord.ctx.step(STEP_TXN, 1);
         let (ty, outcome) = workload.run_one(local, coord).await;
         let end_ns = coord.ctx.clock.now_ns();
         let latency_ns = end_ns.saturating_sub(start_ns);
         let counters = coord.ctx.txn_counters;
         match outcome {
+            // A warm-up attempt is run, not counted (a fault still stops the run below).
+            Ok(_) if !measuring => {}
+            Err(abort) if !measuring => {
+                th.return_credit();
+                th.stop_on(abort.reason, coord);
+            }
             Ok(o @ (Outcome::Committed | Outcome::Unsuccessful)) => {
                 if let Some(series) = &th.series {
                     // Virtual time starts at 0 with the run.
@@ -928,15 +995,7 @@ async fn drive<P: Protocol, W: Workload>(
             Err(abort) => {
                 th.stats.borrow_mut().abort(ty, abort.reason, &counters);
                 th.return_credit();
-                if let (AbortReason::Fault, Some(slot)) = (abort.reason, th.stop_on_fault) {
-                    let why = coord
-                        .ctx
-                        .last_fault
-                        .as_ref()
-                        .map_or("a verb failed".into(), |f| f.to_string());
-                    slot.lock().unwrap().get_or_insert((why, coord.ctx.clock.now_ns()));
-                    th.stop.store(true, Ordering::Relaxed);
-                }
+                th.stop_on(abort.reason, coord);
             }
         }
         th.publish(matches!(outcome, Ok(Outcome::Committed | Outcome::Unsuccessful)));
@@ -985,6 +1044,7 @@ mod tests {
     #[test]
     fn test_credits_hand_out_exactly_the_budget() {
         let budget = AtomicU64::new(10);
+        let measure_from = AtomicU64::new(0);
         let progress = ThreadProgress::default();
         let stop = AtomicBool::new(false);
         let th = ThreadCtx {
@@ -998,6 +1058,7 @@ mod tests {
             attempted: Cell::new(0),
             stop_on_fault: None,
             series: None,
+            measure_from_ns: &measure_from,
         };
         let (mut committed, mut aborted) = (0, 0);
         while th.take_credit() {

@@ -44,7 +44,7 @@ enum Command {
         dmtx bench\n  \
         dmtx bench --protocol ford --workload smallbank --threads 2 --coroutines 8 --duration 10 --out results/\n  \
         dmtx bench --workload kvs --txns 100000 --set backup_read=false --out run.json")]
-    Bench(BenchArgs),
+    Bench(Box<BenchArgs>),
     /// List protocols and workloads with their knobs.
     List,
     /// Check a recorded history (`dmtx bench --history FILE`) for isolation anomalies.

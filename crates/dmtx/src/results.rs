@@ -15,7 +15,7 @@
 //! | `schema_version` | int | `1`; bumped on any incompatible change |
 //! | `protocol`, `workload` | string | names as given to `--protocol`, `--workload` |
 //! | `transport` | string | `mem` (in-process memory nodes), `tcp` (`--cluster`) or `sim` (the simulator: every time is virtual) |
-//! | `config` | object | `threads`, `coroutines`, `duration_s` *or* `txns`, `seed`, `memory_nodes`, `replicas`, `mn_bytes`, `knobs` (every knob of the protocol and workload with its effective value, defaults included, as strings), `preset` (when `--preset` was given) |
+//! | `config` | object | `threads`, `coroutines`, `duration_s` *or* `txns`, `seed`, `memory_nodes`, `replicas`, `mn_bytes`, `warmup_s` (run before measuring, not counted), `knobs` (every knob of the protocol and workload with its effective value, defaults included, as strings), `preset` (when `--preset` was given) |
 //! | `stop_reason` | string | `duration`, `txns` or `interrupt` (Ctrl-C: results so far) |
 //! | `elapsed_s` | float | measured run time |
 //! | `committed`, `aborted`, `attempted` | int | transaction attempts by outcome (`attempted = committed + aborted + rolled_back`) |
@@ -164,6 +164,9 @@ pub struct ConfigRecord {
     pub replicas: u16,
     /// Region bytes per memory node (given or computed).
     pub mn_bytes: u64,
+    /// `--warmup`: time run before measuring, not counted (seconds).
+    #[serde(default)]
+    pub warmup_s: f64,
     /// Every knob's effective value.
     pub knobs: BTreeMap<String, String>,
     /// The `--preset` the run started from, if any.
@@ -660,6 +663,7 @@ impl BenchResult {
                 memory_nodes: cfg.memory_nodes,
                 replicas: cfg.replicas,
                 mn_bytes: raw.mn_bytes,
+                warmup_s: cfg.warmup.as_secs_f64(),
                 knobs: cfg.knobs_effective.clone(),
                 preset: cfg.preset.clone(),
             },

@@ -461,6 +461,22 @@ fn simulated_runs_are_checked_and_deterministic() {
     assert_eq!(sim2.cpus.len(), 4, "2 compute nodes x 2 threads");
     assert!(sim2.nics.iter().any(|n| n.node == "cn1" && n.tx_bytes > 0));
     assert!(two.invariant.ok && two.check.as_ref().unwrap().clean);
+    // A warm-up runs first and is not counted: the same 2 ms are measured after 1 ms.
+    let warm = run_registry(&BenchArgs {
+        warmup: Some("1ms".into()),
+        ..args.clone()
+    });
+    assert!((warm.elapsed_s - 0.002).abs() < 0.0005, "measured {} s", warm.elapsed_s);
+    let warm_sim = warm.sim.as_ref().unwrap();
+    assert_eq!(warm_sim.timeseries_ms.iter().sum::<u64>(), warm.committed);
+    assert!(
+        (2..=3).contains(&warm_sim.timeseries_ms.len()),
+        "{:?}",
+        warm_sim.timeseries_ms
+    );
+    assert!(warm.committed > a.committed / 2 && warm.committed < a.committed * 2);
+    assert!(warm_sim.verbs < sim.verbs * 2, "the warm-up's verbs are not counted");
+    assert!(warm.invariant.ok && warm.check.as_ref().unwrap().clean);
     // `--cpu off` charges nothing to the worker threads.
     let free = run_registry(&BenchArgs {
         cpu: Some(dmtx::config::CpuArg::Off),
