@@ -76,13 +76,12 @@
 //!   task ends, so that [`SimExecutor::run`](crate::SimExecutor::run) can finish. It
 //!   also ends when its own CN is down ([`Sim::cn_down`]).
 //!
-//! Spawn the serving task with [`SimExecutor::spawn`](crate::SimExecutor::spawn), not
-//! `spawn_on` the worker's CPU. Its CPU work is still the worker's: `msg.send` and
-//! `msg.recv` are charged to the worker's CPU and a reply leaves when that CPU has done
-//! them. But a CPU-gated task woken while its CPU is busy is deferred behind the
-//! coordinators, and a coordinator waiting in `Rpc::call` polls by waking itself, so on
-//! a busy CPU the serving task would only run at its next tick. Not modelled, therefore:
-//! a handler delayed by the coordinator poll in progress on its thread.
+//! Spawn the serving task on the worker's CPU
+//! ([`SimExecutor::spawn_on`](crate::SimExecutor::spawn_on)), as LOTUS runs its lock
+//! RPCs on the worker threads (§4.1): each pass of it costs a poll, `msg.send` and
+//! `msg.recv` are charged there, and a handler waits for the coordinator poll in
+//! progress on its thread. (The lock-service test runs it so.) Spawned with plain
+//! `spawn` it still charges the steps but never waits for the CPU.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;

@@ -330,7 +330,7 @@ fn lock_service(seed: u64) -> Outcome {
         let cpu = sim.cpu_of(u32::from(me.cn), me.thread);
         let rpc = rpc_on(&net, me, config);
         rpc.set_handler(lock_handler());
-        ex.spawn(serve(&net, Rc::clone(&rpc), stop.clone()));
+        ex.spawn_on(cpu, serve(&net, Rc::clone(&rpc), stop.clone()));
         let verbs = Rc::new(SimFabric::new(&sim, u32::from(me.cn)).transport_of(me.thread));
         for c in 0..COORDS {
             let mut rng = sim.fork_rng();
