@@ -1,6 +1,7 @@
 //! How fast the simulator runs: simulated verb completions per real second, for a stream
 //! of posts with no protocol logic around them (the simulator's own cost), with one and
-//! with four ops per doorbell batch, with the CPU model on.
+//! with four ops per doorbell batch, with the CPU model off (the fabric alone) and on
+//! (the default costs: threads saturate, so CPU wake-ups add events).
 //!
 //! `cargo run --release -p dmtx-sim --example speed [virtual_ms]`
 
@@ -8,15 +9,17 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
-use dmtx_sim::{Sim, SimConfig, SimExecutor, SimFabric};
+use dmtx_sim::{CpuMode, Sim, SimConfig, SimExecutor, SimFabric};
 use dmtx_verbs::{MnId, Post, Region, RemotePtr, Submitted, Transport};
 use rand::Rng;
 
 /// `cns` compute nodes × `threads` × `coroutines` coordinators post `ops` READs/WRITEs per
 /// post, spread over `mns` memory nodes, until `virtual_ns`.
-fn run(cns: u32, threads: u16, coroutines: usize, mns: usize, ops: usize, virtual_ns: u64) {
+fn run(cns: u32, threads: u16, coroutines: usize, mns: usize, ops: usize, virtual_ns: u64, cpu: CpuMode) {
     let regions: Vec<Arc<Region>> = (0..mns).map(|_| Arc::new(Region::new(64 << 20))).collect();
-    let sim = Sim::new(SimConfig::new(1), regions);
+    let mut config = SimConfig::new(1);
+    config.cpu.mode = cpu;
+    let sim = Sim::new(config, regions);
     let mut ex = SimExecutor::new(&sim);
     for cn in 0..cns {
         let fabric = SimFabric::new(&sim, cn);
@@ -52,7 +55,7 @@ fn run(cns: u32, threads: u16, coroutines: usize, mns: usize, ops: usize, virtua
     let real = started.elapsed().as_secs_f64();
     let st = sim.stats();
     println!(
-        "{cns} CN x {threads} threads x {coroutines} coroutines, {mns} MNs, {ops} op(s)/post: {} verbs, {} events in {real:.2} s: {:.2} M verb completions/s, {:.1} s real per simulated second",
+        "{cns} CN x {threads} threads x {coroutines} coroutines, {mns} MNs, {ops} op(s)/post, cpu {cpu:?}: {} verbs, {} events in {real:.2} s: {:.2} M verb completions/s, {:.1} s real per simulated second",
         st.ops,
         st.events,
         st.ops as f64 / real / 1e6,
@@ -63,9 +66,11 @@ fn run(cns: u32, threads: u16, coroutines: usize, mns: usize, ops: usize, virtua
 fn main() {
     let ms: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(20);
     let ns = ms * 1_000_000;
-    run(1, 8, 8, 2, 1, ns);
-    run(1, 8, 8, 2, 4, ns);
-    // LOTUS-sized: 3 MNs, 9 CNs, 540 coordinators.
-    run(9, 10, 6, 3, 1, ns);
-    run(9, 10, 6, 3, 4, ns);
+    for cpu in [CpuMode::Off, CpuMode::Model] {
+        run(1, 8, 8, 2, 1, ns, cpu);
+        run(1, 8, 8, 2, 4, ns, cpu);
+        // LOTUS-sized: 3 MNs, 9 CNs, 540 coordinators.
+        run(9, 10, 6, 3, 1, ns, cpu);
+        run(9, 10, 6, 3, 4, ns, cpu);
+    }
 }

@@ -165,6 +165,20 @@ impl Sim {
         self.charge(cpu, ns);
     }
 
+    /// Start running on `cpu` now if it is idle, charging `ns` (a poll's resume cost);
+    /// else the instant it frees.
+    pub(crate) fn claim(&self, cpu: CpuId, ns: u64) -> Result<(), u64> {
+        let now = self.now();
+        let mut st = self.lock();
+        let c = &mut st.cpus[cpu.index()];
+        if c.cursor > now {
+            return Err(c.cursor);
+        }
+        c.cursor = now + ns;
+        c.busy_ns += ns;
+        Ok(())
+    }
+
     /// The compute node `cpu` belongs to and the instant it has executed up to.
     pub(crate) fn cpu_state(&self, cpu: CpuId) -> (u32, u64) {
         let st = self.lock();

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Wake, Waker};
 
 use crate::cpu::CpuId;
-use crate::sim::Event;
+use crate::sim::{Event, Step};
 use crate::{CpuMode, Sim, SimError};
 
 /// Tasks woken since their last poll: a flag per task (so a task is listed once) and
@@ -152,6 +152,7 @@ impl<'a> SimExecutor<'a> {
         let mut crashed = 0usize;
         let mut tasks: Vec<Option<Task<'a>>> = tasks.into_iter().map(Some).collect();
         let ncpu = cpu_ids.len();
+        let cpu_cn: Vec<u32> = cpu_ids.iter().map(|&c| sim.cpu_state(c).0).collect();
         // Wake-ups `0..n` are tasks, `n..n + ncpu` a busy CPU freeing.
         let woken = Arc::new(Woken {
             flags: (0..n + ncpu).map(|i| AtomicBool::new(i < n)).collect(),
@@ -197,10 +198,6 @@ impl<'a> SimExecutor<'a> {
         let poll = |i: usize, task: &mut Task<'a>, polls: &mut u64| {
             *polls += 1;
             let mut cx = Context::from_waker(&wakers[i]);
-            // Resuming the coroutine comes first: what the poll posts leaves after it.
-            if let (Some(c), false) = (task_cpu[i], measured) {
-                sim.charge(cpu_ids[c], poll_ns);
-            }
             let started = measured.then(std::time::Instant::now);
             let done = task.as_mut().poll(&mut cx).is_ready();
             if let (Some(c), Some(t)) = (task_cpu[i], started) {
@@ -247,8 +244,7 @@ impl<'a> SimExecutor<'a> {
                 for &c in &due {
                     is_due[c] = false;
                     while let Some(&i) = ready[c].front() {
-                        let (cn, cursor) = sim.cpu_state(cpu_ids[c]);
-                        if sim.cn_down(cn) {
+                        if sim.cn_down(cpu_cn[c]) {
                             // Its coordinators stop where they are.
                             for i in ready[c].drain(..) {
                                 queued[i] = false;
@@ -259,7 +255,9 @@ impl<'a> SimExecutor<'a> {
                             }
                             break;
                         }
-                        if cursor > sim.now() {
+                        // Resuming the coroutine comes first: what the poll posts leaves
+                        // after it (measured mode charges the real time afterwards).
+                        if let Err(cursor) = sim.claim(cpu_ids[c], if measured { 0 } else { poll_ns }) {
                             if wake_at[c] < cursor {
                                 wake_at[c] = cursor;
                                 sim.lock().queue.push(cursor, Event::Wake(cpu_free[c].clone()));
@@ -287,8 +285,9 @@ impl<'a> SimExecutor<'a> {
                 }
             }
             spins = 0;
-            match sim.next_event_time() {
-                None if woken.any.load(Ordering::Relaxed) => {
+            match sim.step_until(deadline_ns) {
+                Step::Took => idle_passes = 0,
+                Step::Empty if woken.any.load(Ordering::Relaxed) => {
                     idle_passes += 1;
                     if idle_passes > LIVELOCK_PASSES {
                         return Err(SimError::Livelock {
@@ -297,11 +296,11 @@ impl<'a> SimExecutor<'a> {
                         });
                     }
                 }
-                None => {
+                Step::Empty => {
                     // Coordinators of a crashed compute node wait for posts that never
                     // complete: they are not a deadlock.
                     for (i, t) in tasks.iter_mut().enumerate() {
-                        let down = task_cpu[i].is_some_and(|c| sim.cn_down(sim.cpu_state(cpu_ids[c]).0));
+                        let down = task_cpu[i].is_some_and(|c| sim.cn_down(cpu_cn[c]));
                         if down && t.take().is_some() {
                             live -= 1;
                             crashed += 1;
@@ -315,17 +314,13 @@ impl<'a> SimExecutor<'a> {
                         now_ns: sim.now(),
                     });
                 }
-                Some(t) if t > deadline_ns => {
+                Step::Later => {
                     if deadline_ns > sim.now() {
                         sim.shared.time.advance_to(deadline_ns);
                     }
                     let r = report(&sim, live, polls, crashed);
                     drop(tasks);
                     return Ok(r);
-                }
-                Some(_) => {
-                    idle_passes = 0;
-                    sim.step();
                 }
             }
         }

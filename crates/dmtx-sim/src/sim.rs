@@ -84,6 +84,17 @@ impl SimStats {
     }
 }
 
+/// What [`Sim::step_until`] found.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// An event was processed.
+    Took,
+    /// The next event lies after the deadline.
+    Later,
+    /// No event is pending.
+    Empty,
+}
+
 /// Something that happens at a virtual time.
 #[derive(Debug)]
 pub(crate) enum Event {
@@ -253,12 +264,23 @@ impl Sim {
     /// Take the next event, move virtual time to it and process it. Returns false when
     /// the queue was empty. Wakers are woken after the lock is released.
     pub fn step(&self) -> bool {
+        matches!(self.step_until(u64::MAX), Step::Took)
+    }
+
+    /// Take the next event if it is due no later than `deadline` (one lock for the look
+    /// and the work: the executor calls this once per event).
+    pub(crate) fn step_until(&self, deadline: u64) -> Step {
         let mut wake = None;
         let mut delivery = None;
         {
             let mut st = self.lock();
+            match st.queue.peek_time() {
+                None => return Step::Empty,
+                Some(t) if t > deadline => return Step::Later,
+                Some(_) => {}
+            }
             let Some((at, event)) = st.queue.pop() else {
-                return false;
+                return Step::Empty;
             };
             self.shared.time.advance_to(at.max(self.now()));
             st.stats.events += 1;
@@ -296,7 +318,7 @@ impl Sim {
         if let Some(w) = wake {
             w.wake();
         }
-        true
+        Step::Took
     }
 
     /// Run the ops of `slot`'s batch for `mn` on its region, in order; the first failure
