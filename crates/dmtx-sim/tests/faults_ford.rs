@@ -16,29 +16,22 @@ use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use dmtx_memnode::LocalCluster;
 use dmtx_protocols::ford::layout::{INVISIBLE, VALUE, VERSION, VLOCK};
-use dmtx_protocols::ford::{Ford, FordConfig};
-use dmtx_runtime::{Cn, Protocol, Table};
+use dmtx_runtime::Cn;
 use dmtx_sim::{FaultScript, Sim, SimConfig, SimExecutor, SimFabric};
-use dmtx_store::{create_table, placement, TableBuilder, TableSpec, BUCKET_LOCK_OFFSET};
-use dmtx_verbs::MnId;
+use dmtx_store::BUCKET_LOCK_OFFSET;
 use rand::Rng;
 
-const ACCTS: Table<[u64; 5]> = Table::new(0);
+mod common;
+use common::{bank, transfer, INITIAL};
+
 const KEYS: u64 = 48;
-const INITIAL: u64 = 1000;
 const CNS: u16 = 2;
 const THREADS: u16 = 2;
 const COROS: u16 = 3;
-const MNS: usize = 2;
 /// Transfers each coordinator commits (or gives up on after `TRIES_MAX` tries).
 const TRANSFERS: u32 = 60;
 const TRIES_MAX: u32 = 200;
-
-fn le_bytes(v: &[u64; 5]) -> Vec<u8> {
-    v.iter().flat_map(|w| w.to_le_bytes()).collect()
-}
 
 /// What a run left behind.
 #[derive(Debug, Default)]
@@ -69,16 +62,7 @@ fn word(sim: &Sim, ptr: dmtx_verbs::RemotePtr) -> u64 {
 /// Run transfers under `faults` (one-line form) until every coordinator is done or
 /// `deadline_ns`, then scan.
 fn run(seed: u64, faults: &str, deadline_ns: u64) -> Outcome {
-    let cluster = LocalCluster::new(MNS, 4 << 20);
-    let ford = Arc::new(Ford::new(FordConfig::default()));
-    let mut b = TableBuilder::new(TableSpec::new(0, "accts", 40, KEYS * 2 + 16), ford.layout());
-    for k in 0..KEYS {
-        b.insert(k, &le_bytes(&[INITIAL, 0, 0, 0, 0])).unwrap();
-    }
-    create_table(&cluster, b, &placement(0, MNS, 2).unwrap()).unwrap();
-    let regions = (0..MNS)
-        .map(|i| Arc::clone(cluster.node(MnId(i as u16)).unwrap().region()))
-        .collect();
+    let (cluster, ford, regions) = bank(KEYS);
     let sim = Sim::new(SimConfig::new(seed), regions);
     let script: FaultScript = faults.parse().unwrap_or_else(|e| panic!("{faults}: {e}"));
     sim.install_faults(script).unwrap();
@@ -145,17 +129,7 @@ fn run(seed: u64, faults: &str, deadline_ns: u64) -> Outcome {
                     if stop.get() {
                         return;
                     }
-                    let r = async {
-                        let mut tx = c.begin();
-                        let ra = tx.add_rw(ACCTS, a);
-                        let rb = tx.add_rw(ACCTS, b);
-                        tx.execute().await?;
-                        tx.get_mut(ra)[0] = tx.get(ra)[0].wrapping_sub(amount);
-                        tx.get_mut(rb)[0] = tx.get(rb)[0].wrapping_add(amount);
-                        tx.commit().await
-                    }
-                    .await;
-                    if r.is_ok() {
+                    if transfer(c, a, b, amount).await.is_ok() {
                         commits.set(commits.get() + 1);
                         done = true;
                         break;

@@ -8,18 +8,14 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use dmtx_check::history::History;
-use dmtx_memnode::LocalCluster;
-use dmtx_protocols::ford::{Ford, FordConfig};
-use dmtx_runtime::{Cn, Protocol, Table};
+use dmtx_runtime::Cn;
 use dmtx_sim::{Sim, SimConfig, SimExecutor, SimFabric, SimStats};
-use dmtx_store::{create_table, placement, TableBuilder, TableSpec};
-use dmtx_verbs::MnId;
 use rand::Rng;
 
-/// A record: balance in word 0, filler (40 bytes).
-const ACCTS: Table<[u64; 5]> = Table::new(0);
+mod common;
+use common::{bank, transfer, ACCTS, INITIAL};
+
 const KEYS: u64 = 64;
-const INITIAL: u64 = 1000;
 const CNS: u16 = 2;
 const THREADS: u16 = 2;
 const COROS: u16 = 4;
@@ -27,7 +23,6 @@ const COROS: u16 = 4;
 /// overrides it (for measuring the simulator's speed in a release build).
 const DURATION_NS: u64 = 1_000_000;
 const TRIES_MAX: u32 = 500;
-const MNS: usize = 2;
 
 /// Everything a run produced that must be identical for one seed.
 #[derive(Debug, PartialEq, Eq)]
@@ -46,10 +41,6 @@ fn fnv1a(h: &mut u64, bytes: &[u8]) {
     }
 }
 
-fn le_bytes(v: &[u64; 5]) -> Vec<u8> {
-    v.iter().flat_map(|w| w.to_le_bytes()).collect()
-}
-
 fn duration_ns() -> u64 {
     std::env::var("DMTX_SIM_DURATION_NS")
         .ok()
@@ -59,16 +50,7 @@ fn duration_ns() -> u64 {
 
 fn run(seed: u64) -> Outcome {
     let duration_ns = duration_ns();
-    let cluster = LocalCluster::new(MNS, 4 << 20);
-    let ford = Arc::new(Ford::new(FordConfig::default()));
-    let mut b = TableBuilder::new(TableSpec::new(0, "accts", 40, KEYS * 2 + 16), ford.layout());
-    for k in 0..KEYS {
-        b.insert(k, &le_bytes(&[INITIAL, 0, 0, 0, 0])).unwrap();
-    }
-    create_table(&cluster, b, &placement(0, MNS, 2).unwrap()).unwrap();
-    let regions = (0..MNS)
-        .map(|i| Arc::clone(cluster.node(MnId(i as u16)).unwrap().region()))
-        .collect();
+    let (cluster, ford, regions) = bank(KEYS);
     let sim = Sim::new(SimConfig::new(seed), regions);
 
     // CN 1's clock is 5 µs ahead and 50 ppm fast; FORD does not read clocks for
@@ -112,17 +94,7 @@ fn run(seed: u64) -> Outcome {
                 let b = (a + rng.random_range(1..KEYS)) % KEYS;
                 let amount = rng.random_range(1..10u64);
                 for tries in 0..TRIES_MAX {
-                    let r = async {
-                        let mut tx = c.begin();
-                        let ra = tx.add_rw(ACCTS, a);
-                        let rb = tx.add_rw(ACCTS, b);
-                        tx.execute().await?;
-                        tx.get_mut(ra)[0] = tx.get(ra)[0].wrapping_sub(amount);
-                        tx.get_mut(rb)[0] = tx.get(rb)[0].wrapping_add(amount);
-                        tx.commit().await
-                    }
-                    .await;
-                    if r.is_ok() {
+                    if transfer(c, a, b, amount).await.is_ok() {
                         commits.set(commits.get() + 1);
                         break;
                     }
@@ -189,7 +161,7 @@ fn run(seed: u64) -> Outcome {
     );
     let mut table_hash = 0xcbf2_9ce4_8422_2325u64;
     for (i, r) in sim.regions().iter().enumerate() {
-        let used = cluster.node(MnId(i as u16)).unwrap().used_bytes();
+        let used = cluster.node(dmtx_verbs::MnId(i as u16)).unwrap().used_bytes();
         let mut buf = vec![0u8; used as usize];
         r.read(0, &mut buf).unwrap();
         fnv1a(&mut table_hash, &buf);
