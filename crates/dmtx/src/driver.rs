@@ -538,6 +538,7 @@ pub fn run<P: Protocol, W: Workload>(
                         .into_iter()
                         .map(|f| format!("{:.6} ms: {}", f.at_ns as f64 / 1e6, f.what))
                         .collect(),
+                    tears: sim.tear_stats(),
                 })
             }
             _ => None,

@@ -31,7 +31,7 @@
 //! | `invariant` | object | `ok` (bool), `detail` (what was checked, or what broke) |
 //! | `check` | object or null | with `--check`: `level` checked, `txns`, `committed`, `clean` (bool), `summary` (one line), `findings` (each anomaly with its smallest cycle) |
 //! | `last_fault` | string or null | the last verb error a coordinator saw, if any |
-//! | `sim` | object or null | `--transport sim` only: `note` (the numbers are simulated), `profile`, `cpu_mode`, `compute_nodes`, `verbs` (completed), `events`, `nics` (per node `node` (`mn0`, `cn0`, ...), `ops` {…}, `tx_bytes`, `rx_bytes` (wire bytes, headers included), `link_utilisation` (busier direction's share of the run)), `waits_us` (per op kind: `ops`, `admission_mean` (waiting for the connection's outstanding-READ bound), `responder_mean` (queued at the responder NIC), `latency_mean` (doorbell to reply)), `cpus` (per worker thread `cn`, `thread`, `utilisation` of its virtual CPU), `timeseries_ms` (commits per 1 ms of virtual time), `faults` (each fault fired by `--faults`, with its virtual time) |
+//! | `sim` | object or null | `--transport sim` only: `note` (the numbers are simulated), `profile`, `cpu_mode`, `compute_nodes`, `verbs` (completed), `events`, `nics` (per node `node` (`mn0`, `cn0`, ...), `ops` {…}, `tx_bytes`, `rx_bytes` (wire bytes, headers included), `link_utilisation` (busier direction's share of the run)), `waits_us` (per op kind: `ops`, `admission_mean` (waiting for the connection's outstanding-READ bound), `responder_mean` (queued at the responder NIC), `latency_mean` (doorbell to reply)), `cpus` (per worker thread `cn`, `thread`, `utilisation` of its virtual CPU), `timeseries_ms` (commits per 1 ms of virtual time), `faults` (each fault fired by `--faults`, with its virtual time), `tears` (`overlaps`: READ/WRITE pairs in service together on common words; `torn`: READs that saw old and new words) |
 //! | `run_info` | object | what no two runs repeat: `host`, `started_at` (RFC 3339, UTC), `started_at_unix_s`, `dmtx_version`, `cpus`, `load_s` (building and loading the tables, real time), `real_s` (the measured run's real time), `real_s_per_sim_s` (`sim` only: real seconds per simulated second) |
 //!
 //! A txn-type object:
@@ -444,6 +444,19 @@ pub struct SimResult {
     pub timeseries_ms: Vec<u64>,
     /// Faults fired (`--faults`), with their virtual time.
     pub faults: Vec<String>,
+    /// READ/WRITE pairs found in service together on common words, and of those the
+    /// READs that saw a mixture of old and new words (DESIGN §2).
+    #[serde(default)]
+    pub tears: TearResult,
+}
+
+/// Tears the simulator produced.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TearResult {
+    /// Overlapping READ/WRITE pairs.
+    pub overlaps: u64,
+    /// READs torn.
+    pub torn: u64,
 }
 
 /// One node's NIC load.
@@ -503,6 +516,8 @@ pub struct SimRaw {
     pub series: Vec<u64>,
     /// Faults fired, with their virtual time.
     pub faults: Vec<String>,
+    /// Tears over the whole run (warm-up included).
+    pub tears: dmtx_sim::TearStats,
 }
 
 impl SimResult {
@@ -580,6 +595,10 @@ impl SimResult {
                 .collect(),
             timeseries_ms: raw.series,
             faults: raw.faults,
+            tears: TearResult {
+                overlaps: raw.tears.overlaps,
+                torn: raw.tears.torn,
+            },
         }
     }
 }
