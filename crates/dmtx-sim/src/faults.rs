@@ -1129,6 +1129,17 @@ impl Sim {
         }
     }
 
+    /// True when a scripted link down or partition cuts compute nodes `a` and `b` apart
+    /// now (CN↔CN messages are then dropped).
+    pub(crate) fn path_cut(&self, a: u32, b: u32) -> bool {
+        let now = self.now();
+        self.lock()
+            .faults
+            .active
+            .as_ref()
+            .is_some_and(|f| f.cut(Node::Cn(a), Node::Cn(b), now).is_some())
+    }
+
     /// True when compute node `cn` crashed: its tasks are never polled again.
     #[inline]
     pub fn cn_down(&self, cn: u32) -> bool {

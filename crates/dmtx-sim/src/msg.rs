@@ -53,6 +53,9 @@
 //!   and reports the peer again (as `mem` does and `tcp` does during its reconnect
 //!   backoff), so an RPC to a dead node fails after its retries instead of waiting for
 //!   timeouts.
+//! - **Link downs and partitions** (fault script) drop a message that arrives while its
+//!   two compute nodes are cut apart, silently: nobody crashed, so the caller's RPC times
+//!   out and retries, as over a real network.
 //!
 //! # Driving RPC on the simulator: [`serve`]
 //!
@@ -416,6 +419,13 @@ impl Delivery {
     pub(crate) fn arrive(self, sim: &Sim) {
         let net = &self.net;
         let (from, to) = (net.workers[self.from as usize], net.workers[self.to as usize]);
+        if from.cn != to.cn && sim.path_cut(u32::from(from.cn), u32::from(to.cn)) {
+            // A link down or a partition drops the message silently, as a network does:
+            // the caller's RPC times out and retries (no peer is reported lost, since
+            // none crashed).
+            net.lock().stats.dropped += 1;
+            return;
+        }
         let to_down = net.observe(sim, to.cn);
         let from_down = net.observe(sim, from.cn);
         let waker = {

@@ -607,3 +607,63 @@ fn calls_to_a_cn_crashed_by_a_fault_script_fail() {
     assert!(t[1] < t[0] + 2_000, "{t:?}");
     assert_eq!((s.failed, s.retries), (2, 4), "{s:?}");
 }
+
+/// Goal: a scripted partition between two compute nodes drops their messages while it
+/// lasts: calls across it time out (no peer is reported lost: none crashed), and calls
+/// succeed again once it heals.
+#[test]
+fn a_partition_drops_messages_until_it_heals() {
+    let sim = sim_with(4, CpuMode::Model);
+    let script = "partition side=cn1 at=20us for=200us".parse().unwrap();
+    sim.install_faults(script).unwrap();
+    let net = SimMsgNet::new(&sim, 2, 1);
+    let (a, b) = (WorkerAddr::new(0, 0), WorkerAddr::new(1, 0));
+    let config = RpcConfig {
+        timeout: Duration::from_micros(30),
+        retries: 0,
+    };
+    let (ra, rb) = (rpc_on(&net, a, config), rpc_on(&net, b, config));
+    rb.set_handler(reply_of(8));
+    let stop = ServeStop::after(1);
+    let mut ex = SimExecutor::new(&sim);
+    ex.spawn_on(sim.cpu_of(0, 0), serve(&net, Rc::clone(&ra), stop.clone()));
+    ex.spawn_on(sim.cpu_of(1, 0), serve(&net, Rc::clone(&rb), stop.clone()));
+    let outcomes = Rc::new(RefCell::new(Vec::new()));
+    let (o, s, st) = (Rc::clone(&outcomes), sim.clone(), stop.clone());
+    ex.spawn_on(sim.cpu_of(0, 0), async move {
+        while s.now() < 400_000 {
+            let started = s.now();
+            let r = ra.call(b, b"ping").await;
+            o.borrow_mut()
+                .push((started, r.map(|v| v.len()).map_err(|e| e.to_string())));
+            s.sleep(10_000).await;
+        }
+        st.done_one();
+    });
+    ex.run().unwrap();
+    let outcomes = outcomes.borrow();
+    for (started, r) in outcomes.iter() {
+        // A call is cut if it overlaps the partition [20, 220) µs.
+        let overlaps = *started < 220_000 && started + 30_000 > 20_000;
+        match r {
+            Ok(n) => {
+                assert_eq!(*n, 8);
+                assert!(
+                    !(*started >= 20_000 && *started < 190_000),
+                    "a call at {started} ns crossed the partition"
+                );
+            }
+            Err(e) => {
+                assert!(overlaps, "a call at {started} ns failed outside the partition: {e}");
+                assert!(e.contains("no reply"), "a timeout, not a lost peer: {e}");
+            }
+        }
+    }
+    let after = outcomes.iter().filter(|(t, _)| *t >= 230_000);
+    assert!(
+        after.clone().count() > 5 && after.clone().all(|(_, r)| r.is_ok()),
+        "{outcomes:?}"
+    );
+    assert!(outcomes.iter().any(|(_, r)| r.is_err()), "{outcomes:?}");
+    assert!(net.stats().dropped > 0);
+}
