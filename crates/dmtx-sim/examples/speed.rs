@@ -13,10 +13,20 @@ use dmtx_sim::{CpuMode, Sim, SimConfig, SimExecutor, SimFabric};
 use dmtx_verbs::{MnId, Post, Region, RemotePtr, Submitted, Transport};
 use rand::Rng;
 
+/// Region per memory node: 1 MiB, so that the simulator's own costs are measured
+/// rather than cache misses on the regions (`DMTX_SPEED_REGION_MIB` overrides it).
+static REGION_BYTES: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
+    std::env::var("DMTX_SPEED_REGION_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1u64)
+        << 20
+});
+
 /// `cns` compute nodes × `threads` × `coroutines` coordinators post `ops` READs/WRITEs per
 /// post, spread over `mns` memory nodes, until `virtual_ns`.
 fn run(cns: u32, threads: u16, coroutines: usize, mns: usize, ops: usize, virtual_ns: u64, cpu: CpuMode) {
-    let regions: Vec<Arc<Region>> = (0..mns).map(|_| Arc::new(Region::new(64 << 20))).collect();
+    let regions: Vec<Arc<Region>> = (0..mns).map(|_| Arc::new(Region::new(*REGION_BYTES))).collect();
     let mut config = SimConfig::new(1);
     config.cpu.mode = cpu;
     let sim = Sim::new(config, regions);
@@ -34,7 +44,7 @@ fn run(cns: u32, threads: u16, coroutines: usize, mns: usize, ops: usize, virtua
                         post.clear();
                         let mn = MnId(rng.random_range(0..mns as u16));
                         for _ in 0..ops {
-                            let at = RemotePtr::new(mn, rng.random_range(0..(1u64 << 20)) * 64);
+                            let at = RemotePtr::new(mn, rng.random_range(0..*REGION_BYTES / 64) * 64);
                             if rng.random_bool(0.5) {
                                 post.read(at, 64);
                             } else {

@@ -47,8 +47,12 @@ impl Wake for TaskWaker {
         self.wake_by_ref()
     }
     fn wake_by_ref(self: &Arc<Self>) {
+        // A load and a store where a swap would do: no locked instruction on this hot
+        // path. Two threads waking one task at once would at worst list it twice, and a
+        // pass polls a listed task whose flag is already clear harmlessly.
         if let Some(flag) = self.woken.flags.get(self.index) {
-            if !flag.swap(true, Ordering::Relaxed) {
+            if !flag.load(Ordering::Relaxed) {
+                flag.store(true, Ordering::Relaxed);
                 self.woken
                     .list
                     .lock()
@@ -56,7 +60,9 @@ impl Wake for TaskWaker {
                     .push(self.index);
             }
         }
-        self.woken.any.store(true, Ordering::Relaxed);
+        if !self.woken.any.load(Ordering::Relaxed) {
+            self.woken.any.store(true, Ordering::Relaxed);
+        }
     }
 }
 
@@ -207,7 +213,8 @@ impl<'a> SimExecutor<'a> {
             done
         };
         loop {
-            if woken.any.swap(false, Ordering::Relaxed) {
+            if woken.any.load(Ordering::Relaxed) {
+                woken.any.store(false, Ordering::Relaxed);
                 pass.clear();
                 std::mem::swap(&mut pass, &mut *woken.list.lock().unwrap_or_else(|e| e.into_inner()));
                 for &i in &pass {
