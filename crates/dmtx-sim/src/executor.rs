@@ -22,10 +22,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Wake, Waker};
 
 use crate::cpu::CpuId;
+use crate::lock::StateLock;
 use crate::sim::{Event, Step};
 use crate::{CpuMode, Sim, SimError};
 
@@ -33,7 +34,7 @@ use crate::{CpuMode, Sim, SimError};
 /// the list in wake order, so a pass touches only the woken tasks.
 struct Woken {
     flags: Vec<AtomicBool>,
-    list: Mutex<Vec<usize>>,
+    list: StateLock<Vec<usize>>,
     any: AtomicBool,
 }
 
@@ -53,11 +54,7 @@ impl Wake for TaskWaker {
         if let Some(flag) = self.woken.flags.get(self.index) {
             if !flag.load(Ordering::Relaxed) {
                 flag.store(true, Ordering::Relaxed);
-                self.woken
-                    .list
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(self.index);
+                self.woken.list.lock().push(self.index);
             }
         }
         if !self.woken.any.load(Ordering::Relaxed) {
@@ -162,7 +159,7 @@ impl<'a> SimExecutor<'a> {
         // Wake-ups `0..n` are tasks, `n..n + ncpu` a busy CPU freeing.
         let woken = Arc::new(Woken {
             flags: (0..n + ncpu).map(|i| AtomicBool::new(i < n)).collect(),
-            list: Mutex::new((0..n).collect()),
+            list: StateLock::new((0..n).collect()),
             any: AtomicBool::new(true),
         });
         // CPUs with woken tasks to run this pass, in the order they became due.
@@ -216,7 +213,7 @@ impl<'a> SimExecutor<'a> {
             if woken.any.load(Ordering::Relaxed) {
                 woken.any.store(false, Ordering::Relaxed);
                 pass.clear();
-                std::mem::swap(&mut pass, &mut *woken.list.lock().unwrap_or_else(|e| e.into_inner()));
+                std::mem::swap(&mut pass, &mut *woken.list.lock());
                 for &i in &pass {
                     woken.flags[i].store(false, Ordering::Relaxed);
                     if i >= n {

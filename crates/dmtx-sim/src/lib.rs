@@ -78,6 +78,7 @@ pub mod cpu;
 pub mod events;
 mod executor;
 pub mod faults;
+mod lock;
 pub mod membership;
 pub mod msg;
 pub mod nic;

@@ -91,7 +91,9 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use crate::lock::{Guard, StateLock};
 use std::task::{Context, Poll, Waker};
 
 use dmtx_runtime::Rpc;
@@ -143,7 +145,7 @@ pub(crate) struct NetShared {
     workers: Vec<WorkerAddr>,
     cns: u16,
     threads: u16,
-    state: Mutex<NetState>,
+    state: StateLock<NetState>,
 }
 
 #[derive(Debug)]
@@ -207,10 +209,8 @@ impl Slot {
 }
 
 impl NetShared {
-    fn lock(&self) -> MutexGuard<'_, NetState> {
-        // One OS thread runs the simulation; a panic while holding the lock already
-        // failed the run, so keep the state readable.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> Guard<'_, NetState> {
+        self.state.lock()
     }
 
     fn index(&self, a: WorkerAddr) -> Option<u32> {
@@ -299,7 +299,7 @@ impl SimMsgNet {
                 workers,
                 cns,
                 threads,
-                state: Mutex::new(NetState {
+                state: StateLock::new(NetState {
                     slots,
                     forced_down: vec![false; c],
                     was_down: vec![false; c],

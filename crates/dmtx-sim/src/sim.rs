@@ -2,13 +2,15 @@
 //! flight and the seeded RNG, behind one handle ([`Sim`]).
 //!
 //! Every transport of the run ([`SimFabric`](crate::SimFabric)) and the executor
-//! ([`SimExecutor`](crate::SimExecutor)) share one `Sim`. The state sits in a `Mutex`
+//! ([`SimExecutor`](crate::SimExecutor)) share one `Sim`. The state sits in a lock (`crate::lock`)
 //! only because [`dmtx_verbs::Fabric`] must be `Send + Sync`; one OS thread runs the
 //! whole simulation, so the lock is never contended.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use crate::lock::{Guard, StateLock};
 use std::task::{Context, Poll, Waker};
 
 use dmtx_verbs::{MnId, Op, Region, VerbError};
@@ -158,7 +160,7 @@ pub(crate) struct Shared {
     pub time: VirtualTime,
     pub config: SimConfig,
     pub regions: Vec<Arc<Region>>,
-    pub state: Mutex<State>,
+    pub state: StateLock<State>,
     /// Fault flags read without the lock (crashed CNs, MN restarts).
     pub flags: crate::faults::Flags,
 }
@@ -188,7 +190,7 @@ impl Sim {
                 time: VirtualTime::new(),
                 config,
                 regions,
-                state: Mutex::new(State {
+                state: StateLock::new(State {
                     queue: EventQueue::new(),
                     fabric: FabricState::default(),
                     posts: Vec::new(),
@@ -206,9 +208,8 @@ impl Sim {
         }
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock already failed the run; keep the state readable.
-        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn lock(&self) -> Guard<'_, State> {
+        self.shared.state.lock()
     }
 
     /// The configuration.
