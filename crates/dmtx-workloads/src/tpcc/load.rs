@@ -37,6 +37,18 @@ fn fixed<const N: usize>(rng: &mut SmallRng, lo: usize, hi: usize) -> [u8; N] {
     out
 }
 
+/// Random address columns (§4.3.3.1: streets and city a-strings of 10..20, a 2-letter
+/// state, a zip of 4 digits and "11111").
+fn address(rng: &mut SmallRng) -> Address {
+    Address {
+        street_1: fixed(rng, 10, 20),
+        street_2: fixed(rng, 10, 20),
+        city: fixed(rng, 10, 20),
+        state: state(rng),
+        zip: zip(rng),
+    }
+}
+
 fn state(rng: &mut SmallRng) -> [u8; 2] {
     [b'A' + uniform(rng, 26) as u8, b'A' + uniform(rng, 26) as u8]
 }
@@ -142,11 +154,7 @@ pub(super) fn load(t: &Tpcc, table: u32, insert: &mut RecordSink<'_>) -> Result<
                     ytd: t.loaded_w_ytd(),
                     tax: rand_range(&mut r, 0, 2000) as u32,
                     name: fixed(&mut r, 6, 10),
-                    street_1: fixed(&mut r, 10, 20),
-                    street_2: fixed(&mut r, 10, 20),
-                    city: fixed(&mut r, 10, 20),
-                    state: state(&mut r),
-                    zip: zip(&mut r),
+                    address: address(&mut r),
                     _pad: [0; 3],
                 };
                 insert(warehouse_key(w), bytes_of(&v))?;
@@ -161,11 +169,7 @@ pub(super) fn load(t: &Tpcc, table: u32, insert: &mut RecordSink<'_>) -> Result<
                     next_o_id: n + 1,
                     payments: 0,
                     name: fixed(&mut r, 6, 10),
-                    street_1: fixed(&mut r, 10, 20),
-                    street_2: fixed(&mut r, 10, 20),
-                    city: fixed(&mut r, 10, 20),
-                    state: state(&mut r),
-                    zip: zip(&mut r),
+                    address: address(&mut r),
                     _pad: [0; 3],
                 };
                 insert(district_key(w, d), bytes_of(&v))?;
@@ -187,11 +191,7 @@ pub(super) fn load(t: &Tpcc, table: u32, insert: &mut RecordSink<'_>) -> Result<
                     v.first = first;
                     v.middle = *b"OE";
                     v.last = last_name(name as u32);
-                    v.street_1 = fixed(&mut r, 10, 20);
-                    v.street_2 = fixed(&mut r, 10, 20);
-                    v.city = fixed(&mut r, 10, 20);
-                    v.state = state(&mut r);
-                    v.zip = zip(&mut r);
+                    v.address = address(&mut r);
                     n_string(&mut r, &mut v.phone);
                     v.credit = if uniform(&mut r, 10) == 0 { *b"BC" } else { *b"GC" };
                     a_string(&mut r, &mut v.data, 300, 500);

@@ -85,6 +85,23 @@ pub const NAME_IDS_MAX: usize = 127;
 /// Orders StockLevel examines (§2.8.2.2: the last 20).
 pub const STOCK_LEVEL_ORDERS: u32 = 20;
 
+/// The address columns WAREHOUSE, DISTRICT and CUSTOMER share (71 B, byte-aligned, so
+/// each record's layout is the same as with the columns spelled out).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct Address {
+    /// STREET_1.
+    pub street_1: [u8; 20],
+    /// STREET_2.
+    pub street_2: [u8; 20],
+    /// CITY.
+    pub city: [u8; 20],
+    /// STATE.
+    pub state: [u8; 2],
+    /// ZIP.
+    pub zip: [u8; 9],
+}
+
 /// WAREHOUSE (96 B).
 #[repr(C)]
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Pod, Zeroable)]
@@ -95,16 +112,8 @@ pub struct Warehouse {
     pub tax: u32,
     /// W_NAME.
     pub name: [u8; 10],
-    /// W_STREET_1.
-    pub street_1: [u8; 20],
-    /// W_STREET_2.
-    pub street_2: [u8; 20],
-    /// W_CITY.
-    pub city: [u8; 20],
-    /// W_STATE.
-    pub state: [u8; 2],
-    /// W_ZIP.
-    pub zip: [u8; 9],
+    /// W_STREET_1, W_STREET_2, W_CITY, W_STATE, W_ZIP.
+    pub address: Address,
     /// Padding.
     pub _pad: [u8; 3],
 }
@@ -124,16 +133,8 @@ pub struct District {
     pub payments: u32,
     /// D_NAME.
     pub name: [u8; 10],
-    /// D_STREET_1.
-    pub street_1: [u8; 20],
-    /// D_STREET_2.
-    pub street_2: [u8; 20],
-    /// D_CITY.
-    pub city: [u8; 20],
-    /// D_STATE.
-    pub state: [u8; 2],
-    /// D_ZIP.
-    pub zip: [u8; 9],
+    /// D_STREET_1, D_STREET_2, D_CITY, D_STATE, D_ZIP.
+    pub address: Address,
     /// Padding.
     pub _pad: [u8; 3],
 }
@@ -162,16 +163,8 @@ pub struct Customer {
     pub middle: [u8; 2],
     /// C_LAST.
     pub last: [u8; 16],
-    /// C_STREET_1.
-    pub street_1: [u8; 20],
-    /// C_STREET_2.
-    pub street_2: [u8; 20],
-    /// C_CITY.
-    pub city: [u8; 20],
-    /// C_STATE.
-    pub state: [u8; 2],
-    /// C_ZIP.
-    pub zip: [u8; 9],
+    /// C_STREET_1, C_STREET_2, C_CITY, C_STATE, C_ZIP.
+    pub address: Address,
     /// C_PHONE.
     pub phone: [u8; 16],
     /// C_CREDIT ("GC" or "BC").
