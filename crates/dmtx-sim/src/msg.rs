@@ -97,9 +97,7 @@ use crate::lock::{Guard, StateLock};
 use std::task::{Context, Poll, Waker};
 
 use dmtx_runtime::Rpc;
-use dmtx_verbs::msg::{
-    check_size, decode_entries, encode_entry, Entry, Event, Mailbox, MsgError, MsgFabric, WorkerAddr,
-};
+use dmtx_verbs::msg::{check_size, decode_entries, Entry, Event, Mailbox, MsgError, MsgFabric, Outbox, WorkerAddr};
 
 use crate::cpu::CpuId;
 use crate::sim::Event as SimEvent;
@@ -337,7 +335,7 @@ impl SimMsgNet {
             addr,
             index,
             cpu: self.sim.cpu_of(u32::from(addr.cn), addr.thread),
-            out: RefCell::new(Vec::new()),
+            out: RefCell::new(Outbox::new()),
         })
     }
 
@@ -399,7 +397,7 @@ pub struct SimMailbox {
     cpu: CpuId,
     /// Per destination index: the encoded entries queued since the last flush, and how
     /// many there are.
-    out: RefCell<Vec<(u32, Vec<u8>, u32)>>,
+    out: RefCell<Outbox>,
 }
 
 /// A message on its way: processed as `Event::Msg` at its delivery time.
@@ -558,18 +556,7 @@ impl Mailbox for SimMailbox {
     fn push(&self, to: WorkerAddr, entry: Entry<'_>) -> Result<(), MsgError> {
         check_size(&entry)?;
         let i = self.net.index(to).ok_or(MsgError::UnknownPeer { to })?;
-        {
-            let mut out = self.out.borrow_mut();
-            let p = match out.iter().position(|(d, _, _)| *d == i) {
-                Some(p) => p,
-                None => {
-                    out.push((i, Vec::new(), 0));
-                    out.len() - 1
-                }
-            };
-            encode_entry(&mut out[p].1, &entry);
-            out[p].2 += 1;
-        }
+        self.out.borrow_mut().push(i as usize, &entry);
         // Wake the serving task: it flushes in the next pass, at this virtual instant.
         let waker = {
             let mut st = self.net.lock();
@@ -588,17 +575,11 @@ impl Mailbox for SimMailbox {
     }
 
     fn flush(&self) {
-        let mut out = self.out.borrow_mut();
         self.net.lock().slots[self.index as usize].queued = false;
         let model = &self.sim.config().nic;
-        for (to, buf, n) in out.iter_mut() {
-            if buf.is_empty() {
-                continue;
-            }
-            let msg = std::mem::take(buf);
-            let entries = std::mem::take(n);
-            self.send(model, *to, msg, entries);
-        }
+        self.out
+            .borrow_mut()
+            .flush(|to, msg, entries| self.send(model, to as u32, msg, entries));
     }
 
     fn drain(&self, f: &mut dyn FnMut(Event<'_>)) -> usize {

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::{check_size, decode_entries, encode_entry, Entry, Event, Mailbox, MsgError, MsgFabric, WorkerAddr};
+use super::{check_size, decode_entries, Entry, Event, Mailbox, MsgError, MsgFabric, Outbox, WorkerAddr};
 
 /// Every worker's inbox of an in-process cluster of compute nodes.
 #[derive(Debug)]
@@ -91,7 +91,7 @@ impl MsgFabric for MemMsgFabric {
             net: Arc::clone(&self.net),
             addr,
             index,
-            out: RefCell::new(Vec::new()),
+            out: RefCell::new(Outbox::new()),
             arrived: RefCell::new(VecDeque::new()),
             lost: RefCell::new(Vec::new()),
         }))
@@ -105,7 +105,7 @@ pub struct MemMailbox {
     addr: WorkerAddr,
     index: usize,
     /// Per destination, the entries queued since the last flush.
-    out: RefCell<Vec<(usize, Vec<u8>)>>,
+    out: RefCell<Outbox>,
     /// Messages taken from the inbox, not yet handed over.
     arrived: RefCell<VecDeque<(WorkerAddr, Vec<u8>)>>,
     lost: RefCell<Vec<(WorkerAddr, String)>>,
@@ -123,32 +123,19 @@ impl Mailbox for MemMailbox {
     fn push(&self, to: WorkerAddr, entry: Entry<'_>) -> Result<(), MsgError> {
         check_size(&entry)?;
         let i = self.net.index(to).ok_or(MsgError::UnknownPeer { to })?;
-        let mut out = self.out.borrow_mut();
-        let buf = match out.iter().position(|(d, _)| *d == i) {
-            Some(p) => &mut out[p].1,
-            None => {
-                out.push((i, Vec::new()));
-                &mut out.last_mut().unwrap().1
-            }
-        };
-        encode_entry(buf, &entry);
+        self.out.borrow_mut().push(i, &entry);
         Ok(())
     }
 
     fn flush(&self) {
-        let mut out = self.out.borrow_mut();
-        for (i, buf) in out.iter_mut() {
-            if buf.is_empty() {
-                continue;
-            }
-            let to = self.net.workers[*i];
-            let msg = std::mem::take(buf);
+        self.out.borrow_mut().flush(|i, msg, _| {
+            let to = self.net.workers[i];
             if self.net.down[usize::from(to.cn)].load(Ordering::SeqCst) {
                 self.lost.borrow_mut().push((to, format!("{to} is down")));
-                continue;
+                return;
             }
-            self.net.inboxes[*i].queue.lock().unwrap().push_back((self.addr, msg));
-        }
+            self.net.inboxes[i].queue.lock().unwrap().push_back((self.addr, msg));
+        });
     }
 
     fn drain(&self, f: &mut dyn FnMut(Event<'_>)) -> usize {

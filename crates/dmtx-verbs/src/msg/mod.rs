@@ -26,11 +26,13 @@
 pub mod conformance;
 mod entry;
 mod mem;
+mod outbox;
 
 use std::fmt;
 
 pub use entry::{decode_entries, encode_entry, EntryError, ENTRY_HEADER_BYTES};
 pub use mem::{MemMailbox, MemMsgFabric, MemMsgNet};
+pub use outbox::Outbox;
 
 /// A worker thread of a compute node: where messages go.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
