@@ -433,6 +433,8 @@ impl NicModel {
             start,
             end,
             done,
+            request_bytes: req,
+            reply_bytes: rep,
         }
     }
 
@@ -628,6 +630,10 @@ pub struct BatchTiming {
     pub end: u64,
     /// Last reply byte at the requester: the batch's completion.
     pub done: u64,
+    /// Wire bytes of the request, headers included.
+    pub request_bytes: u64,
+    /// Wire bytes of the reply, headers included.
+    pub reply_bytes: u64,
 }
 
 /// Send and receive sides of one port.

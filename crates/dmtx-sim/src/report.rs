@@ -92,11 +92,9 @@ impl FabricLoad {
         let admission = tm.issue - t;
         let responder = tm.start.saturating_sub(tm.arrival);
         let latency = tm.done - t;
-        let (mut req, mut rep) = (0, 0);
+        let (req, rep) = (tm.request_bytes, tm.reply_bytes);
         for op in ops {
             let k = op.kind() as usize;
-            req += model.request_bytes(op);
-            rep += model.reply_bytes(op);
             self.cns[cn].ops[k] += 1;
             self.mns[mn].ops[k] += 1;
             let w = &mut self.kinds[k];
