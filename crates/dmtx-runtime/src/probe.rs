@@ -2,7 +2,7 @@
 //! charge for it.
 //!
 //! On real transports a probe is absent and these calls cost a branch. On the simulator
-//! ([`dmtx-sim`]) every worker thread has a virtual CPU: [`Probe::step`] charges the
+//! (`dmtx-sim`) every worker thread has a virtual CPU: [`Probe::step`] charges the
 //! named step's cost (from the NIC/CPU profile) to it, and [`Probe::point`] is where a
 //! fault script can strike (crash this compute node right after FORD wrote its undo log,
 //! say), because the windows that matter are narrower than any timer could hit.
