@@ -141,10 +141,18 @@ impl CoordCtx {
             t.ops[kind] += 1;
             t.bytes_out += out;
             t.bytes_in += back;
+        }
+        self.count_load(post);
+    }
+
+    /// The memory nodes' load (`per_mn`), which counts every post of any purpose.
+    #[inline]
+    fn count_load(&mut self, post: &Post) {
+        for op in post.ops() {
             if let Some(mn) = self.per_mn.get_mut(op.ptr().mn.index()) {
-                mn.ops[kind] += 1;
-                mn.bytes_in += out;
-                mn.bytes_out += back;
+                mn.ops[op.kind() as usize] += 1;
+                mn.bytes_in += op.bytes_out();
+                mn.bytes_out += op.bytes_in();
             }
         }
     }
@@ -154,6 +162,20 @@ impl CoordCtx {
     pub async fn post(&mut self, post: &mut Post) -> Result<(), VerbError> {
         debug_assert!(!post.is_empty(), "an empty post would count a round trip for nothing");
         self.count(post, true);
+        self.wait(post).await
+    }
+
+    /// Post and wait for the timestamp service (FAA on a memory-node counter,
+    /// [`crate::timestamp`]): waited for like [`CoordCtx::post`], but not one of the
+    /// protocol's round trips. It adds to the memory nodes' load (`per_mn`) only; the
+    /// caller counts it in `txn_counters.ts_rtts`, never in `rtts`, `ops` or bytes.
+    pub(crate) async fn post_for_timestamp(&mut self, post: &mut Post) -> Result<(), VerbError> {
+        debug_assert!(!post.is_empty());
+        self.count_load(post);
+        self.wait(post).await
+    }
+
+    async fn wait(&mut self, post: &mut Post) -> Result<(), VerbError> {
         let res = match self.transport.submit(post) {
             Submitted::Done(res) => {
                 yield_now().await;

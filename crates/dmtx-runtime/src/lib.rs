@@ -9,6 +9,7 @@
 //! ([`CoordCtx::post`]); a [`TxnObserver`] receives every finished transaction (the
 //! isolation checker's hook). The [`AddrCache`] maps keys to slot addresses per CN.
 //! Time comes from a [`Clock`], so the simulator can supply virtual time.
+//! MVCC and T/O protocols take timestamps from a [`TimestampService`] ([`timestamp`]).
 //!
 //! Depends on `dmtx-verbs`, `dmtx-memnode` and `dmtx-store`; never names a transport.
 //!
@@ -32,6 +33,7 @@ mod probe;
 mod protocol;
 pub mod rpc;
 mod scan;
+pub mod timestamp;
 mod txn;
 mod worker;
 
@@ -46,6 +48,9 @@ pub use probe::{Probe, ProbeSource};
 pub use protocol::{Isolation, Protocol};
 pub use rpc::{Handled, Request, Rpc, RpcConfig, RpcError};
 pub use scan::scan_table;
+pub use timestamp::{
+    FaaTimestamps, OracleTimestamps, RpcTimestamps, TimestampService, Timestamps, TsError, TsKind, TsKindError,
+};
 pub use txn::{
     Access, Coordinator, Obj, ObjRef, ObjSummary, Phase, Table, Txn, TxnObserver, TxnSet, TxnSummary, STEP_ADD,
 };

@@ -24,6 +24,12 @@
 //!   [`Handled::Later`] and answers afterwards with [`Rpc::reply`].
 //! - A request to a thread with no handler is dropped and counted
 //!   ([`RpcStats::unhandled`]); its caller times out.
+//! - **Services**: a thread has one handler, but several services may share its
+//!   threads (LOTUS's lock service and the timestamp oracle on cn0/t0). Either a thread
+//!   has one plain handler ([`Rpc::set_handler`]: it sees every request whole), or it
+//!   has tagged services ([`Rpc::add_service`]): the first byte of every request is a
+//!   service tag (the `TAG_*` constants below, one per service), and the rest goes to
+//!   that service's handler. Replies carry no tag (they are matched by id).
 //!
 //! Time comes from the [`Clock`] (virtual under the simulator).
 
@@ -133,11 +139,49 @@ pub enum Handled {
 pub trait Handler {
     /// Handle one request or one-way message.
     fn handle(&mut self, rpc: &Rpc, req: Request<'_>, reply: &mut Vec<u8>) -> Handled;
+
+    /// The tagged-service table, when this handler is one ([`Rpc::add_service`]).
+    fn as_services(&mut self) -> Option<&mut Services> {
+        None
+    }
 }
 
 impl<F: FnMut(&Rpc, Request<'_>, &mut Vec<u8>) -> Handled> Handler for F {
     fn handle(&mut self, rpc: &Rpc, req: Request<'_>, reply: &mut Vec<u8>) -> Handled {
         self(rpc, req, reply)
+    }
+}
+
+/// Service tag of the timestamp oracle (`crate::timestamp`). A new service sharing
+/// worker threads takes the next free value here, so tags stay unique in one place.
+pub const TAG_TIMESTAMPS: u8 = 1;
+
+/// Services a thread offers at once, routed by the request's first byte (a tag). See the
+/// module doc; installed by [`Rpc::add_service`].
+#[derive(Default)]
+pub struct Services {
+    /// (tag, handler); a few entries, searched in order.
+    routes: Vec<(u8, Box<dyn Handler>)>,
+}
+
+impl Handler for Services {
+    fn handle(&mut self, rpc: &Rpc, req: Request<'_>, reply: &mut Vec<u8>) -> Handled {
+        let Some((&tag, rest)) = req.payload.split_first() else {
+            rpc.count(|s| s.unhandled += 1);
+            return Handled::Later;
+        };
+        match self.routes.iter_mut().find(|(t, _)| *t == tag) {
+            Some((_, h)) => h.handle(rpc, Request { payload: rest, ..req }, reply),
+            None => {
+                // Dropped like a request to a thread with no handler: the caller times out.
+                rpc.count(|s| s.unhandled += 1);
+                Handled::Later
+            }
+        }
+    }
+
+    fn as_services(&mut self) -> Option<&mut Services> {
+        Some(self)
     }
 }
 
@@ -230,6 +274,27 @@ impl Rpc {
     /// Install the thread's handler (replacing any earlier one).
     pub fn set_handler(&self, h: impl Handler + 'static) {
         *self.handler.borrow_mut() = Some(Box::new(h));
+    }
+
+    /// Serve requests whose first byte is `tag` with `h` (which sees the rest of the
+    /// payload), beside the thread's other services; replaces an earlier handler of the
+    /// same tag. Call it on the worker's thread, outside a handler.
+    ///
+    /// Panics when the thread has a plain handler ([`Rpc::set_handler`]): its requests
+    /// carry no tag, so the two cannot share a thread.
+    pub fn add_service(&self, tag: u8, h: impl Handler + 'static) {
+        let mut slot = self.handler.borrow_mut();
+        let services = slot
+            .get_or_insert_with(|| Box::new(Services::default()))
+            .as_services()
+            .unwrap_or_else(|| {
+                panic!(
+                    "{}: add_service(tag {tag}) on a thread with a plain handler; install every service with add_service",
+                    self.addr()
+                )
+            });
+        services.routes.retain(|(t, _)| *t != tag);
+        services.routes.push((tag, Box::new(h)));
     }
 
     /// Counters so far.

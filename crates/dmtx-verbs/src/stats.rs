@@ -18,6 +18,12 @@ pub struct PostCounters {
     pub bytes_out: u64,
     /// Payload bytes returned by memory nodes.
     pub bytes_in: u64,
+    /// Timestamps asked of the timestamp service (`dmtx_runtime::timestamp`), of any
+    /// kind; a FAA timestamp's verb is in none of the fields above (DESIGN §4).
+    pub ts_requests: u64,
+    /// Of those, the ones the coordinator waited a round trip for (an RPC to the oracle's
+    /// host, or the FAA on a memory-node counter); not in `rtts`.
+    pub ts_rtts: u64,
 }
 
 impl PostCounters {
@@ -57,6 +63,8 @@ impl PostCounters {
         }
         self.bytes_out += other.bytes_out;
         self.bytes_in += other.bytes_in;
+        self.ts_requests += other.ts_requests;
+        self.ts_rtts += other.ts_rtts;
     }
 }
 
