@@ -21,11 +21,12 @@
 //! | `crash-cn` | `[cn=N]` | the compute node stops: [`Sim::cn_down`] turns true, its later posts never apply or complete, and on each of its connections a seed-chosen prefix of its in-flight ops applies (the next one possibly torn at a word). Without `cn`, the node whose op or fault point fired the trigger |
 //! | `link-down` | `node=NODE for=DUR` | every op in flight over the node's link and every op posted over it while down fails after the timeout (ops that reached the memory node stay applied) |
 //! | `partition` | `side=NODE,NODE.. [for=DUR]` | the nodes of `side` cannot reach the others (as `link-down` for every path across); forever without `for` |
-//! | `slow-nic` | `node=NODE factor=K [for=DUR]` | batches to or from the node are timed with every service, link, PCIe and atomic time multiplied by `K` (latency too) |
+//! | `slow-nic` | `node=NODE factor=K [for=DUR]` | batches to or from the node are timed with every service, link, PCIe and atomic time multiplied by `K` (latency too); so are the CN↔CN messages a slow compute node sends or receives (its links, the latency and its RECV service: [`msg`](crate::msg), "Slow NICs and delays") |
 //! | `clock-jump` | `node=NODE by=±DUR` | the node's clock ([`Sim::node_clock`]) jumps |
 //! | `clock-drift` | `node=NODE ppm=P` | from then on the node's clock runs `P` ppm further off |
 //! | `lose-response` | (needs `on=`) | the matched ops apply, but their post fails after the timeout (the CN never saw the reply) |
 //! | `delay` | `by=DUR` (needs `on=`) | the matched ops' posts complete `by` later |
+//! | `delay` | `by=DUR path=cnA->cnB [for=DUR]` | every CN↔CN message sent from `cnA` to `cnB` from the firing on, for `for` (forever without), is delivered `by` later; the other direction is a second clause |
 //! | `membership` | `lease=DUR [renew=DUR] members=NODE,..` | starts the lease-based membership node (see [`membership`](crate::membership)) |
 //!
 //! Triggers (any fault but `membership`; at least one of `at`, `point`, `on`):
@@ -198,6 +199,18 @@ pub enum FaultAction {
         /// How much later.
         by_ns: u64,
     },
+    /// CN↔CN messages on one path are delivered later while the fault lasts (`delay`
+    /// with `path=`).
+    DelayMessages {
+        /// The sending compute node.
+        from: u32,
+        /// The receiving compute node (not `from`).
+        to: u32,
+        /// How much later.
+        by_ns: u64,
+        /// How long (forever if `None`).
+        for_ns: Option<u64>,
+    },
 }
 
 impl FaultAction {
@@ -216,7 +229,7 @@ impl FaultAction {
             FaultAction::ClockJump { .. } => "clock-jump",
             FaultAction::ClockDrift { .. } => "clock-drift",
             FaultAction::LoseResponse => "lose-response",
-            FaultAction::Delay { .. } => "delay",
+            FaultAction::Delay { .. } | FaultAction::DelayMessages { .. } => "delay",
         }
     }
 }
@@ -375,6 +388,19 @@ fn parse_u64(s: &str) -> Result<u64, String> {
         None => s.parse(),
     };
     r.map_err(|_| format!("`{s}` is not a non-negative integer"))
+}
+
+/// Parse a message path `cnA->cnB` (two distinct compute nodes).
+fn parse_path(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("`{s}` is not a message path; write path=cnA->cnB (two compute nodes)");
+    let (a, b) = s.split_once("->").ok_or_else(bad)?;
+    match (a.parse::<Node>(), b.parse::<Node>()) {
+        (Ok(Node::Cn(a)), Ok(Node::Cn(b))) if a != b => Ok((a, b)),
+        (Ok(Node::Cn(a)), Ok(Node::Cn(_))) => Err(format!(
+            "path cn{a}->cn{a} stays inside one compute node, whose messages cross no NIC; name two compute nodes"
+        )),
+        _ => Err(bad()),
+    }
 }
 
 fn parse_kind(s: &str) -> Result<OpKind, String> {
@@ -544,11 +570,26 @@ impl Clause {
                 })?,
             },
             "lose-response" => FaultAction::LoseResponse,
-            "delay" => FaultAction::Delay {
-                by_ns: self
+            "delay" => {
+                let by_ns = self
                     .duration("by")?
-                    .ok_or_else(|| self.err("field `by` is missing; add e.g. by=50us".into()))?,
-            },
+                    .ok_or_else(|| self.err("field `by` is missing; add e.g. by=50us".into()))?;
+                match self.field("path", parse_path)? {
+                    Some((from, to)) => FaultAction::DelayMessages {
+                        from,
+                        to,
+                        by_ns,
+                        for_ns: self.duration("for")?,
+                    },
+                    None if self.fields.contains_key("for") => {
+                        return Err(self.err(
+                            "`for` bounds a message delay; add path=cnA->cnB, or drop `for` (an op delay strikes `count` ops)"
+                                .into(),
+                        ));
+                    }
+                    None => FaultAction::Delay { by_ns },
+                }
+            }
             k => {
                 return Err(self.err(format!("`{k}` is not a fault kind{}", did_you_mean(k, KINDS))));
             }
@@ -571,7 +612,8 @@ impl Clause {
             FaultAction::ClockJump { .. } => &["node", "by"],
             FaultAction::ClockDrift { .. } => &["node", "ppm"],
             FaultAction::LoseResponse => &[],
-            FaultAction::Delay { .. } => &["by"],
+            FaultAction::Delay { .. } => &["by", "path"],
+            FaultAction::DelayMessages { .. } => &["by", "path", "for"],
         };
         self.finish(keys)?;
         let t = &trigger;
@@ -592,7 +634,7 @@ impl Clause {
         }
         if !action.is_per_op() && t.count != 1 {
             return Err(self.err(format!(
-                "`count` applies to lose-response and delay only; {} fires once",
+                "`count` applies to lose-response and op delays (no path) only; {} fires once",
                 action.kind()
             )));
         }
@@ -866,6 +908,8 @@ pub(crate) struct FaultState {
     partitions: Vec<(Vec<Node>, u64)>,
     /// Per node: a scaled model until then.
     slow: BTreeMap<Node, (u32, u64, NicModel)>,
+    /// CN↔CN message delays: (from, to, by ns, until), in firing order.
+    msg_delays: Vec<(u32, u32, u64, u64)>,
     /// Per memory node, when the script has a PM crash.
     persist: Option<Vec<Persist>>,
     log: Vec<FaultRecord>,
@@ -932,6 +976,23 @@ impl FaultState {
         }
     }
 
+    /// The scaled model of `node`'s NIC while a `slow-nic` fault on it lasts (`None`:
+    /// the configured one). CN↔CN messages read it for each end (`msg`, "Slow NICs and delays").
+    pub(crate) fn slow_model(&self, node: Node, now: u64) -> Option<&NicModel> {
+        self.slow.get(&node).filter(|s| s.1 > now).map(|s| &s.2)
+    }
+
+    /// How much later a CN↔CN message sent now from compute node `from` to `to` is
+    /// delivered: the largest `delay path=` in effect on that path (0: none).
+    pub(crate) fn msg_delay_ns(&self, from: u32, to: u32, now: u64) -> u64 {
+        self.msg_delays
+            .iter()
+            .filter(|&&(f, t, _, until)| f == from && t == to && until > now)
+            .map(|&(_, _, by, _)| by)
+            .max()
+            .unwrap_or(0)
+    }
+
     fn model_for(&self, cn: u32, mn: u16, now: u64) -> Option<&NicModel> {
         let a = self.slow.get(&Node::Cn(cn)).filter(|s| s.1 > now);
         let b = self.slow.get(&Node::Mn(mn)).filter(|s| s.1 > now);
@@ -947,9 +1008,10 @@ impl FaultState {
 }
 
 /// `model` with every service, link, PCIe and atomic time multiplied by `k` (latency
-/// too).
+/// too; `recv_service_ns` is read by CN↔CN messages only).
 fn scaled(model: &NicModel, k: u64) -> NicModel {
     let mut m = model.clone();
+    m.recv_service_ns *= k;
     m.link_ps_per_byte *= k;
     m.one_way_latency_ns *= k;
     m.read_service_ns *= k;
@@ -1058,6 +1120,7 @@ impl Sim {
             link_down: BTreeMap::new(),
             partitions: Vec::new(),
             slow: BTreeMap::new(),
+            msg_delays: Vec::new(),
             persist: script
                 .has_pm_crash()
                 .then(|| (0..mn_count).map(|_| Persist::default()).collect()),
@@ -1072,6 +1135,7 @@ impl Sim {
             fs.link_down = o.link_down;
             fs.partitions = o.partitions;
             fs.slow = o.slow;
+            fs.msg_delays = o.msg_delays;
             fs.log = o.log;
             fs.lost_background = o.lost_background;
         }
@@ -1520,6 +1584,20 @@ impl Sim {
                 adjust.set_drift(now, ppm);
                 let fs = st.faults.active.as_deref_mut().expect("installed");
                 fs.record(now, format!("clock of {node} drifts {ppm} ppm"));
+            }
+            FaultAction::DelayMessages {
+                from,
+                to,
+                by_ns,
+                for_ns,
+            } => {
+                let fs = st.faults.active.as_deref_mut().expect("installed");
+                let until = for_ns.map_or(u64::MAX, |d| now + d);
+                fs.msg_delays.push((from, to, by_ns, until));
+                fs.record(
+                    now,
+                    format!("messages cn{from}->cn{to} delayed {by_ns} ns until {until} ns"),
+                );
             }
             FaultAction::LoseResponse | FaultAction::Delay { .. } => {
                 unreachable!("per-op faults strike at submit")

@@ -56,6 +56,40 @@
 //! - **Link downs and partitions** (fault script) drop a message that arrives while its
 //!   two compute nodes are cut apart, silently: nobody crashed, so the caller's RPC times
 //!   out and retries, as over a real network.
+//! - **Slow NICs and delays** (fault script) stretch a message's path: next section.
+//!
+//! # Slow NICs and delays (fault script)
+//!
+//! A message between two compute nodes is timed with each end's NIC as it is at the
+//! flush instant `now`: `m_s` for the sender and `m_r` for the receiver, each the model
+//! a `slow-nic` fault on that CN scales by its factor (link, latency and RECV service
+//! too) while it lasts, else the configured one. Each end's own resources run at its
+//! own speed, and the latency is the slower end's (a slow NIC's pipeline is on the path
+//! at either end; the switch between them is shared, so the two do not add). With
+//! `b' = send_bytes(b)`:
+//!
+//! - sender's tx link at its rate: `s = max(t, tx_free)`, `tx_end = tx_free = s + m_s.link(b')`;
+//! - latency `lat = max(m_s.latency, m_r.latency)`;
+//! - receiver's rx link at its rate, but never done before the slow sender's last byte
+//!   can be there: `r = max(s + lat, rx_free)`, `rx_free = max(r + m_r.link(b'), tx_end + lat)`;
+//! - RECV at the receiver's speed: delivered at `rx_free + m_r.recv_service_ns`.
+//!
+//! With both ends unscaled this is exactly [`NicModel::time_send`] (`r ≥ s + lat` makes
+//! the second term of the max never win), and that is what runs then. Uncontended, a
+//! receiver `k` times slower gives `time_send` of the scaled model,
+//! `k·latency + link_k(b') + k·recv_service_ns`; a sender `k` times slower gives
+//! `k·latency + link_k(b') + recv_service_ns`.
+//!
+//! A `delay by=D path=cnA->cnB` fault in effect at `now` delivers a message from `cnA`
+//! to `cnB` `D` later (the largest `D` if several apply); the other direction and other
+//! pairs are untouched. Messages within one compute node cross no NIC and see neither
+//! fault.
+//!
+//! FIFO per pair survives both: a message is never delivered before the previous one of
+//! its pair (a delayed or slowed message holds back the later ones of its pair, as one
+//! queue pair's messages stay in order). Without a script a pair's deliveries are in
+//! order already, so this never moves one and message timing is exactly the unfaulted
+//! model's.
 //!
 //! # Driving RPC on the simulator: [`serve`]
 //!
@@ -100,8 +134,9 @@ use dmtx_runtime::Rpc;
 use dmtx_verbs::msg::{check_size, decode_entries, Entry, Event, Mailbox, MsgError, MsgFabric, Outbox, WorkerAddr};
 
 use crate::cpu::CpuId;
+use crate::nic::{FabricState, Port};
 use crate::sim::Event as SimEvent;
-use crate::{NicModel, Sim, Sleep};
+use crate::{NicModel, Node, Sim, Sleep};
 
 /// Messages that may wait in one worker's inbox: far beyond any run's need; reaching it
 /// means a receiver is never drained.
@@ -122,8 +157,10 @@ pub struct MsgStats {
     pub wire_bytes: u64,
     /// Messages delivered to an inbox.
     pub delivered: u64,
-    /// Messages dropped because their sender or receiver was down.
+    /// Messages dropped because their sender or receiver was down, or their path was cut.
     pub dropped: u64,
+    /// Messages a scripted `delay path=` delivered later.
+    pub delayed: u64,
     /// [`Event::PeerLost`] handed to mailboxes.
     pub peer_lost: u64,
 }
@@ -162,7 +199,7 @@ struct NetState {
 ///
 /// Invariants: (1) `lost` holds a peer at most once; (2) `reported[p]` is the epoch of
 /// `p`'s CN whose crash was last reported here, so a crash is reported once; (3) `inbox`
-/// holds at most [`INBOX_MESSAGES_MAX`] messages; (4) below.
+/// holds at most [`INBOX_MESSAGES_MAX`] messages; (4) and (5) below.
 #[derive(Debug, Default)]
 struct Slot {
     /// Delivered messages not yet drained: (sender index, encoded entries).
@@ -179,6 +216,9 @@ struct Slot {
     waker: Option<Waker>,
     /// Per destination index: messages sent to it (the last one's sequence number).
     sent_seq: Vec<u64>,
+    /// Per destination index: when the last message sent to it is delivered. Invariant
+    /// 5: a later one is delivered no earlier (FIFO per pair under slow NICs and delays).
+    sent_due: Vec<u64>,
     /// Per sender index: the sequence number of the last message delivered from it.
     /// Invariant 4: it only grows (FIFO per pair; a dropped message leaves a gap).
     delivered_seq: Vec<u64>,
@@ -286,6 +326,7 @@ impl SimMsgNet {
                 reported: vec![0; n],
                 seen: vec![false; n],
                 sent_seq: vec![0; n],
+                sent_due: vec![0; n],
                 delivered_seq: vec![0; n],
                 ..Slot::default()
             })
@@ -514,11 +555,11 @@ impl SimMailbox {
         // Charging moved the cursor to at least now: the CPU is done with the send then.
         let (_, t) = self.sim.cpu_state(self.cpu);
         let len = msg.len() as u64;
-        let seq = {
+        let (seq, due_before) = {
             let mut st = self.net.lock();
-            let q = &mut st.slots[self.index as usize].sent_seq[to as usize];
-            *q += 1;
-            *q
+            let s = &mut st.slots[self.index as usize];
+            s.sent_seq[to as usize] += 1;
+            (s.sent_seq[to as usize], s.sent_due[to as usize])
         };
         let delivery = Delivery {
             net: Arc::clone(&self.net),
@@ -527,21 +568,67 @@ impl SimMailbox {
             seq,
             msg,
         };
-        let mut wire = 0;
-        {
-            let mut st = self.sim.lock();
+        let (mut wire, mut delay) = (0, 0);
+        let at = {
+            let mut guard = self.sim.lock();
+            let st = &mut *guard;
             let at = if dest.cn == self.addr.cn {
                 t
             } else {
                 wire = model.send_bytes(len);
-                model.time_send(&mut st.fabric, u32::from(self.addr.cn), u32::from(dest.cn), len, t)
+                let (from, to) = (u32::from(self.addr.cn), u32::from(dest.cn));
+                match st.faults.active.as_deref() {
+                    None => model.time_send(&mut st.fabric, from, to, len, t),
+                    Some(fs) => {
+                        let now = self.sim.now();
+                        let (ms, mr) = (fs.slow_model(Node::Cn(from), now), fs.slow_model(Node::Cn(to), now));
+                        delay = fs.msg_delay_ns(from, to, now);
+                        let at = if ms.is_none() && mr.is_none() {
+                            model.time_send(&mut st.fabric, from, to, len, t)
+                        } else {
+                            let ends = (ms.unwrap_or(model), mr.unwrap_or(model));
+                            time_send_ends(ends, &mut st.fabric, from, to, len, t)
+                        };
+                        at + delay
+                    }
+                }
             };
+            // Invariant 5: FIFO per pair.
+            let at = at.max(due_before);
             st.queue.push(at, SimEvent::Msg(Box::new(delivery)));
-        }
+            at
+        };
         let mut st = self.net.lock();
         st.stats.wire_bytes += wire;
-        st.slots[self.index as usize].seen[to as usize] = true;
+        st.stats.delayed += u64::from(delay > 0);
+        let s = &mut st.slots[self.index as usize];
+        s.seen[to as usize] = true;
+        s.sent_due[to as usize] = at;
     }
+}
+
+/// [`NicModel::time_send`] with each end at its own speed: `models` are the sender's
+/// and the receiver's NIC models (module doc, "Slow NICs and delays"). Equal models give
+/// exactly `time_send`.
+fn time_send_ends(models: (&NicModel, &NicModel), st: &mut FabricState, from: u32, to: u32, len: u64, t: u64) -> u64 {
+    let (ms, mr) = models;
+    assert_ne!(from, to, "a message within one compute node does not cross its NIC");
+    // A slow-NIC fault scales times, never the packet format.
+    assert_eq!(ms.send_bytes(len), mr.send_bytes(len), "both ends segment alike");
+    let n = from.max(to) as usize + 1;
+    if st.cns.len() < n {
+        st.cns.resize_with(n, Port::default);
+    }
+    let bytes = ms.send_bytes(len);
+    let lat = ms.one_way_latency_ns.max(mr.one_way_latency_ns);
+    let tx = &mut st.cns[from as usize];
+    let s = t.max(tx.tx_free);
+    tx.tx_free = s + ms.link_ns(bytes);
+    let tx_end = tx.tx_free;
+    let rx = &mut st.cns[to as usize];
+    let r = (s + lat).max(rx.rx_free);
+    rx.rx_free = (r + mr.link_ns(bytes)).max(tx_end + lat);
+    rx.rx_free + mr.recv_service_ns
 }
 
 impl Mailbox for SimMailbox {
@@ -782,7 +869,8 @@ impl Future for Serve {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nic::FabricState;
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
 
     /// Goal: back-to-back SENDs queue on the sender's tx link, SENDs from two CNs queue
     /// on the receiver's rx link, and an idle path costs latency + link + RECV.
@@ -802,6 +890,61 @@ mod tests {
         assert_eq!(
             m.send_bytes(m.mtu_bytes + 1),
             2 * m.packet_header_bytes + m.mtu_bytes + 1
+        );
+    }
+
+    /// `m` with the times a `slow-nic` fault of factor `k` scales on a message's path.
+    fn slowed(m: &NicModel, k: u64) -> NicModel {
+        let mut s = m.clone();
+        s.link_ps_per_byte *= k;
+        s.one_way_latency_ns *= k;
+        s.recv_service_ns *= k;
+        s
+    }
+
+    /// Goal: with both ends at the configured model, `time_send_ends` is exactly
+    /// `time_send`, over a random contended stream among three CNs (so taking it when a
+    /// script is installed but no NIC is slow would change nothing either).
+    #[test]
+    fn time_send_ends_equal_models_is_time_send() {
+        let m = NicModel::cx5();
+        let (mut a, mut b) = (FabricState::default(), FabricState::default());
+        let mut rng = SmallRng::seed_from_u64(17);
+        let mut t = 0;
+        for _ in 0..2_000 {
+            t += rng.random_range(0..400);
+            let from = rng.random_range(0..3u32);
+            let to = (from + rng.random_range(1..3)) % 3;
+            let len = rng.random_range(0..10_000);
+            assert_eq!(
+                time_send_ends((&m, &m), &mut a, from, to, len, t),
+                m.time_send(&mut b, from, to, len, t)
+            );
+        }
+    }
+
+    /// Goal: a slow receiver alone gives `time_send` of the scaled model; a slow sender
+    /// scales its link and the latency but not the receiver's RECV, and holds its own tx
+    /// link `k` times longer (a second SEND queues behind it).
+    #[test]
+    fn time_send_ends_runs_each_end_at_its_speed() {
+        let (m, k, len) = (NicModel::cx5(), 4, 3_000);
+        let slow = slowed(&m, k);
+        let mut st = FabricState::default();
+        let want = slow.time_send(&mut FabricState::default(), 0, 1, len, 0);
+        assert_eq!(time_send_ends((&m, &slow), &mut st, 0, 1, len, 0), want);
+        let bytes = m.send_bytes(len);
+        let (lat, wire) = (k * m.one_way_latency_ns, slow.link_ns(bytes));
+        assert_eq!(want, lat + wire + k * m.recv_service_ns);
+        let mut st = FabricState::default();
+        let first = time_send_ends((&slow, &m), &mut st, 0, 1, len, 0);
+        assert_eq!(first, lat + wire + m.recv_service_ns);
+        assert_eq!(st.cns[0].tx_free, wire, "the slow sender's tx link");
+        // The second SEND leaves when the first has left the slow link; the receiver's
+        // fast rx link does not make it arrive sooner than its last byte.
+        assert_eq!(
+            time_send_ends((&slow, &m), &mut st, 0, 1, len, 0),
+            wire + lat + wire + m.recv_service_ns
         );
     }
 

@@ -5,15 +5,21 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 use dmtx_runtime::rpc::RpcStats;
 use dmtx_runtime::{Handled, Request, Rpc, RpcConfig, RpcError};
+use dmtx_sim::faults::FaultAction;
 use dmtx_sim::msg::MsgStats;
+use dmtx_sim::nic::FabricState;
 use dmtx_sim::{
-    serve, CpuId, CpuMode, ServeStop, Sim, SimConfig, SimExecutor, SimFabric, SimMsgNet, SimStats, SimTransport,
+    serve, CpuId, CpuMode, FaultScript, NicModel, ServeStop, Sim, SimConfig, SimExecutor, SimFabric, SimMailbox,
+    SimMsgNet, SimStats, SimTransport,
 };
 use dmtx_verbs::msg::{
     conformance, Entry, EntryKind, Event, Mailbox, MsgError, MsgFabric, WorkerAddr, ENTRY_HEADER_BYTES,
@@ -313,7 +319,15 @@ struct Outcome {
 /// key by RPC, increment its counter on the memory node with a READ and a WRITE (not
 /// atomic: only the lock keeps increments from being lost), and unlock by RPC.
 fn lock_service(seed: u64) -> Outcome {
+    lock_service_under(seed, None)
+}
+
+/// [`lock_service`] with a fault `script` installed (if any).
+fn lock_service_under(seed: u64, script: Option<&str>) -> Outcome {
     let sim = sim_with(seed, CpuMode::Model);
+    if let Some(s) = script {
+        sim.install_faults(s.parse().unwrap()).unwrap();
+    }
     let net = SimMsgNet::new(&sim, CNS, THREADS);
     let workers: Vec<WorkerAddr> = net.fabric(0).workers();
     let stop = ServeStop::after(workers.len() * COORDS);
@@ -666,4 +680,255 @@ fn a_partition_drops_messages_until_it_heals() {
     );
     assert!(outcomes.iter().any(|(_, r)| r.is_err()), "{outcomes:?}");
     assert!(net.stats().dropped > 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// Slow NICs and delays (fault script)
+
+/// `m` with the times a `slow-nic` fault of factor `k` scales on a message's path (the
+/// fields `NicModel::time_send` reads; the packet format is not scaled).
+fn slowed(m: &NicModel, k: u64) -> NicModel {
+    let mut s = m.clone();
+    s.link_ps_per_byte *= k;
+    s.one_way_latency_ns *= k;
+    s.recv_service_ns *= k;
+    s
+}
+
+/// Run the simulation's events up to virtual time `at` (a timer event gets it there),
+/// recording in `delivered[id]` when each entry reaches a mailbox of `mbs`.
+fn run_to(sim: &Sim, at: u64, mbs: &[SimMailbox], delivered: &mut [Option<u64>]) {
+    let record = |delivered: &mut [Option<u64>]| {
+        for mb in mbs {
+            mb.drain(&mut |ev| match ev {
+                Event::Entry { entry, .. } => {
+                    let d = &mut delivered[entry.id as usize];
+                    assert!(d.is_none(), "entry {} delivered twice", entry.id);
+                    *d = Some(sim.now());
+                }
+                Event::PeerLost { peer, why } => panic!("{peer} lost: {why}"),
+            });
+        }
+    };
+    if at > sim.now() && at != u64::MAX {
+        let mut timer = sim.sleep(at - sim.now());
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(Pin::new(&mut timer).poll(&mut cx).is_pending());
+    }
+    while sim.next_event_time().is_some_and(|t| t <= at) {
+        assert!(sim.step());
+        record(delivered);
+    }
+}
+
+/// One message per `(at ns, from cn, to cn, payload bytes)`, sent at `at` by the only
+/// worker of `from` to the only worker of `to`, among `cns` compute nodes with `script`
+/// installed and CPU costs off. Returns each message's one-way time (flush to delivery,
+/// in send order) and the network's counters.
+fn one_way_times(script: &str, cns: u16, sends: &[(u64, u16, u16, usize)]) -> (Vec<u64>, MsgStats) {
+    let sim = sim_with(6, CpuMode::Off);
+    sim.install_faults(script.parse().unwrap()).unwrap();
+    let net = SimMsgNet::new(&sim, cns, 1);
+    let mbs: Vec<SimMailbox> = (0..cns).map(|c| net.mailbox(WorkerAddr::new(c, 0)).unwrap()).collect();
+    let mut delivered = vec![None; sends.len()];
+    for (id, &(at, from, to, len)) in sends.iter().enumerate() {
+        assert!(at >= sim.now(), "sends are listed in time order");
+        run_to(&sim, at, &mbs, &mut delivered);
+        let payload = vec![0x5a; len];
+        let entry = Entry {
+            kind: EntryKind::OneWay,
+            retry: false,
+            id: id as u64,
+            payload: &payload,
+        };
+        mbs[usize::from(from)].push(WorkerAddr::new(to, 0), entry).unwrap();
+        mbs[usize::from(from)].flush();
+    }
+    run_to(&sim, u64::MAX, &mbs, &mut delivered);
+    let times = sends
+        .iter()
+        .zip(&delivered)
+        .map(|(s, d)| d.unwrap_or_else(|| panic!("{s:?} was never delivered")) - s.0)
+        .collect();
+    (times, net.stats())
+}
+
+/// Goal: a `slow-nic` fault of factor k on a message's receiver gives it exactly the
+/// one-way time of `NicModel::time_send` with the scaled model (k × latency, the slow
+/// rx link, k × RECV); on its sender, k × latency and the slow tx link but the
+/// receiver's own RECV; messages between two other CNs at the same instant, and
+/// messages after the fault's `for`, take the unfaulted time.
+#[test]
+fn a_slow_nic_stretches_messages_to_and_from_its_cn_only() {
+    let (k, len) = (4, 3_000usize);
+    let m = SimConfig::new(0).nic;
+    let slow = slowed(&m, k);
+    let b = (ENTRY_HEADER_BYTES + len) as u64;
+    let base = m.time_send(&mut FabricState::default(), 0, 1, b, 0);
+    let to_slow = slow.time_send(&mut FabricState::default(), 0, 1, b, 0);
+    let from_slow = k * m.one_way_latency_ns + slow.link_ns(slow.send_bytes(b)) + m.recv_service_ns;
+    let script = format!("slow-nic node=cn1 factor={k} at=0 for=100us");
+    // The receiver cn1 is slow.
+    let sends = [(0, 0, 1, len), (0, 2, 3, len), (200_000, 0, 1, len)];
+    let (t, s) = one_way_times(&script, 4, &sends);
+    eprintln!("slow receiver x{k}: {t:?} ns (unfaulted {base}, closed form {to_slow})");
+    assert_eq!(t, vec![to_slow, base, base]);
+    assert_eq!((s.delivered, s.dropped, s.delayed), (3, 0, 0), "{s:?}");
+    // The sender cn1 is slow.
+    let sends = [(0, 1, 0, len), (0, 2, 3, len), (200_000, 1, 0, len)];
+    let (t, _) = one_way_times(&script, 4, &sends);
+    eprintln!("slow sender x{k}: {t:?} ns (unfaulted {base}, closed form {from_slow})");
+    assert_eq!(t, vec![from_slow, base, base]);
+    assert!(
+        from_slow > base && to_slow > from_slow,
+        "both stretch; the slow RECV more"
+    );
+}
+
+/// Goal: `delay by=30us path=cn0->cn1` (in effect 20..120 µs) delays exactly the
+/// messages cn0 sends cn1 inside its window by 30 µs; the reverse path, another sender
+/// to cn1, cn0 to another receiver, and cn0→cn1 before and after the window are not
+/// delayed, except that a message sent just after the window waits behind a delayed one
+/// of its pair (FIFO per pair).
+#[test]
+fn a_delay_fault_delays_its_path_during_its_window() {
+    let m = SimConfig::new(0).nic;
+    let by = 30_000;
+    let len = 8;
+    let base = m.time_send(&mut FabricState::default(), 0, 1, (ENTRY_HEADER_BYTES + len) as u64, 0);
+    let sends = [
+        (0, 0, 1, len),       // before the window
+        (50_000, 0, 1, len),  // in it
+        (50_000, 1, 0, len),  // the reverse path
+        (60_000, 2, 1, len),  // another sender to cn1
+        (70_000, 0, 2, len),  // cn0 to another receiver
+        (119_000, 0, 1, len), // the window's last microsecond
+        (121_000, 0, 1, len), // after it, behind the delayed one
+        (300_000, 0, 1, len), // well after
+    ];
+    let (t, s) = one_way_times(&format!("delay by={by}ns path=cn0->cn1 at=20us for=100us"), 3, &sends);
+    eprintln!("delay {by} ns on cn0->cn1: {t:?} ns (unfaulted {base})");
+    let held = 119_000 + base + by - 121_000;
+    assert_eq!(t, vec![base, base + by, base, base, base, base + by, held, base]);
+    assert_eq!((s.delivered, s.delayed), (8, 2), "{s:?}");
+    // Without the script, the same sends take the unfaulted time.
+    let (t, s) = one_way_times("delay by=30us path=cn0->cn1 at=1s", 3, &sends);
+    assert_eq!(t, vec![base; sends.len()]);
+    assert_eq!(s.delayed, 0);
+}
+
+/// One call of `req_len` bytes from cn0/t0 to cn1/t0 answered with `reply_len` bytes,
+/// CPU costs off, with `script` installed (if any); returns its round-trip time.
+fn rpc_rtt_under(script: Option<&str>, req_len: usize, reply_len: usize) -> u64 {
+    let sim = sim_with(5, CpuMode::Off);
+    if let Some(s) = script {
+        sim.install_faults(s.parse().unwrap()).unwrap();
+    }
+    let net = SimMsgNet::new(&sim, 2, 1);
+    let (a, b) = (WorkerAddr::new(0, 0), WorkerAddr::new(1, 0));
+    let (ra, rb) = (
+        rpc_on(&net, a, RpcConfig::default()),
+        rpc_on(&net, b, RpcConfig::default()),
+    );
+    rb.set_handler(reply_of(reply_len));
+    let stop = ServeStop::after(1);
+    let rtt = Rc::new(Cell::new(0));
+    let mut ex = SimExecutor::new(&sim);
+    ex.spawn(serve(&net, Rc::clone(&ra), stop.clone()));
+    ex.spawn(serve(&net, Rc::clone(&rb), stop.clone()));
+    let (s, r, st) = (sim.clone(), Rc::clone(&rtt), stop.clone());
+    ex.spawn(async move {
+        let t0 = s.now();
+        let reply = ra.call(b, &vec![7u8; req_len]).await.unwrap();
+        assert_eq!(reply.len(), reply_len);
+        r.set(s.now() - t0);
+        st.done_one();
+    });
+    ex.run().unwrap();
+    assert_eq!(net.stats().delivered, 2);
+    rtt.get()
+}
+
+/// Goal: an RPC to a CN whose NIC is k times slower takes the request's one-way time
+/// into the slow receiver plus the reply's out of the slow sender (the closed forms of
+/// the one-way test); a `delay path=` on the reply path adds its `by` to the RPC.
+#[test]
+fn an_rpc_across_a_slow_cn_pays_for_it() {
+    let (k, req, rep) = (3, 64usize, 512usize);
+    let m = SimConfig::new(0).nic;
+    let slow = slowed(&m, k);
+    let (bq, bp) = ((ENTRY_HEADER_BYTES + req) as u64, (ENTRY_HEADER_BYTES + rep) as u64);
+    let base = rpc_rtt_under(None, req, rep);
+    assert_eq!(
+        base,
+        m.time_send(&mut FabricState::default(), 0, 1, bq, 0) + m.time_send(&mut FabricState::default(), 1, 0, bp, 0)
+    );
+    let rtt = rpc_rtt_under(Some(&format!("slow-nic node=cn1 factor={k} at=0")), req, rep);
+    let want = slow.time_send(&mut FabricState::default(), 0, 1, bq, 0)
+        + k * m.one_way_latency_ns
+        + slow.link_ns(slow.send_bytes(bp))
+        + m.recv_service_ns;
+    eprintln!("RPC {req} B -> {rep} B: {base} ns; server NIC x{k}: {rtt} ns (model {want} ns)");
+    assert_eq!(rtt, want);
+    // The slow CN as the caller: each message still has one slow end, now the other
+    // one, and the sum is the same (k·RECV on the reply instead of the request).
+    let caller_slow = rpc_rtt_under(Some(&format!("slow-nic node=cn0 factor={k} at=0")), req, rep);
+    assert_eq!(caller_slow, rtt);
+    let delayed = rpc_rtt_under(Some("delay by=7us path=cn1->cn0 at=0"), req, rep);
+    assert_eq!(delayed, base + 7_000);
+}
+
+/// Goal: `delay` takes `path=cnA->cnB [for=DUR]` in both script forms, and refuses a
+/// path inside one CN or through a memory node, `for` without a path, and `count` with
+/// one, naming the fix.
+#[test]
+fn delay_path_parses() {
+    let a: FaultScript = "delay by=5us path=cn0->cn2 for=1ms at=2ms".parse().unwrap();
+    let b = FaultScript::from_toml(
+        r#"
+        [[fault]]
+        kind = "delay"
+        by = "5us"
+        path = "cn0->cn2"
+        for = "1ms"
+        at = "2ms"
+        "#,
+    )
+    .unwrap();
+    assert_eq!(a, b);
+    assert_eq!(
+        a.faults[0].action,
+        FaultAction::DelayMessages {
+            from: 0,
+            to: 2,
+            by_ns: 5_000,
+            for_ns: Some(1_000_000)
+        }
+    );
+    let op: FaultScript = "delay by=5us on=kind:cas".parse().unwrap();
+    assert_eq!(op.faults[0].action, FaultAction::Delay { by_ns: 5_000 });
+    let err = |s: &str| s.parse::<FaultScript>().unwrap_err().to_string();
+    assert!(err("delay by=1us path=cn1->cn1 at=0").contains("inside one compute node"));
+    assert!(err("delay by=1us path=mn0->cn1 at=0").contains("write path=cnA->cnB"));
+    assert!(err("delay by=1us path=cn0,cn1 at=0").contains("write path=cnA->cnB"));
+    assert!(err("delay by=1us for=1ms on=kind:cas").contains("add path=cnA->cnB"));
+    assert!(err("delay by=1us path=cn0->cn1 at=0 count=2").contains("`count` applies to"));
+    assert!(err("delay path=cn0->cn1 at=0").contains("field `by` is missing"));
+}
+
+/// Goal: the LOTUS-style lock service stays correct (no lost increment, every call
+/// answered without a retry) with cn1's NIC 5× slower and cn0→cn1 messages 20 µs late
+/// for part of the run; those faults lengthen the run, and one seed still gives one run.
+#[test]
+fn lock_service_under_a_slow_nic_and_a_delay() {
+    let script = "slow-nic node=cn1 factor=5 at=50us for=150us; delay by=20us path=cn0->cn1 at=100us for=150us";
+    let clean = lock_service(7);
+    let a = lock_service_under(7, Some(script));
+    eprintln!(
+        "lock service: end {} ns clean, {} ns under faults; {:?}",
+        clean.end_ns, a.end_ns, a.msg
+    );
+    assert!(a.msg.delayed > 0, "some messages crossed the delayed path: {:?}", a.msg);
+    assert!(a.end_ns > clean.end_ns, "{} <= {}", a.end_ns, clean.end_ns);
+    assert_eq!(a, lock_service_under(7, Some(script)));
 }
