@@ -76,11 +76,18 @@ fn run(cns: u32, threads: u16, coroutines: usize, mns: usize, ops: usize, virtua
 fn main() {
     let ms: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(20);
     let ns = ms * 1_000_000;
+    // `DMTX_SPEED_CASE=k` runs only the k-th case (0..8), for profiling.
+    let only: Option<usize> = std::env::var("DMTX_SPEED_CASE").ok().and_then(|v| v.parse().ok());
+    let mut case = 0;
     for cpu in [CpuMode::Off, CpuMode::Model] {
-        run(1, 8, 8, 2, 1, ns, cpu);
-        run(1, 8, 8, 2, 4, ns, cpu);
-        // LOTUS-sized: 3 MNs, 9 CNs, 540 coordinators.
-        run(9, 10, 6, 3, 1, ns, cpu);
-        run(9, 10, 6, 3, 4, ns, cpu);
+        // 1 CN, 64 coordinators; then LOTUS-sized: 3 MNs, 9 CNs, 540 coordinators.
+        for (cns, threads, coroutines, mns) in [(1, 8, 8, 2), (9, 10, 6, 3)] {
+            for ops in [1, 4] {
+                if only.is_none_or(|k| k == case) {
+                    run(cns, threads, coroutines, mns, ops, ns, cpu);
+                }
+                case += 1;
+            }
+        }
     }
 }

@@ -275,13 +275,11 @@ impl Sim {
         let mut delivery = None;
         {
             let mut st = self.lock();
-            match st.queue.peek_time() {
-                None => return Step::Empty,
-                Some(t) if t > deadline => return Step::Later,
-                Some(_) => {}
-            }
-            let Some((at, event)) = st.queue.pop() else {
-                return Step::Empty;
+            let Some((at, event)) = st.queue.pop_until(deadline) else {
+                return match st.queue.is_empty() {
+                    true => Step::Empty,
+                    false => Step::Later,
+                };
             };
             self.shared.time.advance_to(at.max(self.now()));
             st.stats.events += 1;
