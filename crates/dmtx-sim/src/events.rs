@@ -10,7 +10,7 @@
 //!
 //! Almost every event of a fabric is due within microseconds: a batch's service end,
 //! its reply, a CPU freeing. Those go to a wheel of [`SLOTS`] slots of [`SLOT_NS`] ns
-//! (65 µs ahead of the current slot): scheduling appends to the slot's list and sets
+//! (33 µs ahead of the current slot): scheduling appends to the slot's list and sets
 //! its bit in a bitmap. When the current slot is used up, the bitmap finds the next
 //! non-empty one, whose list is sorted by time (stably, so ties keep their scheduling
 //! order) and becomes the current one; an event scheduled into the current slot is
@@ -41,11 +41,11 @@
 use std::collections::VecDeque;
 
 /// log2 of a wheel slot's width in ns.
-const SLOT_SHIFT: u32 = 5;
+const SLOT_SHIFT: u32 = 6;
 /// A wheel slot's width (ns).
 pub const SLOT_NS: u64 = 1 << SLOT_SHIFT;
-/// Slots of the wheel: 2048 × 32 ns = 65.5 µs ahead.
-pub const SLOTS: usize = 2048;
+/// Slots of the wheel: 512 × 64 ns = 32.8 µs ahead (a fabric round trip is 2–5 µs).
+pub const SLOTS: usize = 512;
 const WORDS: usize = SLOTS / 64;
 
 /// Events ordered by time, ties by scheduling order (see the module doc).

@@ -5,7 +5,8 @@
 //! virtual time `t` at which the coordinator rang the doorbell, and the fabric's
 //! resource state ([`FabricState`]), and returns the batch's [`BatchTiming`] while
 //! reserving the resources it uses. It is computed once, at submit, so a batch costs
-//! exactly one scheduled event plus one completion, never one event per op.
+//! one scheduled event (its service end) and its post one more (the last reply), never
+//! one event per op.
 //!
 //! # The path of a batch
 //!

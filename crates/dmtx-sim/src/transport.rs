@@ -4,10 +4,11 @@
 //! a [`SimTransport`] with its own connection (queue pair) per memory node, and shares
 //! the node's NIC and link. [`SimTransport::submit`] copies the post, times each
 //! memory node's batch with [`NicModel::time_batch`](crate::NicModel::time_batch) at the
-//! current virtual time, and schedules two events per batch: `Apply` at the end of its
-//! service (the ops take effect on the region, in order, and their results are kept)
-//! and `Complete` when its reply lands. [`SimTransport::poll`] hands the results back
-//! once every batch of the post completed.
+//! current virtual time, and schedules one event per batch, `Apply` at the end of its
+//! service (the ops take effect on the region, in order, and their results are kept),
+//! and one per post, `Complete` when the last of its replies lands (one per batch while
+//! a fault script is installed, which may hold back or cut each). [`SimTransport::poll`]
+//! hands the results back once the post completed.
 //!
 //! Errors follow the `mem` transport: an out-of-range or misaligned op fails with a
 //! [`VerbError`] and skips the rest of its batch, batches of other nodes still run, and
@@ -204,13 +205,17 @@ impl SimTransport {
             st.queue.push(now, Event::Complete { slot });
             return slot;
         }
+        // Without a fault script, the post completes with its last batch's reply: one
+        // event for the post, beside one per batch for its service end. A script
+        // follows each batch's reply (it may hold one back, or cut one path).
+        let faulty = st.faults.active.is_some();
+        let mut done = now;
         for mn in 0..mn_count {
             if mns & (1 << mn) == 0 {
                 continue;
             }
             let mn = MnId(mn as u16);
             // Fault script: a cut path fails after the timeout, a slow NIC scales the model.
-            let faulty = st.faults.active.is_some();
             let slow = match faulty {
                 false => None,
                 true => match sim.fault_gate(st, slot, self.cn, mn, now) {
@@ -250,10 +255,16 @@ impl SimTransport {
             let tm = model.time_batch_pm(sim.config().pm.as_ref(), &mut st.fabric, at, ops.clone());
             st.load.batch(model, self.cn, mn.0, t, &tm, ops);
             st.queue.push(tm.end, Event::Apply { slot, mn });
-            st.queue.push(tm.done, Event::Complete { slot });
             if faulty {
+                st.queue.push(tm.done, Event::Complete { slot });
                 sim.fault_batch(st, slot, mn, &tm);
+            } else {
+                done = done.max(tm.done);
             }
+        }
+        if !faulty {
+            st.posts[slot].pending = 1;
+            st.queue.push(done, Event::Complete { slot });
         }
         slot
     }
