@@ -459,7 +459,17 @@ fn kind(s: u8) -> usize {
 /// by two connections of one CN (`write_first`: the WRITE is submitted first, so its
 /// batch is applied first). Returns the READ's shape.
 fn race(seed: u64, write_first: bool) -> (Sim, u8) {
+    race_under(seed, write_first, None)
+}
+
+/// [`race`] with a fault script installed (the fault injector applies batches on its
+/// own path).
+fn race_under(seed: u64, write_first: bool, script: Option<&str>) -> (Sim, u8) {
     let sim = sim_on(SimConfig::new(seed), 1);
+    if let Some(line) = script {
+        sim.install_faults(dmtx_sim::FaultScript::parse_line(line).unwrap())
+            .unwrap();
+    }
     let rec = RemotePtr::new(MnId(0), 4096);
     let region = &sim.regions()[0];
     for i in 0..8 {
@@ -533,6 +543,19 @@ fn concurrent_read_and_write_tear_by_word() {
         assert!(kinds.iter().all(|&k| k > 0), "every shape kind: {kinds:?}");
         assert_eq!(race(7, write_first).1, race(7, write_first).1, "same seed, same shape");
     }
+}
+
+/// Goal: tears do not stop while a fault script is installed: with a crash scheduled
+/// long after the race, the READ still sees every shape kind.
+#[test]
+fn tears_happen_under_a_fault_script_too() {
+    let mut kinds = [0u32; 5];
+    for seed in 0..200 {
+        let (sim, s) = race_under(seed, seed % 2 == 0, Some("crash-mn mn=0 mode=dram at=1s"));
+        kinds[kind(s)] += 1;
+        assert_eq!(sim.tear_stats().overlaps, 1, "seed {seed}");
+    }
+    assert!(kinds.iter().all(|&k| k > 0), "every shape kind: {kinds:?}");
 }
 
 /// Goal: CAS and FAA stay atomic next to torn READs and WRITEs: 32 connections FAA
