@@ -570,4 +570,4 @@ impl Drop for Call<'_> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

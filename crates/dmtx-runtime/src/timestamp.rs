@@ -480,7 +480,7 @@ mod tests {
 
     use super::*;
     use crate::rpc::{Progress, RpcConfig};
-    use crate::{yield_now, AddrCache, Clock, Cn, LocalExecutor, RealClock, SharedAddrCache};
+    use crate::{yield_now, AddrCache, Clock, Cn, RealClock, SharedAddrCache};
 
     /// A bare context for coordinator `id` on `transport`, with `rpc` if given.
     fn ctx_of(id: CoordId, transport: Rc<dyn Transport>, rpc: Option<Rc<Rpc>>) -> CoordCtx {
@@ -654,18 +654,7 @@ mod tests {
         Handled::Reply
     }
 
-    /// Run `tasks` on one executor that drives every endpoint in `rpcs`.
-    fn run_all<'a>(rpcs: &[Rc<Rpc>], tasks: Vec<std::pin::Pin<Box<dyn Future<Output = ()> + 'a>>>) {
-        let mut ex = LocalExecutor::new();
-        for r in rpcs {
-            ex.add_poller(Rc::clone(r) as Rc<dyn Progress>);
-        }
-        for t in tasks {
-            ex.spawn(t);
-        }
-        let fabric = dmtx_verbs::MemFabric::new(vec![]);
-        ex.run(&fabric.transport());
-    }
+    use crate::rpc::tests::run_all;
 
     /// Goal: the oracle's host thread serves another tagged service too (a lock service
     /// later): each request reaches its own service with the tag stripped, whichever was

@@ -16,7 +16,7 @@ fn u64_of(b: &[u8]) -> u64 {
 }
 
 /// Run `tasks` on one executor driving every endpoint in `rpcs`, to completion.
-fn run_all<'a>(rpcs: &[Rc<Rpc>], tasks: Vec<Pin<Box<dyn Future<Output = ()> + 'a>>>) {
+pub(crate) fn run_all<'a>(rpcs: &[Rc<Rpc>], tasks: Vec<Pin<Box<dyn Future<Output = ()> + 'a>>>) {
     let mut ex = LocalExecutor::new();
     for r in rpcs {
         ex.add_poller(Rc::clone(r) as Rc<dyn Progress>);
