@@ -133,7 +133,8 @@ pub struct BenchArgs {
 
     /// Faults to inject (`--transport sim` only): a TOML file, or a one-line script such
     /// as `"crash-mn mn=1 mode=pm at=2ms restart=5ms; lose-response on=kind:cas nth=3"`
-    /// (the `dmtx_sim::faults` module doc lists every fault and trigger).
+    /// (the `dmtx_sim::faults` module doc lists every fault and trigger); `--set
+    /// fault=SCRIPT` is the same.
     #[arg(long, value_name = "FILE|SCRIPT")]
     pub faults: Option<String>,
 
@@ -397,7 +398,27 @@ impl BenchConfig {
             args.replicas = args.replicas.or(Some(preset.replicas));
             pairs = knobs;
         }
-        pairs.extend(args.set.iter().cloned());
+        // `--set fault=SCRIPT` is `--faults SCRIPT` (several join with `;`).
+        let (fault_sets, sets): (Vec<&String>, Vec<&String>) = args
+            .set
+            .iter()
+            .partition(|p| p.split_once('=').is_some_and(|(k, _)| k.trim() == "fault"));
+        if !fault_sets.is_empty() {
+            if args.faults.is_some() {
+                return Err(ConfigError::Conflict {
+                    first: "--faults".into(),
+                    second: "--set fault=...".into(),
+                    fix: "both give the fault script; put every fault in one of them",
+                });
+            }
+            let clauses: Vec<&str> = fault_sets
+                .iter()
+                .filter_map(|p| p.split_once('='))
+                .map(|(_, v)| v)
+                .collect();
+            args.faults = Some(clauses.join("; "));
+        }
+        pairs.extend(sets.into_iter().cloned());
         let args = &args;
         let knobs = Knobs::parse(pairs.iter().map(String::as_str))?;
         knobs.check_known(&[protocol.knobs, workload.knobs])?;
@@ -907,6 +928,37 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.starts_with("--txns 0: must be at least 1"), "{e}");
+    }
+
+    /// Goal: `--set fault=SCRIPT` is `--faults SCRIPT` (clauses of several join), it is
+    /// not taken for a knob, and giving both is a conflict that names them.
+    #[test]
+    fn test_set_fault_is_the_fault_script() {
+        let sim = |set: &[&str], faults: Option<&str>| {
+            BenchConfig::from_args(&BenchArgs {
+                transport: TransportKind::Sim,
+                set: set.iter().map(|s| s.to_string()).collect(),
+                faults: faults.map(str::to_string),
+                ..args()
+            })
+        };
+        let c = sim(
+            &[
+                "fault=crash-mn mn=1 mode=pm at=2ms",
+                "fault=lose-response on=kind:cas nth=3",
+            ],
+            None,
+        )
+        .unwrap();
+        let want =
+            dmtx_sim::FaultScript::parse_line("crash-mn mn=1 mode=pm at=2ms; lose-response on=kind:cas nth=3").unwrap();
+        assert_eq!(c.sim.unwrap().faults, Some(want));
+        let e = sim(&["fault=crash-mn mn=1 at=2ms"], Some("crash-mn mn=0 at=1ms"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--faults") && e.contains("--set fault"), "{e}");
+        let e = sim(&["fault=crash-mn mn=9 at=2ms"], None).unwrap_err().to_string();
+        assert!(e.contains("--faults"), "a bad script names the flag: {e}");
     }
 
     #[test]
