@@ -294,26 +294,62 @@ impl NicModel {
         batch: BatchAt,
         ops: impl Iterator<Item = &'o Op> + Clone,
     ) -> BatchTiming {
-        st.ensure(batch.cn, batch.conn, batch.mn, self.units);
-        let lat = self.one_way_latency_ns;
-        let pcie_fs = self.pcie_fs_per_byte();
-        let (mut req, mut rep, mut rd_atomic) = (0u64, 0u64, 0usize);
-        let (mut write_bytes, mut read_bytes) = (0u64, 0u64);
-        for op in ops.clone() {
-            req += self.request_bytes(op);
-            rep += self.reply_bytes(op);
+        let sum = self.sum_batch(ops.clone());
+        self.time_summed(pm, st, batch, &sum, ops)
+    }
+
+    /// What one pass over a batch's ops gives: its sizes, for the timing, the CPU
+    /// model and the report.
+    #[inline]
+    pub(crate) fn sum_batch<'o>(&self, ops: impl Iterator<Item = &'o Op>) -> BatchSum {
+        let mut sum = BatchSum::default();
+        for op in ops {
+            sum.req += self.request_bytes(op);
+            sum.rep += self.reply_bytes(op);
             match *op {
-                Op::Read { len, .. } => read_bytes += u64::from(len),
-                Op::Write { len, .. } => write_bytes += u64::from(len),
+                Op::Read { len, .. } => sum.read_bytes += u64::from(len),
+                Op::Write { len, .. } => sum.write_bytes += u64::from(len),
                 _ => {}
             }
-            if matches!(op.kind(), OpKind::Read | OpKind::Cas | OpKind::Faa | OpKind::Flush) {
-                rd_atomic += 1;
+            let kind = op.kind();
+            if kind != OpKind::Write {
+                sum.rd_atomic += 1;
             }
+            sum.kinds[kind as usize] += 1;
+            sum.ops += 1;
         }
+        sum.req_ns = self.link_ns(sum.req);
+        sum.rep_ns = self.link_ns(sum.rep);
+        sum
+    }
+
+    /// [`NicModel::time_batch_pm`] of a batch whose [`BatchSum`] is `sum`.
+    #[inline]
+    pub(crate) fn time_summed<'o>(
+        &self,
+        pm: Option<&PmModel>,
+        st: &mut FabricState,
+        batch: BatchAt,
+        sum: &BatchSum,
+        ops: impl Iterator<Item = &'o Op>,
+    ) -> BatchTiming {
+        st.ensure(batch.cn, batch.conn, batch.mn, self.units);
+        let lat = self.one_way_latency_ns;
+        let pcie_fs = st.pcie_fs(self);
+        let (req, rep, rd_atomic) = (sum.req, sum.rep, sum.rd_atomic);
+        let (req_ns, rep_ns) = (sum.req_ns, sum.rep_ns);
+        let (write_bytes, read_bytes) = (sum.write_bytes, sum.read_bytes);
+        let FabricState {
+            cns,
+            mns,
+            cn_pcie,
+            tears,
+            conns,
+            ..
+        } = st;
 
         // 1. Admission: at most `outstanding_rd_atomic_max` READ/atomic ops in flight.
-        let conn = &mut st.conns[batch.conn as usize][batch.mn as usize];
+        let conn = &mut conns[batch.conn as usize][batch.mn as usize];
         let mut issue = batch.t;
         while conn.outstanding.front().is_some_and(|&(done, _)| done <= issue) {
             let (_, n) = conn.outstanding.pop_front().expect("front exists");
@@ -327,29 +363,22 @@ impl NicModel {
         let served_until = conn.served_until;
 
         // 2. Request: CN PCIe (WRITE payloads), CN tx link, latency, MN rx link.
-        let FabricState {
-            cns,
-            mns,
-            cn_pcie,
-            tears,
-            ..
-        } = &mut *st;
         let cn = &mut cns[batch.cn as usize];
         let cn_pcie = &mut cn_pcie[batch.cn as usize];
         let mn = &mut mns[batch.mn as usize];
         let mut s = issue.max(cn.tx_free);
-        let mut tx_end = s + self.link_ns(req);
+        let mut tx_end = s + req_ns;
         if write_bytes > 0 {
             // The NIC fetches the payload from CN memory while it sends (cut-through):
             // sending starts no earlier than the fetch and ends no earlier than it.
             let d = issue.max(cn_pcie.dma_read_free);
             cn_pcie.dma_read_free = d + pcie_ns_at(write_bytes, pcie_fs);
             s = s.max(d);
-            tx_end = (s + self.link_ns(req)).max(cn_pcie.dma_read_free);
+            tx_end = (s + req_ns).max(cn_pcie.dma_read_free);
         }
         cn.tx_free = tx_end;
         let r = (s + lat).max(mn.port.rx_free);
-        mn.port.rx_free = (r + self.link_ns(req)).max(tx_end + lat);
+        mn.port.rx_free = (r + req_ns).max(tx_end + lat);
         let arrival = mn.port.rx_free;
 
         // 3. Service: a unit, connection order, media, PCIe, atomic token and address.
@@ -410,9 +439,9 @@ impl NicModel {
 
         // 4. Reply: MN tx link, latency, CN rx link, CN PCIe (READ payloads).
         let s2 = end.max(mn.port.tx_free);
-        mn.port.tx_free = s2 + self.link_ns(rep);
+        mn.port.tx_free = s2 + rep_ns;
         let r2 = (s2 + lat).max(cn.rx_free);
-        cn.rx_free = r2 + self.link_ns(rep);
+        cn.rx_free = r2 + rep_ns;
         let mut done = cn.rx_free;
         if read_bytes > 0 {
             // Cut-through again: the NIC writes the payload to CN memory as packets land.
@@ -422,7 +451,6 @@ impl NicModel {
         }
         tears.close(end, done);
 
-        let conn = &mut st.conns[batch.conn as usize][batch.mn as usize];
         conn.served_until = end;
         if rd_atomic > 0 {
             conn.outstanding.push_back((done, rd_atomic));
@@ -618,6 +646,26 @@ pub struct BatchAt {
     pub slot: Option<u32>,
 }
 
+/// A batch's sizes, from one pass over its ops ([`NicModel::time_batch_pm`] and the
+/// `sim` transport share it).
+#[derive(Copy, Clone, Debug, Default)]
+pub(crate) struct BatchSum {
+    /// Ops of the batch, and of each kind in [`OpKind`] order.
+    pub ops: u64,
+    pub kinds: [u64; 5],
+    /// Wire bytes of the request and of the reply, headers included, and their
+    /// serialization times ([`NicModel::link_ns`]).
+    pub req: u64,
+    pub rep: u64,
+    pub req_ns: u64,
+    pub rep_ns: u64,
+    /// READ, atomic and FLUSH ops (those `max_rd_atomic` bounds).
+    pub rd_atomic: usize,
+    /// WRITE and READ payload bytes.
+    pub write_bytes: u64,
+    pub read_bytes: u64,
+}
+
 /// When a batch passes each point of its path (virtual ns).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct BatchTiming {
@@ -702,10 +750,43 @@ pub struct FabricState {
     pub(crate) tears: Tears,
     /// Per connection, per memory node.
     pub conns: Vec<Vec<ConnState>>,
+    /// The last PCIe rate computed: (generation, lanes, efficiency) and its fs/B, so
+    /// that a batch does not redo the division.
+    pcie_fs: Option<((u8, u8, u8), u64)>,
 }
 
 impl FabricState {
+    /// [`NicModel::pcie_fs_per_byte`] of `model`, from the cache when the slot is the
+    /// same as last time.
+    #[inline]
+    fn pcie_fs(&mut self, model: &NicModel) -> u64 {
+        let key = (model.pcie_gen, model.pcie_lanes, model.pcie_efficiency_pct);
+        match self.pcie_fs {
+            Some((k, fs)) if k == key => fs,
+            _ => {
+                let fs = model.pcie_fs_per_byte();
+                self.pcie_fs = Some((key, fs));
+                fs
+            }
+        }
+    }
+
+    /// Make room for the nodes and the connection of a batch (a check per batch; the
+    /// growing is out of line).
+    #[inline]
     fn ensure(&mut self, cn: u32, conn: u32, mn: u16, units: usize) {
+        let (c, k, m) = (cn as usize, conn as usize, mn as usize);
+        let ready = c < self.cns.len()
+            && c < self.cn_pcie.len()
+            && m < self.mns.len()
+            && self.conns.get(k).is_some_and(|v| m < v.len());
+        if !ready {
+            self.grow(cn, conn, mn, units);
+        }
+    }
+
+    #[cold]
+    fn grow(&mut self, cn: u32, conn: u32, mn: u16, units: usize) {
         let (cn, conn, mn) = (cn as usize, conn as usize, mn as usize);
         if self.cns.len() <= cn {
             self.cns.resize_with(cn + 1, Port::default);
@@ -762,6 +843,54 @@ mod tests {
         assert_eq!(tm.done, tm.end + m.one_way_latency_ns + rep);
         assert_eq!(m.request_bytes(&op), 42);
         assert_eq!(m.reply_bytes(&op), 94);
+    }
+
+    /// Goal: the cached PCIe rate follows the model it is asked for (a slow-NIC fault
+    /// times batches with another model on the same fabric state).
+    #[test]
+    fn pcie_rate_follows_the_model() {
+        let mut st = FabricState::default();
+        let gen3 = NicModel::cx5();
+        let gen4 = NicModel {
+            pcie_gen: 4,
+            ..NicModel::cx5()
+        };
+        assert_ne!(gen3.pcie_fs_per_byte(), gen4.pcie_fs_per_byte());
+        for m in [&gen3, &gen4, &gen4, &gen3] {
+            assert_eq!(st.pcie_fs(m), m.pcie_fs_per_byte());
+        }
+    }
+
+    /// Goal: one pass sums a mixed batch up as the per-op formulas do.
+    #[test]
+    fn batch_sum_matches_the_per_op_formulas() {
+        let m = NicModel::cx5();
+        let p = |off| RemotePtr::new(MnId(0), off);
+        let ops = [
+            Op::Read {
+                ptr: p(0),
+                len: 5000,
+                dst: 0,
+            },
+            Op::Write {
+                ptr: p(64),
+                src: 0,
+                len: 100,
+            },
+            Op::Cas {
+                ptr: p(8),
+                expect: 0,
+                swap: 1,
+            },
+            Op::Flush { ptr: p(0) },
+        ];
+        let sum = m.sum_batch(ops.iter());
+        assert_eq!(sum.ops, 4);
+        assert_eq!(sum.kinds, [1, 1, 1, 0, 1]);
+        assert_eq!(sum.req, ops.iter().map(|o| m.request_bytes(o)).sum::<u64>());
+        assert_eq!(sum.rep, ops.iter().map(|o| m.reply_bytes(o)).sum::<u64>());
+        assert_eq!((sum.req_ns, sum.rep_ns), (m.link_ns(sum.req), m.link_ns(sum.rep)));
+        assert_eq!((sum.read_bytes, sum.write_bytes, sum.rd_atomic), (5000, 100, 3));
     }
 
     /// Goal: MTU segmentation adds one header per packet.

@@ -14,9 +14,9 @@
 //! Link utilisation is the busier direction's serialization time over the run's virtual
 //! time, so 1.0 means that direction never idled.
 
-use dmtx_verbs::{Op, OpKind};
+use dmtx_verbs::OpKind;
 
-use crate::nic::{BatchTiming, NicModel};
+use crate::nic::{BatchSum, BatchTiming};
 
 /// Op kinds in [`OpKind`] order.
 pub const KINDS: [OpKind; 5] = [OpKind::Read, OpKind::Write, OpKind::Cas, OpKind::Faa, OpKind::Flush];
@@ -71,39 +71,32 @@ pub struct FabricLoad {
 }
 
 impl FabricLoad {
-    /// Count one timed batch of `ops` from compute node `cn` to memory node `mn`, whose
-    /// doorbell rang at `t`.
-    pub(crate) fn batch<'o>(
-        &mut self,
-        model: &NicModel,
-        cn: u32,
-        mn: u16,
-        t: u64,
-        tm: &BatchTiming,
-        ops: impl Iterator<Item = &'o Op>,
-    ) {
+    /// Count one timed batch from compute node `cn` to memory node `mn`, whose doorbell
+    /// rang at `t` and whose ops are summed up in `sum`.
+    #[inline]
+    pub(crate) fn batch(&mut self, cn: u32, mn: u16, t: u64, tm: &BatchTiming, sum: &BatchSum) {
         let (cn, mn) = (cn as usize, mn as usize);
-        if self.cns.len() <= cn {
-            self.cns.resize(cn + 1, NodeLoad::default());
-        }
-        if self.mns.len() <= mn {
-            self.mns.resize(mn + 1, NodeLoad::default());
+        if self.cns.len() <= cn || self.mns.len() <= mn {
+            self.grow(cn, mn);
         }
         let admission = tm.issue - t;
         let responder = tm.start.saturating_sub(tm.arrival);
         let latency = tm.done - t;
         let (req, rep) = (tm.request_bytes, tm.reply_bytes);
-        for op in ops {
-            let k = op.kind() as usize;
-            self.cns[cn].ops[k] += 1;
-            self.mns[mn].ops[k] += 1;
+        // Per op of each kind: adding `n` at once is adding once per op.
+        for (k, &n) in sum.kinds.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            self.cns[cn].ops[k] += n;
+            self.mns[mn].ops[k] += n;
             let w = &mut self.kinds[k];
-            w.ops += 1;
-            w.admission_ns += admission;
-            w.responder_ns += responder;
-            w.latency_ns += latency;
+            w.ops += n;
+            w.admission_ns += admission * n;
+            w.responder_ns += responder * n;
+            w.latency_ns += latency * n;
         }
-        let (req_ns, rep_ns) = (model.link_ns(req), model.link_ns(rep));
+        let (req_ns, rep_ns) = (sum.req_ns, sum.rep_ns);
         let c = &mut self.cns[cn];
         c.tx_bytes += req;
         c.rx_bytes += rep;
@@ -114,6 +107,18 @@ impl FabricLoad {
         m.tx_bytes += rep;
         m.rx_busy_ns += req_ns;
         m.tx_busy_ns += rep_ns;
+    }
+}
+
+impl FabricLoad {
+    #[cold]
+    fn grow(&mut self, cn: usize, mn: usize) {
+        if self.cns.len() <= cn {
+            self.cns.resize(cn + 1, NodeLoad::default());
+        }
+        if self.mns.len() <= mn {
+            self.mns.resize(mn + 1, NodeLoad::default());
+        }
     }
 }
 
@@ -159,5 +164,57 @@ impl crate::Sim {
     /// The fabric's load so far.
     pub fn load(&self) -> FabricLoad {
         self.lock().load.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::NicModel;
+    use dmtx_verbs::{MnId, Op, RemotePtr};
+
+    /// Goal: a batch adds its waits once per op of each kind, its ops to both ends, and
+    /// its bytes and link time once.
+    #[test]
+    fn batch_counts_per_op_and_per_batch() {
+        let m = NicModel::cx5();
+        let p = RemotePtr::new(MnId(1), 0);
+        let ops = [
+            Op::Read {
+                ptr: p,
+                len: 64,
+                dst: 0,
+            },
+            Op::Read {
+                ptr: p,
+                len: 64,
+                dst: 64,
+            },
+            Op::Faa { ptr: p, add: 1 },
+        ];
+        let sum = m.sum_batch(ops.iter());
+        let tm = BatchTiming {
+            issue: 110,
+            arrival: 1_200,
+            start: 1_250,
+            end: 1_400,
+            done: 2_500,
+            request_bytes: sum.req,
+            reply_bytes: sum.rep,
+        };
+        let mut load = FabricLoad::default();
+        load.batch(2, 1, 100, &tm, &sum);
+        let read = &load.kinds[OpKind::Read as usize];
+        assert_eq!(
+            (read.ops, read.admission_ns, read.responder_ns, read.latency_ns),
+            (2, 20, 100, 4_800)
+        );
+        let faa = &load.kinds[OpKind::Faa as usize];
+        assert_eq!((faa.ops, faa.admission_ns, faa.latency_ns), (1, 10, 2_400));
+        assert_eq!(load.cns[2].ops, [2, 0, 0, 1, 0]);
+        assert_eq!(load.mns[1].ops, [2, 0, 0, 1, 0]);
+        assert_eq!((load.cns[2].tx_bytes, load.mns[1].rx_bytes), (sum.req, sum.req));
+        assert_eq!(load.cns[2].rx_busy_ns, m.link_ns(sum.rep));
+        assert_eq!(load.cns.len(), 3);
     }
 }

@@ -286,7 +286,10 @@ impl Sim {
             match event {
                 Event::Apply { slot, mn } if st.faults.active.is_some() => self.apply_faulty(&mut st, slot, mn),
                 Event::Apply { slot, mn } => self.apply(&mut st, slot, mn),
-                Event::Complete { slot } if st.posts[slot].fx.hold_until > self.now() => {
+                // Only a fault script holds replies back, and once installed one stays
+                // (installing replaces it): without one, the post's fault bookkeeping
+                // (a cache line of its own) is not read.
+                Event::Complete { slot } if st.faults.active.is_some() && st.posts[slot].fx.hold_until > self.now() => {
                     // A fault holds the reply back (a timeout, a delay): it lands later,
                     // or never when its compute node crashed.
                     let until = st.posts[slot].fx.hold_until;

@@ -224,18 +224,16 @@ impl Tears {
     }
 
     /// Start recording the batch of post `slot` to memory node `mn`.
+    #[inline]
     fn begin(&mut self, slot: u32, mn: u16) {
         let s = slot as usize;
-        if self.slot_writes.len() <= s {
-            self.slot_writes.resize_with(s + 1, Vec::new);
+        if self.slot_writes.len() <= s || self.nodes.len() <= mn as usize {
+            self.grow(slot, mn);
         }
         let w = &mut self.slot_writes[s];
         if !w.is_empty() {
             // A previous batch of the slot to this node was never applied: drop it.
             w.retain(|w| w.mn != mn);
-        }
-        if self.nodes.len() <= mn as usize {
-            self.nodes.resize_with(mn as usize + 1, NodeReads::default);
         }
         self.seq += 1;
         self.mark = Mark {
@@ -245,10 +243,21 @@ impl Tears {
         };
     }
 
+    #[cold]
+    fn grow(&mut self, slot: u32, mn: u16) {
+        let s = slot as usize;
+        if self.slot_writes.len() <= s {
+            self.slot_writes.resize_with(s + 1, Vec::new);
+        }
+        if self.nodes.len() <= mn as usize {
+            self.nodes.resize_with(mn as usize + 1, NodeReads::default);
+        }
+    }
+
     /// Record op `ord` of the batch of post `slot` to `mn` being timed: a WRITE if
     /// `write`, else a READ, of `at = (offset, len, buffer offset)` in service during
     /// `interval = (begin, end)`. Only ops that [`Tears::may_tear`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push(
         &mut self,
         (slot, mn): (u32, u16),

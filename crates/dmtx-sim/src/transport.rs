@@ -24,13 +24,13 @@
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
-use dmtx_verbs::{Fabric, MnId, Op, Post, Result, Submitted, Ticket, Transport, VerbError};
+use dmtx_verbs::{Fabric, MnId, Post, Result, Submitted, Ticket, Transport, VerbError};
 
 use dmtx_runtime::{Probe, ProbeSource};
 
 use crate::cpu::CpuId;
 use crate::nic::BatchAt;
-use crate::sim::{Event, InFlight};
+use crate::sim::{Event, InFlight, State};
 use crate::Sim;
 
 /// One compute node's NIC on a simulated fabric.
@@ -195,8 +195,13 @@ impl SimTransport {
                 );
             }
         }
-        p.pending = (mns.count_ones() as usize).max(1);
-        p.batches = mns.count_ones();
+        // Most posts go to one memory node: no bit count then.
+        let batches = match mns & mns.wrapping_sub(1) {
+            0 => (mns != 0) as u32,
+            _ => mns.count_ones(),
+        };
+        p.pending = (batches as usize).max(1);
+        p.batches = batches;
         // Fault script: a crashed CN's posts never run; triggers count the ops.
         if st.faults.active.is_some() && !sim.fault_admit(st, slot, self.cn, self.conn, now) {
             return slot;
@@ -209,12 +214,12 @@ impl SimTransport {
         // event for the post, beside one per batch for its service end. A script
         // follows each batch's reply (it may hold one back, or cut one path).
         let faulty = st.faults.active.is_some();
+        let pm = sim.config().pm.as_ref();
         let mut done = now;
-        for mn in 0..mn_count {
-            if mns & (1 << mn) == 0 {
-                continue;
-            }
-            let mn = MnId(mn as u16);
+        let mut left = mns;
+        while left != 0 {
+            let mn = MnId(left.trailing_zeros() as u16);
+            left &= left - 1;
             // Fault script: a cut path fails after the timeout, a slow NIC scales the model.
             let slow = match faulty {
                 false => None,
@@ -224,22 +229,26 @@ impl SimTransport {
                 },
             };
             let model = slow.as_ref().unwrap_or(model);
-            let ops = st.posts[slot].ops.iter().filter(move |o| o.ptr().mn == mn);
-            let wqes = ops.clone().count() as u64;
+            let State {
+                posts,
+                fabric,
+                load,
+                cpus,
+                queue,
+                ..
+            } = &mut *st;
+            // One pass sums the batch up for the CPU model, the timing and the report.
+            let ops = posts[slot].ops.iter().filter(move |o| o.ptr().mn == mn);
+            let sum = model.sum_batch(ops.clone());
             let mut t = now;
             if let Some(cpu) = self.cpu {
                 // WRITE payloads are built (images, checksums) before the doorbell.
-                let payload: u64 = ops
-                    .clone()
-                    .map(|o| match *o {
-                        Op::Write { len, .. } => len as u64,
-                        _ => 0,
-                    })
-                    .sum();
                 let cost = cpu_model.scaled(
-                    cpu_model.wqe_ns * wqes + cpu_model.doorbell_ns + payload * cpu_model.copy_ns_per_kib / 1024,
+                    cpu_model.wqe_ns * sum.ops
+                        + cpu_model.doorbell_ns
+                        + sum.write_bytes * cpu_model.copy_ns_per_kib / 1024,
                 );
-                let cpu = &mut st.cpus[cpu.index()];
+                let cpu = &mut cpus[cpu.index()];
                 cpu.cursor = now.max(cpu.cursor) + cost;
                 cpu.busy_ns += cost;
                 t = cpu.cursor;
@@ -251,12 +260,11 @@ impl SimTransport {
                 t,
                 slot: Some(slot as u32),
             };
-            let t = at.t;
-            let tm = model.time_batch_pm(sim.config().pm.as_ref(), &mut st.fabric, at, ops.clone());
-            st.load.batch(model, self.cn, mn.0, t, &tm, ops);
-            st.queue.push(tm.end, Event::Apply { slot, mn });
+            let tm = model.time_summed(pm, fabric, at, &sum, ops);
+            load.batch(self.cn, mn.0, t, &tm, &sum);
+            queue.push(tm.end, Event::Apply { slot, mn });
             if faulty {
-                st.queue.push(tm.done, Event::Complete { slot });
+                queue.push(tm.done, Event::Complete { slot });
                 sim.fault_batch(st, slot, mn, &tm);
             } else {
                 done = done.max(tm.done);
