@@ -48,8 +48,9 @@
 //!   be handed out already).
 //! - A word that an earlier op of the WRITE's own batch also modifies is shown new: its
 //!   old value (between the two ops) is not reconstructed.
-//! - While a fault script is installed, batches are applied by the fault injector's own
-//!   path, which does not call [`before_apply`]: nothing tears.
+//! - While a fault script is installed, the fault injector applies batches on its own
+//!   path, which calls [`before_apply`] too, except for a batch whose path was cut (it
+//!   never runs): tears go on (`tests/physics.rs::tears_happen_under_a_fault_script_too`).
 
 use dmtx_verbs::{MnId, Op, Region};
 use rand::rngs::SmallRng;
