@@ -4,8 +4,9 @@
 //! Each task has a waker that lists it as woken (once). A pass polls the woken tasks in
 //! the order they were woken. A task spawned on a virtual CPU ([`SimExecutor::spawn_on`]) joins
 //! that CPU's FIFO instead, and the CPU runs its queue one poll at a time while it is
-//! idle (`cursor <= now`); when it is busy, a wake-up at the instant it frees brings the
-//! executor back (see `crate::cpu`). When no task is woken, the executor takes the next event of the
+//! idle (`cursor <= now`); when it is busy, a `CpuFree` event at the instant it frees
+//! brings the executor back to it (no waker: the executor schedules and handles these
+//! itself; see `crate::cpu`). When no task is woken, the executor takes the next event of the
 //! simulation, moves virtual time to it and processes it (which may wake tasks). Time
 //! moves only there, so a run depends only on the tasks, the seed and the model.
 //!
@@ -156,9 +157,8 @@ impl<'a> SimExecutor<'a> {
         let mut tasks: Vec<Option<Task<'a>>> = tasks.into_iter().map(Some).collect();
         let ncpu = cpu_ids.len();
         let cpu_cn: Vec<u32> = cpu_ids.iter().map(|&c| sim.cpu_state(c).0).collect();
-        // Wake-ups `0..n` are tasks, `n..n + ncpu` a busy CPU freeing.
         let woken = Arc::new(Woken {
-            flags: (0..n + ncpu).map(|i| AtomicBool::new(i < n)).collect(),
+            flags: (0..n).map(|_| AtomicBool::new(true)).collect(),
             list: StateLock::new((0..n).collect()),
             any: AtomicBool::new(true),
         });
@@ -170,15 +170,6 @@ impl<'a> SimExecutor<'a> {
             .map(|index| {
                 Waker::from(Arc::new(TaskWaker {
                     index,
-                    woken: Arc::clone(&woken),
-                }))
-            })
-            .collect();
-        // Wakes the executor when a busy CPU frees.
-        let cpu_free: Vec<Waker> = (0..ncpu)
-            .map(|c| {
-                Waker::from(Arc::new(TaskWaker {
-                    index: n + c,
                     woken: Arc::clone(&woken),
                 }))
             })
@@ -209,21 +200,16 @@ impl<'a> SimExecutor<'a> {
             }
             done
         };
+        // A busy CPU freed (its `CpuFree` event came): run its queue this pass.
+        let mut freed = false;
         loop {
-            if woken.any.load(Ordering::Relaxed) {
+            if freed || woken.any.load(Ordering::Relaxed) {
+                freed = false;
                 woken.any.store(false, Ordering::Relaxed);
                 pass.clear();
                 std::mem::swap(&mut pass, &mut *woken.list.lock());
                 for &i in &pass {
                     woken.flags[i].store(false, Ordering::Relaxed);
-                    if i >= n {
-                        let c = i - n;
-                        if !is_due[c] {
-                            is_due[c] = true;
-                            due.push(c);
-                        }
-                        continue;
-                    }
                     let Some(task) = tasks[i].as_mut() else { continue };
                     match task_cpu[i] {
                         None => {
@@ -264,7 +250,7 @@ impl<'a> SimExecutor<'a> {
                         if let Err(cursor) = sim.claim(cpu_ids[c], if measured { 0 } else { poll_ns }) {
                             if wake_at[c] < cursor {
                                 wake_at[c] = cursor;
-                                sim.lock().queue.push(cursor, Event::Wake(cpu_free[c].clone()));
+                                sim.lock().queue.push(cursor, Event::CpuFree(c as u32));
                             }
                             break;
                         }
@@ -291,6 +277,15 @@ impl<'a> SimExecutor<'a> {
             spins = 0;
             match sim.step_until(deadline_ns) {
                 Step::Took => idle_passes = 0,
+                Step::CpuFree(c) => {
+                    idle_passes = 0;
+                    let c = c as usize;
+                    if !is_due[c] {
+                        is_due[c] = true;
+                        due.push(c);
+                    }
+                    freed = true;
+                }
                 Step::Empty if woken.any.load(Ordering::Relaxed) => {
                     idle_passes += 1;
                     if idle_passes > LIVELOCK_PASSES {

@@ -91,6 +91,9 @@ impl SimStats {
 pub(crate) enum Step {
     /// An event was processed.
     Took,
+    /// The executor's `CpuFree` event for its CPU `c` (index in the executor's own CPU
+    /// list) came: the CPU may run its woken coroutines.
+    CpuFree(u32),
     /// The next event lies after the deadline.
     Later,
     /// No event is pending.
@@ -106,6 +109,9 @@ pub(crate) enum Event {
     Complete { slot: usize },
     /// A timer fires.
     Wake(Waker),
+    /// A busy virtual CPU frees; only the [`SimExecutor`](crate::SimExecutor) schedules
+    /// these, for itself (no waker: it handles them as [`Step::CpuFree`]).
+    CpuFree(u32),
     /// A CN↔CN message reaches its receiver (`msg` module).
     Msg(Box<crate::msg::Delivery>),
     /// A scripted fault or the membership service acts (`faults`, `membership`).
@@ -265,7 +271,7 @@ impl Sim {
     /// Take the next event, move virtual time to it and process it. Returns false when
     /// the queue was empty. Wakers are woken after the lock is released.
     pub fn step(&self) -> bool {
-        matches!(self.step_until(u64::MAX), Step::Took)
+        matches!(self.step_until(u64::MAX), Step::Took | Step::CpuFree(_))
     }
 
     /// Take the next event if it is due no later than `deadline` (one lock for the look
@@ -310,6 +316,7 @@ impl Sim {
                     }
                 }
                 Event::Wake(w) => wake = Some(w),
+                Event::CpuFree(c) => return Step::CpuFree(c),
                 // Handled below: it looks at crashed nodes, which may lock the state.
                 Event::Msg(d) => delivery = Some(d),
             }
