@@ -136,24 +136,22 @@ impl CoordCtx {
         } else {
             t.background_posts += 1;
         }
+        // One pass over the ops for both counts: this runs on every post.
         for op in post.ops() {
             let (kind, out, back) = (op.kind() as usize, op.bytes_out(), op.bytes_in());
             t.ops[kind] += 1;
             t.bytes_out += out;
             t.bytes_in += back;
+            load_op(&mut self.per_mn, op);
         }
-        self.count_load(post);
     }
 
-    /// The memory nodes' load (`per_mn`), which counts every post of any purpose.
+    /// The memory nodes' load (`per_mn`) alone, for posts that are not the protocol's
+    /// own (timestamps): every post of any purpose loads its memory nodes.
     #[inline]
     fn count_load(&mut self, post: &Post) {
         for op in post.ops() {
-            if let Some(mn) = self.per_mn.get_mut(op.ptr().mn.index()) {
-                mn.ops[op.kind() as usize] += 1;
-                mn.bytes_in += op.bytes_out();
-                mn.bytes_out += op.bytes_in();
-            }
+            load_op(&mut self.per_mn, op);
         }
     }
 
@@ -227,5 +225,16 @@ impl CoordCtx {
         }
         self.count(post, false);
         self.transport.submit_detached(post);
+    }
+}
+
+/// Count `op` in the load of the memory node it names (`bytes_in` is what the node
+/// receives, so the op's outgoing bytes).
+#[inline]
+fn load_op(per_mn: &mut [MnCounters], op: &dmtx_verbs::Op) {
+    if let Some(mn) = per_mn.get_mut(op.ptr().mn.index()) {
+        mn.ops[op.kind() as usize] += 1;
+        mn.bytes_in += op.bytes_out();
+        mn.bytes_out += op.bytes_in();
     }
 }
