@@ -134,7 +134,6 @@ use dmtx_runtime::Rpc;
 use dmtx_verbs::msg::{check_size, decode_entries, Entry, Event, Mailbox, MsgError, MsgFabric, Outbox, WorkerAddr};
 
 use crate::cpu::CpuId;
-use crate::nic::{FabricState, Port};
 use crate::sim::Event as SimEvent;
 use crate::{NicModel, Node, Sim, Sleep};
 
@@ -583,13 +582,8 @@ impl SimMailbox {
                         let now = self.sim.now();
                         let (ms, mr) = (fs.slow_model(Node::Cn(from), now), fs.slow_model(Node::Cn(to), now));
                         delay = fs.msg_delay_ns(from, to, now);
-                        let at = if ms.is_none() && mr.is_none() {
-                            model.time_send(&mut st.fabric, from, to, len, t)
-                        } else {
-                            let ends = (ms.unwrap_or(model), mr.unwrap_or(model));
-                            time_send_ends(ends, &mut st.fabric, from, to, len, t)
-                        };
-                        at + delay
+                        let ends = (ms.unwrap_or(model), mr.unwrap_or(model));
+                        NicModel::time_send_between(ends, &mut st.fabric, from, to, len, t) + delay
                     }
                 }
             };
@@ -605,30 +599,6 @@ impl SimMailbox {
         s.seen[to as usize] = true;
         s.sent_due[to as usize] = at;
     }
-}
-
-/// [`NicModel::time_send`] with each end at its own speed: `models` are the sender's
-/// and the receiver's NIC models (module doc, "Slow NICs and delays"). Equal models give
-/// exactly `time_send`.
-fn time_send_ends(models: (&NicModel, &NicModel), st: &mut FabricState, from: u32, to: u32, len: u64, t: u64) -> u64 {
-    let (ms, mr) = models;
-    assert_ne!(from, to, "a message within one compute node does not cross its NIC");
-    // A slow-NIC fault scales times, never the packet format.
-    assert_eq!(ms.send_bytes(len), mr.send_bytes(len), "both ends segment alike");
-    let n = from.max(to) as usize + 1;
-    if st.cns.len() < n {
-        st.cns.resize_with(n, Port::default);
-    }
-    let bytes = ms.send_bytes(len);
-    let lat = ms.one_way_latency_ns.max(mr.one_way_latency_ns);
-    let tx = &mut st.cns[from as usize];
-    let s = t.max(tx.tx_free);
-    tx.tx_free = s + ms.link_ns(bytes);
-    let tx_end = tx.tx_free;
-    let rx = &mut st.cns[to as usize];
-    let r = (s + lat).max(rx.rx_free);
-    rx.rx_free = (r + mr.link_ns(bytes)).max(tx_end + lat);
-    rx.rx_free + mr.recv_service_ns
 }
 
 impl Mailbox for SimMailbox {
@@ -869,6 +839,7 @@ impl Future for Serve {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nic::{FabricState, Port};
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
 
@@ -902,11 +873,26 @@ mod tests {
         s
     }
 
-    /// Goal: with both ends at the configured model, `time_send_ends` is exactly
-    /// `time_send`, over a random contended stream among three CNs (so taking it when a
-    /// script is installed but no NIC is slow would change nothing either).
+    /// Goal: with both ends at one model, `NicModel::time_send_between` (which
+    /// `time_send` is) keeps the single-speed rule messages had before slow NICs
+    /// reached them, written out here, over a random contended stream among three CNs:
+    /// a run without a slow NIC times every message as before.
     #[test]
-    fn time_send_ends_equal_models_is_time_send() {
+    fn equal_ends_keep_the_single_speed_rule() {
+        fn single_speed(m: &NicModel, st: &mut FabricState, from: u32, to: u32, len: u64, t: u64) -> u64 {
+            let n = from.max(to) as usize + 1;
+            if st.cns.len() < n {
+                st.cns.resize_with(n, Port::default);
+            }
+            let wire = m.link_ns(m.send_bytes(len));
+            let tx = &mut st.cns[from as usize];
+            let s = t.max(tx.tx_free);
+            tx.tx_free = s + wire;
+            let rx = &mut st.cns[to as usize];
+            let r = (s + m.one_way_latency_ns).max(rx.rx_free);
+            rx.rx_free = r + wire;
+            rx.rx_free + m.recv_service_ns
+        }
         let m = NicModel::cx5();
         let (mut a, mut b) = (FabricState::default(), FabricState::default());
         let mut rng = SmallRng::seed_from_u64(17);
@@ -917,8 +903,8 @@ mod tests {
             let to = (from + rng.random_range(1..3)) % 3;
             let len = rng.random_range(0..10_000);
             assert_eq!(
-                time_send_ends((&m, &m), &mut a, from, to, len, t),
-                m.time_send(&mut b, from, to, len, t)
+                NicModel::time_send_between((&m, &m), &mut a, from, to, len, t),
+                single_speed(&m, &mut b, from, to, len, t)
             );
         }
     }
@@ -932,18 +918,18 @@ mod tests {
         let slow = slowed(&m, k);
         let mut st = FabricState::default();
         let want = slow.time_send(&mut FabricState::default(), 0, 1, len, 0);
-        assert_eq!(time_send_ends((&m, &slow), &mut st, 0, 1, len, 0), want);
+        assert_eq!(NicModel::time_send_between((&m, &slow), &mut st, 0, 1, len, 0), want);
         let bytes = m.send_bytes(len);
         let (lat, wire) = (k * m.one_way_latency_ns, slow.link_ns(bytes));
         assert_eq!(want, lat + wire + k * m.recv_service_ns);
         let mut st = FabricState::default();
-        let first = time_send_ends((&slow, &m), &mut st, 0, 1, len, 0);
+        let first = NicModel::time_send_between((&slow, &m), &mut st, 0, 1, len, 0);
         assert_eq!(first, lat + wire + m.recv_service_ns);
         assert_eq!(st.cns[0].tx_free, wire, "the slow sender's tx link");
         // The second SEND leaves when the first has left the slow link; the receiver's
         // fast rx link does not make it arrive sooner than its last byte.
         assert_eq!(
-            time_send_ends((&slow, &m), &mut st, 0, 1, len, 0),
+            NicModel::time_send_between((&slow, &m), &mut st, 0, 1, len, 0),
             wire + lat + wire + m.recv_service_ns
         );
     }

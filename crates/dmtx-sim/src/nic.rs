@@ -479,19 +479,40 @@ impl NicModel {
     /// it: `arrival + recv_service_ns`; uncontended,
     /// `t + latency + link(send_bytes(len)) + recv_service_ns`. ACKs are not modelled.
     pub fn time_send(&self, st: &mut FabricState, from: u32, to: u32, len: u64, t: u64) -> u64 {
+        Self::time_send_between((self, self), st, from, to, len, t)
+    }
+
+    /// [`NicModel::time_send`] with each end at its own speed (a `slow-nic` fault on
+    /// one of them): `models` are the sender's and the receiver's. The sender's tx link
+    /// runs at its rate, the receiver's rx link and RECV service at its own, the latency
+    /// is the slower end's, and the receiver is done no earlier than the sender's last
+    /// byte arrives. Equal models give the closed form of `time_send`.
+    pub fn time_send_between(
+        models: (&NicModel, &NicModel),
+        st: &mut FabricState,
+        from: u32,
+        to: u32,
+        len: u64,
+        t: u64,
+    ) -> u64 {
+        let (ms, mr) = models;
         assert_ne!(from, to, "a message within one compute node does not cross its NIC");
+        // A slow-NIC fault scales times, never the packet format.
+        debug_assert_eq!(ms.send_bytes(len), mr.send_bytes(len), "both ends segment alike");
         let n = from.max(to) as usize + 1;
         if st.cns.len() < n {
             st.cns.resize_with(n, Port::default);
         }
-        let wire = self.link_ns(self.send_bytes(len));
+        let bytes = ms.send_bytes(len);
+        let lat = ms.one_way_latency_ns.max(mr.one_way_latency_ns);
         let tx = &mut st.cns[from as usize];
         let s = t.max(tx.tx_free);
-        tx.tx_free = s + wire;
+        tx.tx_free = s + ms.link_ns(bytes);
+        let tx_end = tx.tx_free;
         let rx = &mut st.cns[to as usize];
-        let r = (s + self.one_way_latency_ns).max(rx.rx_free);
-        rx.rx_free = r + wire;
-        rx.rx_free + self.recv_service_ns
+        let r = (s + lat).max(rx.rx_free);
+        rx.rx_free = (r + mr.link_ns(bytes)).max(tx_end + lat);
+        rx.rx_free + mr.recv_service_ns
     }
 }
 
