@@ -124,6 +124,19 @@ pub(crate) struct Membership {
     history: Vec<ViewChange>,
 }
 
+impl Membership {
+    /// A view change: a new epoch, recorded in the history.
+    fn change(&mut self, at_ns: u64, node: Node, change: Change) {
+        self.epoch += 1;
+        self.history.push(ViewChange {
+            at_ns,
+            epoch: self.epoch,
+            node,
+            change,
+        });
+    }
+}
+
 /// Membership events on the simulation's queue.
 #[derive(Debug)]
 pub(crate) enum MsEvent {
@@ -288,14 +301,7 @@ impl Sim {
                 let Some(m) = ms.members.get_mut(&node) else { return };
                 if m.in_view && now >= m.granted_until {
                     m.in_view = false;
-                    ms.epoch += 1;
-                    let epoch = ms.epoch;
-                    ms.history.push(ViewChange {
-                        at_ns: now,
-                        epoch,
-                        node,
-                        change: Change::Expelled,
-                    });
+                    ms.change(now, node, Change::Expelled);
                 }
             }
         }
@@ -316,14 +322,7 @@ impl Sim {
         m.in_view = true;
         m.granted_until = now + lease;
         m.local_until = Some(dmtx_runtime::Clock::now_ns(&clock) + lease);
-        ms.epoch += 1;
-        let epoch = ms.epoch;
-        ms.history.push(ViewChange {
-            at_ns: now,
-            epoch,
-            node,
-            change: Change::Joined,
-        });
+        ms.change(now, node, Change::Joined);
         st.queue
             .push(now + lease, Event::Fault(FaultEvent::Ms(MsEvent::Check(node))));
     }

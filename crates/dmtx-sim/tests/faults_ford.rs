@@ -196,13 +196,10 @@ fn run(seed: u64, faults: &str, deadline_ns: u64) -> Outcome {
     out
 }
 
-fn assert_clean(name: &str, o: &Outcome) {
-    eprintln!(
-        "{name}: {} commits, {} aborts, {} transfers given up; faults: {:#?}",
-        o.commits, o.aborts, o.gave_up, o.faults
-    );
+/// What every faulted run must show: the fault fired, no bucket lock is left, the
+/// backups equal their primaries and money is conserved.
+fn assert_consistent(name: &str, o: &Outcome) {
     assert!(!o.faults.is_empty(), "{name}: the fault never fired");
-    assert!(o.locks.is_empty(), "{name}: locks left behind: {:x?}", o.locks);
     assert_eq!(o.bucket_locks, 0, "{name}: bucket locks left behind");
     assert!(
         o.diverged.is_empty(),
@@ -210,6 +207,15 @@ fn assert_clean(name: &str, o: &Outcome) {
         o.diverged
     );
     assert_eq!(o.total, KEYS * INITIAL, "{name}: money was created or destroyed");
+}
+
+fn assert_clean(name: &str, o: &Outcome) {
+    eprintln!(
+        "{name}: {} commits, {} aborts, {} transfers given up; faults: {:#?}",
+        o.commits, o.aborts, o.gave_up, o.faults
+    );
+    assert_consistent(name, o);
+    assert!(o.locks.is_empty(), "{name}: locks left behind: {:x?}", o.locks);
     assert!(o.commits > 100, "{name}: only {} commits", o.commits);
     assert_eq!(o.gave_up, 0, "{name}: transfers gave up");
 }
@@ -230,14 +236,7 @@ fn assert_only_lost_releases(name: &str, o: &Outcome) {
         o.locks.len(),
         o.faults
     );
-    assert!(!o.faults.is_empty(), "{name}: the fault never fired");
-    assert_eq!(o.bucket_locks, 0, "{name}: bucket locks left behind");
-    assert!(
-        o.diverged.is_empty(),
-        "{name}: backups differ from primaries for keys {:?}",
-        o.diverged
-    );
-    assert_eq!(o.total, KEYS * INITIAL, "{name}: money was created or destroyed");
+    assert_consistent(name, o);
     for &(r, rel, vlock) in &o.locks {
         assert!(
             vlock & INVISIBLE != 0,

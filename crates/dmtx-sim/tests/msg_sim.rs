@@ -136,7 +136,15 @@ fn spawn_maybe_on<'a>(ex: &mut SimExecutor<'a>, cpu: Option<CpuId>, task: impl s
 /// bytes, on a fresh simulation; returns its round-trip time. With `on_cpu`, both
 /// workers' tasks run on their virtual CPUs.
 fn round_trip_ns(cpu: CpuMode, on_cpu: bool, req_len: usize, reply_len: usize) -> (Sim, u64) {
+    round_trip_under(None, cpu, on_cpu, req_len, reply_len)
+}
+
+/// [`round_trip_ns`] with `script` installed (if any).
+fn round_trip_under(script: Option<&str>, cpu: CpuMode, on_cpu: bool, req_len: usize, reply_len: usize) -> (Sim, u64) {
     let sim = sim_with(5, cpu);
+    if let Some(s) = script {
+        sim.install_faults(s.parse().unwrap()).unwrap();
+    }
     let net = SimMsgNet::new(&sim, 2, 1);
     let (a, b) = (WorkerAddr::new(0, 0), WorkerAddr::new(1, 0));
     let ra = rpc_on(&net, a, RpcConfig::default());
@@ -817,36 +825,9 @@ fn a_delay_fault_delays_its_path_during_its_window() {
     assert_eq!(s.delayed, 0);
 }
 
-/// One call of `req_len` bytes from cn0/t0 to cn1/t0 answered with `reply_len` bytes,
-/// CPU costs off, with `script` installed (if any); returns its round-trip time.
+/// One call's round-trip time, CPU costs off, with `script` installed (if any).
 fn rpc_rtt_under(script: Option<&str>, req_len: usize, reply_len: usize) -> u64 {
-    let sim = sim_with(5, CpuMode::Off);
-    if let Some(s) = script {
-        sim.install_faults(s.parse().unwrap()).unwrap();
-    }
-    let net = SimMsgNet::new(&sim, 2, 1);
-    let (a, b) = (WorkerAddr::new(0, 0), WorkerAddr::new(1, 0));
-    let (ra, rb) = (
-        rpc_on(&net, a, RpcConfig::default()),
-        rpc_on(&net, b, RpcConfig::default()),
-    );
-    rb.set_handler(reply_of(reply_len));
-    let stop = ServeStop::after(1);
-    let rtt = Rc::new(Cell::new(0));
-    let mut ex = SimExecutor::new(&sim);
-    ex.spawn(serve(&net, Rc::clone(&ra), stop.clone()));
-    ex.spawn(serve(&net, Rc::clone(&rb), stop.clone()));
-    let (s, r, st) = (sim.clone(), Rc::clone(&rtt), stop.clone());
-    ex.spawn(async move {
-        let t0 = s.now();
-        let reply = ra.call(b, &vec![7u8; req_len]).await.unwrap();
-        assert_eq!(reply.len(), reply_len);
-        r.set(s.now() - t0);
-        st.done_one();
-    });
-    ex.run().unwrap();
-    assert_eq!(net.stats().delivered, 2);
-    rtt.get()
+    round_trip_under(script, CpuMode::Off, false, req_len, reply_len).1
 }
 
 /// Goal: an RPC to a CN whose NIC is k times slower takes the request's one-way time
