@@ -182,8 +182,11 @@ pub trait TimestampService {
     /// Which kind this is.
     fn kind(&self) -> TsKind;
 
-    /// Prepare for coordinator `ctx` (once per coordinator, at setup, on its thread).
-    fn attach(&self, ctx: &CoordCtx) -> Result<(), TsError>;
+    /// Prepare for coordinator `ctx` (once per coordinator, at setup, on its thread);
+    /// nothing to do unless the kind hosts something (the `rpc` handler).
+    fn attach(&self, _ctx: &CoordCtx) -> Result<(), TsError> {
+        Ok(())
+    }
 
     /// `n` consecutive timestamps (`1 <= n <= RANGE_MAX`) in one request; use them at
     /// once (invariant 2).
@@ -234,10 +237,6 @@ impl OracleTimestamps {
 impl TimestampService for OracleTimestamps {
     fn kind(&self) -> TsKind {
         TsKind::Oracle
-    }
-
-    fn attach(&self, _ctx: &CoordCtx) -> Result<(), TsError> {
-        Ok(())
     }
 
     async fn next_range(&self, ctx: &mut CoordCtx, n: u32) -> Result<Range<u64>, TsError> {
@@ -387,10 +386,6 @@ impl FaaTimestamps {
 impl TimestampService for FaaTimestamps {
     fn kind(&self) -> TsKind {
         TsKind::Faa
-    }
-
-    fn attach(&self, _ctx: &CoordCtx) -> Result<(), TsError> {
-        Ok(())
     }
 
     async fn next_range(&self, ctx: &mut CoordCtx, n: u32) -> Result<Range<u64>, TsError> {
