@@ -1037,12 +1037,13 @@ fn exec_op(
     i: usize,
     words: Option<usize>,
 ) -> Result<(), VerbError> {
-    let op = p.ops[i];
+    let op = p.post.ops()[i];
     let ptr = op.ptr();
+    let parts = p.post.parts_mut();
     let Some(persist) = persist else {
         return match (op, words) {
-            (Op::Write { src, .. }, Some(w)) => write_prefix(region, ptr.offset, &p.write_data[src as usize..], w),
-            _ => dmtx_verbs::apply::apply_op(region, i, &op, &p.write_data, &mut p.read_buf, &mut p.old),
+            (Op::Write { src, .. }, Some(w)) => write_prefix(region, ptr.offset, &parts.write_data[src as usize..], w),
+            _ => dmtx_verbs::apply::apply_op(region, i, &op, parts.write_data, parts.read_buf, parts.old),
         };
     };
     let old_len = match op {
@@ -1056,8 +1057,8 @@ fn exec_op(
     let mut old = vec![0u8; old_len];
     let captured = old_len > 0 && region.read(ptr.offset, &mut old).is_ok();
     let r = match (op, words) {
-        (Op::Write { src, .. }, Some(w)) => write_prefix(region, ptr.offset, &p.write_data[src as usize..], w),
-        _ => dmtx_verbs::apply::apply_op(region, i, &op, &p.write_data, &mut p.read_buf, &mut p.old),
+        (Op::Write { src, .. }, Some(w)) => write_prefix(region, ptr.offset, &parts.write_data[src as usize..], w),
+        _ => dmtx_verbs::apply::apply_op(region, i, &op, parts.write_data, parts.read_buf, parts.old),
     };
     if r.is_ok() {
         if captured {
@@ -1302,7 +1303,7 @@ impl Sim {
         p.fx.delay_ns = 0;
         let mut fire = Vec::new();
         let mut delay = 0u64;
-        for (i, op) in p.ops.iter().enumerate() {
+        for (i, op) in p.post.ops().iter().enumerate() {
             for (k, a) in fs.faults.iter_mut().enumerate() {
                 let t = &a.fault.trigger;
                 let Some(on) = &t.on else { continue };
@@ -1359,7 +1360,12 @@ impl Sim {
                 if p.detached && p.err.is_none() {
                     fs.lost_background += 1;
                 }
-                let first = p.ops.iter().position(|o| o.ptr().mn == mn).expect("the batch has ops");
+                let first = p
+                    .post
+                    .ops()
+                    .iter()
+                    .position(|o| o.ptr().mn == mn)
+                    .expect("the batch has ops");
                 p.fail(first, VerbError::Unreachable { mn, why });
                 p.fx.cut |= bit(mn.0);
                 p.fx.batches.push((mn.0, until));
@@ -1397,8 +1403,8 @@ impl Sim {
         }
         p.fx.applied |= bit(mn.0);
         let conn = p.fx.conn;
-        for i in 0..p.ops.len() {
-            if p.ops[i].ptr().mn != mn {
+        for i in 0..p.post.ops().len() {
+            if p.post.ops()[i].ptr().mn != mn {
                 continue;
             }
             stats.ops += 1;
@@ -1486,7 +1492,8 @@ impl Sim {
                     fs.lost_background += 1;
                 }
                 let first = p
-                    .ops
+                    .post
+                    .ops()
                     .iter()
                     .position(|o| o.ptr().mn.0 == mn)
                     .expect("the batch has ops");
@@ -1636,8 +1643,8 @@ impl Sim {
                 .iter()
                 .flat_map(|&(_, slot)| {
                     let p = &posts[slot];
-                    (0..p.ops.len())
-                        .filter(move |&i| p.ops[i].ptr().mn.0 == mn)
+                    (0..p.post.ops().len())
+                        .filter(move |&i| p.post.ops()[i].ptr().mn.0 == mn)
                         .map(move |i| (slot, i))
                 })
                 .collect();
@@ -1649,7 +1656,7 @@ impl Sim {
                 let words = if n < keep {
                     None
                 } else {
-                    match p.ops[i] {
+                    match p.post.ops()[i] {
                         Op::Write { len, .. } if len > 8 => Some(fs.rng.random_range(0..(len as usize).div_ceil(8))),
                         _ => break,
                     }

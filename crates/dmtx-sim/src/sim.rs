@@ -13,7 +13,7 @@ use std::sync::Arc;
 use crate::lock::{Guard, StateLock};
 use std::task::{Context, Poll, Waker};
 
-use dmtx_verbs::{MnId, Op, Region, VerbError};
+use dmtx_verbs::{MnId, Post, Region, VerbError};
 use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
 
@@ -118,20 +118,24 @@ pub(crate) enum Event {
     Fault(crate::faults::FaultEvent),
 }
 
-/// A post in flight: a copy of its ops and write data, and the results to hand back.
+/// A post in flight: its ops, write data and result buffers (the caller's own, swapped in
+/// at submit and back at completion; a copy for a detached post).
 #[derive(Debug, Default)]
 pub(crate) struct InFlight {
-    pub ops: Vec<Op>,
-    pub write_data: Vec<u8>,
-    pub read_buf: Vec<u8>,
-    pub old: Vec<u64>,
+    pub post: Post,
     /// Batches whose reply has not landed yet.
     pub pending: usize,
     /// Batches of the post (one per memory node it names).
     pub batches: u32,
     /// The failure with the lowest op index, as the `mem` transport reports it.
     pub err: Option<(usize, VerbError)>,
+    /// The waker of the task that last polled a post in this slot, kept across posts:
+    /// a task that frees a slot and posts again reuses it (the free list is LIFO), so it
+    /// is cloned only when another task takes the slot. It is woken under the state
+    /// lock, so a waker must only notify, never poll or touch the simulation.
     pub waker: Option<Waker>,
+    /// The post was polled while pending: wake `waker` when it completes.
+    pub waiting: bool,
     pub detached: bool,
     /// Fault-script bookkeeping (untouched when no script is installed).
     pub fx: crate::faults::PostFaults,
@@ -269,7 +273,8 @@ impl Sim {
     }
 
     /// Take the next event, move virtual time to it and process it. Returns false when
-    /// the queue was empty. Wakers are woken after the lock is released.
+    /// the queue was empty. Timer and message wakers are woken after the lock is
+    /// released, a completed post's under it (`InFlight::waker`).
     pub fn step(&self) -> bool {
         matches!(self.step_until(u64::MAX), Step::Took | Step::CpuFree(_))
     }
@@ -310,8 +315,14 @@ impl Sim {
                     if p.pending == 0 {
                         if p.detached {
                             st.free.push(slot);
-                        } else {
-                            wake = p.waker.take();
+                        } else if p.waiting {
+                            // Under the lock, by reference: the waker stays in the slot
+                            // for the next post of the same task (no clone per post).
+                            // Wakers only notify (see `InFlight::waker`).
+                            p.waiting = false;
+                            if let Some(w) = &p.waker {
+                                w.wake_by_ref();
+                            }
                         }
                     }
                 }
@@ -338,17 +349,21 @@ impl Sim {
         let State { posts, stats, .. } = st;
         let p = &mut posts[slot];
         stats.batches += 1;
-        for i in 0..p.ops.len() {
-            let op = p.ops[i];
+        let parts = p.post.parts_mut();
+        let mut failed = None;
+        for (i, op) in parts.ops.iter().enumerate() {
             if op.ptr().mn != mn {
                 continue;
             }
             stats.ops += 1;
             // The `mem` transport's semantics and error mapping, shared.
-            if let Err(e) = dmtx_verbs::apply::apply_op(region, i, &op, &p.write_data, &mut p.read_buf, &mut p.old) {
-                p.fail(i, e);
+            if let Err(e) = dmtx_verbs::apply::apply_op(region, i, op, parts.write_data, parts.read_buf, parts.old) {
+                failed = Some((i, e));
                 break;
             }
+        }
+        if let Some((i, e)) = failed {
+            p.fail(i, e);
         }
     }
 }

@@ -376,7 +376,7 @@ fn resolve(st: &mut State, region: &Region, slot: usize, mn: MnId, now: u64) {
                 if lo >= hi {
                     continue;
                 }
-                let w_ops = &posts[w.slot as usize].ops;
+                let w_ops = posts[w.slot as usize].post.ops();
                 if !*executes.get_or_insert_with(|| batch_reaches(w_ops, mn, w.ord, region.bytes())) {
                     break; // W fails or an op before it does: it never writes.
                 }
@@ -396,10 +396,10 @@ fn resolve(st: &mut State, region: &Region, slot: usize, mn: MnId, now: u64) {
                     if read_first && new {
                         let wb = (u64::from(w.buf) + a - w.off) as usize;
                         let mut word = [0u8; 8];
-                        word[..n].copy_from_slice(&posts[w.slot as usize].write_data[wb..wb + n]);
-                        posts[r.slot as usize].read_buf[rb..rb + n].copy_from_slice(&word[..n]);
+                        word[..n].copy_from_slice(&posts[w.slot as usize].post.parts_mut().write_data[wb..wb + n]);
+                        posts[r.slot as usize].post.parts_mut().read_buf[rb..rb + n].copy_from_slice(&word[..n]);
                     } else if !read_first && !new {
-                        if modified_before(&posts[w.slot as usize].ops, mn, w.ord, a, b) {
+                        if modified_before(posts[w.slot as usize].post.ops(), mn, w.ord, a, b) {
                             new = true; // see the limits in the module doc
                         } else {
                             let mut bytes = [0u8; 8];
@@ -443,7 +443,7 @@ pub(crate) fn before_poll(st: &mut State, slot: usize) {
             return true;
         }
         let (b, n) = (x.buf as usize, x.len as usize);
-        p.read_buf[b..b + n].copy_from_slice(&x.bytes[..n]);
+        p.post.parts_mut().read_buf[b..b + n].copy_from_slice(&x.bytes[..n]);
         false
     });
 }

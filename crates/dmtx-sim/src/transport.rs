@@ -167,33 +167,34 @@ impl SimTransport {
                 st.posts.len() - 1
             }
         };
-        let parts = post.parts_mut();
         let p = &mut st.posts[slot];
-        p.ops.clear();
-        p.ops.extend_from_slice(parts.ops);
-        p.write_data.clear();
-        p.write_data.extend_from_slice(parts.write_data);
-        p.read_buf.clear();
-        p.read_buf.resize(parts.read_buf.len(), 0);
-        p.old.clear();
-        p.old.resize(parts.ops.len(), 0);
+        // The caller's buffers travel with the post (swapped back when it is polled
+        // complete); a detached post's caller keeps its own, so it is copied.
+        match detached {
+            false => std::mem::swap(&mut p.post, post),
+            true => p.post.clone_from(post),
+        }
         p.err = None;
-        p.waker = None;
+        p.waiting = false;
         p.detached = detached;
         let mut mns: u64 = 0;
-        for (i, op) in parts.ops.iter().enumerate() {
+        let mut unknown = None;
+        for (i, op) in p.post.ops().iter().enumerate() {
             let mn = op.ptr().mn;
             if mn.index() < mn_count {
                 mns |= 1 << mn.index();
-            } else {
-                p.fail(
-                    i,
-                    VerbError::UnknownNode {
-                        mn,
-                        mn_count: sim.regions().len(),
-                    },
-                );
+            } else if unknown.is_none() {
+                unknown = Some((i, mn));
             }
+        }
+        if let Some((i, mn)) = unknown {
+            p.fail(
+                i,
+                VerbError::UnknownNode {
+                    mn,
+                    mn_count: sim.regions().len(),
+                },
+            );
         }
         // Most posts go to one memory node: no bit count then.
         let batches = match mns & mns.wrapping_sub(1) {
@@ -238,7 +239,7 @@ impl SimTransport {
                 ..
             } = &mut *st;
             // One pass sums the batch up for the CPU model, the timing and the report.
-            let ops = posts[slot].ops.iter().filter(move |o| o.ptr().mn == mn);
+            let ops = posts[slot].post.ops().iter().filter(move |o| o.ptr().mn == mn);
             let sum = model.sum_batch(ops.clone());
             let mut t = now;
             if let Some(cpu) = self.cpu {
@@ -293,19 +294,21 @@ impl Transport for SimTransport {
         crate::tear::before_poll(&mut st, slot);
         let p = &mut st.posts[slot];
         if p.pending > 0 {
+            p.waiting = true;
             match &p.waker {
                 Some(w) if w.will_wake(cx.waker()) => {}
                 _ => p.waker = Some(cx.waker().clone()),
             }
             return Poll::Pending;
         }
-        let parts = post.parts_mut();
-        // One CQE per batch, and the READ payloads copied out.
+        // The caller's buffers, with the results, go back to it.
+        std::mem::swap(&mut p.post, post);
+        // One CQE per batch, and the READ payloads copied out (the NIC wrote them to
+        // the caller's buffers; the application copies them from there).
         let cpu_model = &self.sim.config().cpu;
+        let read_bytes = post.parts_mut().read_buf.len() as u64;
         let cost = cpu_model.scaled(cpu_model.cqe_ns * p.batches as u64)
-            + cpu_model.scaled((parts.read_buf.len() as u64 * cpu_model.copy_ns_per_kib) / 1024);
-        parts.read_buf.copy_from_slice(&p.read_buf);
-        parts.old.copy_from_slice(&p.old);
+            + cpu_model.scaled((read_bytes * cpu_model.copy_ns_per_kib) / 1024);
         let res = match p.err.take() {
             None => Ok(()),
             Some((_, e)) => Err(e),

@@ -144,6 +144,11 @@ pub struct ReadId(u32);
 pub struct AtomicId(u32);
 
 /// A reusable post: the ops of one doorbell batch per memory node, plus their buffers.
+///
+/// A transport that keeps posts in flight may swap a whole `Post` with one of its own
+/// (`std::mem::swap`) at submit and back at completion, instead of copying its buffers:
+/// between [`Transport::submit`](crate::Transport::submit) and the poll that completes it,
+/// a post's contents belong to the transport.
 #[derive(Default, Debug)]
 pub struct Post {
     ops: Vec<Op>,
@@ -153,6 +158,25 @@ pub struct Post {
     read_words: usize,
     /// Old values of atomics, indexed like `ops`.
     old: Vec<u64>,
+}
+
+impl Clone for Post {
+    fn clone(&self) -> Self {
+        let mut p = Post::new();
+        p.clone_from(self);
+        p
+    }
+
+    /// Reuses this post's buffers (a transport copying posts it keeps must not allocate
+    /// per post).
+    fn clone_from(&mut self, src: &Self) {
+        self.ops.clone_from(&src.ops);
+        self.write_data.clone_from(&src.write_data);
+        self.read_words = src.read_words;
+        self.read_buf.clear();
+        self.read_buf.resize(src.read_words, 0);
+        self.old.clone_from(&src.old);
+    }
 }
 
 impl Post {

@@ -28,7 +28,10 @@ pub trait Transport {
     fn mn_count(&self) -> usize;
 
     /// Hand the post's batches to the NIC: one doorbell batch per memory node, in the
-    /// order the ops were added, batches of different nodes in parallel.
+    /// order the ops were added, batches of different nodes in parallel. Until the poll
+    /// that completes it, the post's contents belong to the transport (it may have
+    /// swapped them out: read nothing from the post in between); on completion it holds
+    /// its ops and results again.
     fn submit(&self, post: &mut Post) -> Submitted;
 
     /// Poll an in-flight post. On `Ready(Ok)`, READ data and atomic results are in
