@@ -24,7 +24,7 @@
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
-use dmtx_verbs::{Fabric, MnId, Post, Result, Submitted, Ticket, Transport, VerbError};
+use dmtx_verbs::{Fabric, MnId, Op, Post, Result, Submitted, Ticket, Transport, VerbError};
 
 use dmtx_runtime::{Probe, ProbeSource};
 
@@ -179,10 +179,19 @@ impl SimTransport {
         p.detached = detached;
         let mut mns: u64 = 0;
         let mut unknown = None;
+        let regions = sim.regions();
         for (i, op) in p.post.ops().iter().enumerate() {
-            let mn = op.ptr().mn;
+            let ptr = op.ptr();
+            let mn = ptr.mn;
             if mn.index() < mn_count {
                 mns |= 1 << mn.index();
+                // The op's memory is touched when its batch is applied, some posts
+                // later: start the host's cache miss now, so that it overlaps them.
+                let len = match *op {
+                    Op::Read { len, .. } | Op::Write { len, .. } => u64::from(len),
+                    _ => 8,
+                };
+                regions[mn.index()].prefetch(ptr.offset, len);
             } else if unknown.is_none() {
                 unknown = Some((i, mn));
             }
