@@ -64,6 +64,27 @@ impl Wake for TaskWaker {
     }
 }
 
+/// A task during a run, with what the executor keeps of it (one place, one bounds check).
+struct TaskRun<'a> {
+    task: Option<Task<'a>>,
+    /// Index in the run's CPU list (`None`: free, e.g. a timer).
+    cpu: Option<u32>,
+    /// Listed in its CPU's ready queue.
+    queued: bool,
+    waker: Waker,
+}
+
+/// A virtual CPU during a run: its woken tasks in wake order, and whether it is due in
+/// the current pass.
+struct CpuRun {
+    id: CpuId,
+    cn: u32,
+    ready: VecDeque<usize>,
+    due: bool,
+    /// The latest instant a "CPU free" wake-up was asked for.
+    wake_at: u64,
+}
+
 /// How a run ended.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct RunReport {
@@ -133,47 +154,44 @@ impl<'a> SimExecutor<'a> {
         let cpu_model = sim.config().cpu.clone();
         let poll_ns = cpu_model.scaled(cpu_model.poll_ns);
         let measured = cpu_model.mode == CpuMode::Measured;
-        // The distinct CPUs, each with a FIFO of its woken tasks: a CPU runs one task at
-        // a time, in the order they were woken, so a task that keeps waking itself cannot
-        // starve the others of its thread.
-        let mut cpu_ids: Vec<CpuId> = Vec::new();
-        let mut local: BTreeMap<CpuId, usize> = BTreeMap::new();
-        let task_cpu: Vec<Option<usize>> = cpus
-            .iter()
-            .map(|c| {
-                c.map(|c| {
-                    *local.entry(c).or_insert_with(|| {
-                        cpu_ids.push(c);
-                        cpu_ids.len() - 1
-                    })
-                })
-            })
-            .collect();
-        let mut ready: Vec<VecDeque<usize>> = vec![VecDeque::new(); cpu_ids.len()];
-        let mut queued = vec![false; n];
-        // The latest instant a "CPU free" wake-up was asked for, per CPU.
-        let mut wake_at = vec![0u64; cpu_ids.len()];
-        let mut crashed = 0usize;
-        let mut tasks: Vec<Option<Task<'a>>> = tasks.into_iter().map(Some).collect();
-        let ncpu = cpu_ids.len();
-        let cpu_cn: Vec<u32> = cpu_ids.iter().map(|&c| sim.cpu_state(c).0).collect();
         let woken = Arc::new(Woken {
             flags: (0..n).map(|_| AtomicBool::new(true)).collect(),
             list: StateLock::new((0..n).collect()),
             any: AtomicBool::new(true),
         });
-        // CPUs with woken tasks to run this pass, in the order they became due.
-        let mut due: Vec<usize> = Vec::with_capacity(ncpu);
-        let mut is_due = vec![false; ncpu];
-        let mut pass: Vec<usize> = Vec::with_capacity(n);
-        let wakers: Vec<Waker> = (0..n)
-            .map(|index| {
-                Waker::from(Arc::new(TaskWaker {
+        // The distinct CPUs, each with a FIFO of its woken tasks: a CPU runs one task at
+        // a time, in the order they were woken, so a task that keeps waking itself cannot
+        // starve the others of its thread.
+        let mut cpu_list: Vec<CpuRun> = Vec::new();
+        let mut local: BTreeMap<CpuId, u32> = BTreeMap::new();
+        let mut slots: Vec<TaskRun<'a>> = Vec::with_capacity(n);
+        for (index, (task, cpu)) in tasks.into_iter().zip(cpus).enumerate() {
+            let cpu = cpu.map(|c| {
+                *local.entry(c).or_insert_with(|| {
+                    cpu_list.push(CpuRun {
+                        id: c,
+                        cn: sim.cpu_state(c).0,
+                        ready: VecDeque::new(),
+                        due: false,
+                        wake_at: 0,
+                    });
+                    cpu_list.len() as u32 - 1
+                })
+            });
+            slots.push(TaskRun {
+                task: Some(task),
+                cpu,
+                queued: false,
+                waker: Waker::from(Arc::new(TaskWaker {
                     index,
                     woken: Arc::clone(&woken),
-                }))
-            })
-            .collect();
+                })),
+            });
+        }
+        let mut crashed = 0usize;
+        // CPUs with woken tasks to run this pass, in the order they became due.
+        let mut due: Vec<u32> = Vec::with_capacity(cpu_list.len());
+        let mut pass: Vec<usize> = Vec::with_capacity(n);
         let events_before = sim.stats().events;
         let mut live = n;
         let mut polls = 0u64;
@@ -188,15 +206,19 @@ impl<'a> SimExecutor<'a> {
             polls,
             events: sim.stats().events - events_before,
         };
-        // Poll task `i`; charge its CPU; true when it finished.
-        let poll = |i: usize, task: &mut Task<'a>, polls: &mut u64| {
+        // Poll task `t` (on CPU `cpu`, if any); true when it finished.
+        let poll = |t: &mut TaskRun<'a>, cpu: Option<CpuId>, polls: &mut u64| {
+            let Some(task) = t.task.as_mut() else { return false };
             *polls += 1;
-            let mut cx = Context::from_waker(&wakers[i]);
+            let mut cx = Context::from_waker(&t.waker);
             let started = measured.then(std::time::Instant::now);
             let done = task.as_mut().poll(&mut cx).is_ready();
-            if let (Some(c), Some(t)) = (task_cpu[i], started) {
+            if let (Some(c), Some(t)) = (cpu, started) {
                 // Opt-in, for cross-checks: real time is not deterministic.
-                sim.charge(cpu_ids[c], (t.elapsed().as_nanos() as f64 * cpu_model.scale) as u64);
+                sim.charge(c, (t.elapsed().as_nanos() as f64 * cpu_model.scale) as u64);
+            }
+            if done {
+                t.task = None;
             }
             done
         };
@@ -210,21 +232,24 @@ impl<'a> SimExecutor<'a> {
                 std::mem::swap(&mut pass, &mut *woken.list.lock());
                 for &i in &pass {
                     woken.flags[i].store(false, Ordering::Relaxed);
-                    let Some(task) = tasks[i].as_mut() else { continue };
-                    match task_cpu[i] {
+                    let t = &mut slots[i];
+                    if t.task.is_none() {
+                        continue;
+                    }
+                    match t.cpu {
                         None => {
-                            if poll(i, task, &mut polls) {
-                                tasks[i] = None;
+                            if poll(t, None, &mut polls) {
                                 live -= 1;
                             }
                         }
                         Some(c) => {
-                            if !queued[i] {
-                                queued[i] = true;
-                                ready[c].push_back(i);
+                            let cpu = &mut cpu_list[c as usize];
+                            if !t.queued {
+                                t.queued = true;
+                                cpu.ready.push_back(i);
                             }
-                            if !is_due[c] {
-                                is_due[c] = true;
+                            if !cpu.due {
+                                cpu.due = true;
                                 due.push(c);
                             }
                         }
@@ -232,13 +257,15 @@ impl<'a> SimExecutor<'a> {
                 }
                 // Only CPUs with something new to run; a busy one comes back when it frees.
                 for &c in &due {
-                    is_due[c] = false;
-                    while let Some(&i) = ready[c].front() {
-                        if sim.cn_down(cpu_cn[c]) {
+                    let cpu = &mut cpu_list[c as usize];
+                    cpu.due = false;
+                    while let Some(&i) = cpu.ready.front() {
+                        if sim.cn_down(cpu.cn) {
                             // Its coordinators stop where they are.
-                            for i in ready[c].drain(..) {
-                                queued[i] = false;
-                                if tasks[i].take().is_some() {
+                            for i in cpu.ready.drain(..) {
+                                let t = &mut slots[i];
+                                t.queued = false;
+                                if t.task.take().is_some() {
                                     live -= 1;
                                     crashed += 1;
                                 }
@@ -247,18 +274,17 @@ impl<'a> SimExecutor<'a> {
                         }
                         // Resuming the coroutine comes first: what the poll posts leaves
                         // after it (measured mode charges the real time afterwards).
-                        if let Err(cursor) = sim.claim(cpu_ids[c], if measured { 0 } else { poll_ns }) {
-                            if wake_at[c] < cursor {
-                                wake_at[c] = cursor;
-                                sim.lock().queue.push(cursor, Event::CpuFree(c as u32));
+                        if let Err(cursor) = sim.claim(cpu.id, if measured { 0 } else { poll_ns }) {
+                            if cpu.wake_at < cursor {
+                                cpu.wake_at = cursor;
+                                sim.lock().queue.push(cursor, Event::CpuFree(c));
                             }
                             break;
                         }
-                        ready[c].pop_front();
-                        queued[i] = false;
-                        let Some(task) = tasks[i].as_mut() else { continue };
-                        if poll(i, task, &mut polls) {
-                            tasks[i] = None;
+                        cpu.ready.pop_front();
+                        let t = &mut slots[i];
+                        t.queued = false;
+                        if poll(t, Some(cpu.id), &mut polls) {
                             live -= 1;
                         }
                     }
@@ -279,9 +305,9 @@ impl<'a> SimExecutor<'a> {
                 Step::Took => idle_passes = 0,
                 Step::CpuFree(c) => {
                     idle_passes = 0;
-                    let c = c as usize;
-                    if !is_due[c] {
-                        is_due[c] = true;
+                    let cpu = &mut cpu_list[c as usize];
+                    if !cpu.due {
+                        cpu.due = true;
                         due.push(c);
                     }
                     freed = true;
@@ -298,9 +324,9 @@ impl<'a> SimExecutor<'a> {
                 Step::Empty => {
                     // Coordinators of a crashed compute node wait for posts that never
                     // complete: they are not a deadlock.
-                    for (i, t) in tasks.iter_mut().enumerate() {
-                        let down = task_cpu[i].is_some_and(|c| sim.cn_down(cpu_cn[c]));
-                        if down && t.take().is_some() {
+                    for t in &mut slots {
+                        let down = t.cpu.is_some_and(|c| sim.cn_down(cpu_list[c as usize].cn));
+                        if down && t.task.take().is_some() {
                             live -= 1;
                             crashed += 1;
                         }
@@ -318,7 +344,7 @@ impl<'a> SimExecutor<'a> {
                         sim.shared.time.advance_to(deadline_ns);
                     }
                     let r = report(&sim, live, polls, crashed);
-                    drop(tasks);
+                    drop(slots);
                     return Ok(r);
                 }
             }

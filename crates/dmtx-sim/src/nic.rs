@@ -222,7 +222,11 @@ impl NicModel {
     /// Packets a payload of `len` bytes takes (at least one).
     #[inline]
     pub fn packets(&self, len: u64) -> u64 {
-        len.div_ceil(self.mtu_bytes).max(1)
+        // Most payloads fit one packet: no division (tens of cycles, once per op).
+        match len <= self.mtu_bytes {
+            true => 1,
+            false => len.div_ceil(self.mtu_bytes),
+        }
     }
 
     /// Bytes on the wire for an op's request.
@@ -304,20 +308,32 @@ impl NicModel {
     pub(crate) fn sum_batch<'o>(&self, ops: impl Iterator<Item = &'o Op>) -> BatchSum {
         let mut sum = BatchSum::default();
         for op in ops {
-            sum.req += self.request_bytes(op);
-            sum.rep += self.reply_bytes(op);
-            match *op {
-                Op::Read { len, .. } => sum.read_bytes += u64::from(len),
-                Op::Write { len, .. } => sum.write_bytes += u64::from(len),
-                _ => {}
-            }
-            let kind = op.kind();
-            if kind != OpKind::Write {
-                sum.rd_atomic += 1;
-            }
-            sum.kinds[kind as usize] += 1;
-            sum.ops += 1;
+            self.sum_op(&mut sum, op);
         }
+        self.sum_done(sum)
+    }
+
+    /// Add `op` to a [`BatchSum`] being built (finish it with [`NicModel::sum_done`]).
+    #[inline]
+    pub(crate) fn sum_op(&self, sum: &mut BatchSum, op: &Op) {
+        sum.req += self.request_bytes(op);
+        sum.rep += self.reply_bytes(op);
+        match *op {
+            Op::Read { len, .. } => sum.read_bytes += u64::from(len),
+            Op::Write { len, .. } => sum.write_bytes += u64::from(len),
+            _ => {}
+        }
+        let kind = op.kind();
+        if kind != OpKind::Write {
+            sum.rd_atomic += 1;
+        }
+        sum.kinds[kind as usize] += 1;
+        sum.ops += 1;
+    }
+
+    /// A [`BatchSum`] whose ops were all added: the serialization times of its sizes.
+    #[inline]
+    pub(crate) fn sum_done(&self, mut sum: BatchSum) -> BatchSum {
         sum.req_ns = self.link_ns(sum.req);
         sum.rep_ns = self.link_ns(sum.rep);
         sum

@@ -29,7 +29,7 @@ use dmtx_verbs::{Fabric, MnId, Op, Post, Result, Submitted, Ticket, Transport, V
 use dmtx_runtime::{Probe, ProbeSource};
 
 use crate::cpu::CpuId;
-use crate::nic::BatchAt;
+use crate::nic::{BatchAt, BatchSum};
 use crate::sim::{Event, InFlight, State};
 use crate::Sim;
 
@@ -180,11 +180,14 @@ impl SimTransport {
         let mut mns: u64 = 0;
         let mut unknown = None;
         let regions = sim.regions();
+        // The whole post summed up on the way: the batch's sum when it is the only one.
+        let mut whole = BatchSum::default();
         for (i, op) in p.post.ops().iter().enumerate() {
             let ptr = op.ptr();
             let mn = ptr.mn;
             if mn.index() < mn_count {
                 mns |= 1 << mn.index();
+                model.sum_op(&mut whole, op);
                 // The op's memory is touched when its batch is applied, some posts
                 // later: start the host's cache miss now, so that it overlaps them.
                 let len = match *op {
@@ -224,6 +227,8 @@ impl SimTransport {
         // event for the post, beside one per batch for its service end. A script
         // follows each batch's reply (it may hold one back, or cut one path).
         let faulty = st.faults.active.is_some();
+        // A slow NIC's model sums the batch again (its link times differ).
+        let single = batches == 1 && unknown.is_none() && !faulty;
         let pm = sim.config().pm.as_ref();
         let mut done = now;
         let mut left = mns;
@@ -249,7 +254,10 @@ impl SimTransport {
             } = &mut *st;
             // One pass sums the batch up for the CPU model, the timing and the report.
             let ops = posts[slot].post.ops().iter().filter(move |o| o.ptr().mn == mn);
-            let sum = model.sum_batch(ops.clone());
+            let sum = match single {
+                true => model.sum_done(whole),
+                false => model.sum_batch(ops.clone()),
+            };
             let mut t = now;
             if let Some(cpu) = self.cpu {
                 // WRITE payloads are built (images, checksums) before the doorbell.
