@@ -2,13 +2,15 @@
 //!
 //! [`SimFabric`] is one compute node's view of a [`Sim`]: every endpoint it hands out is
 //! a [`SimTransport`] with its own connection (queue pair) per memory node, and shares
-//! the node's NIC and link. [`SimTransport::submit`] copies the post, times each
-//! memory node's batch with [`NicModel::time_batch`](crate::NicModel::time_batch) at the
-//! current virtual time, and schedules one event per batch, `Apply` at the end of its
-//! service (the ops take effect on the region, in order, and their results are kept),
-//! and one per post, `Complete` when the last of its replies lands (one per batch while
-//! a fault script is installed, which may hold back or cut each). [`SimTransport::poll`]
-//! hands the results back once the post completed.
+//! the node's NIC and link. [`SimTransport::submit`] takes the post's buffers (swapped
+//! with a slot's, so nothing is copied; a detached post is copied, since its caller
+//! keeps it), times each memory node's batch with
+//! [`NicModel::time_batch`](crate::NicModel::time_batch) at the current virtual time, and
+//! schedules one event per batch, `Apply` at the end of its service (the ops take effect
+//! on the region, in order, and their results land in the post's buffers), and one per
+//! post, `Complete` when the last of its replies lands (one per batch while a fault script
+//! is installed, which may hold back or cut each). [`SimTransport::poll`] swaps the
+//! buffers, results included, back once the post completed.
 //!
 //! Errors follow the `mem` transport: an out-of-range or misaligned op fails with a
 //! [`VerbError`] and skips the rest of its batch, batches of other nodes still run, and
