@@ -168,13 +168,13 @@ impl Clone for Post {
     }
 
     /// Reuses this post's buffers (a transport copying posts it keeps must not allocate
-    /// per post).
+    /// per post). Results are copied too, so a clone is the post as it stands.
     fn clone_from(&mut self, src: &Self) {
         self.ops.clone_from(&src.ops);
         self.write_data.clone_from(&src.write_data);
         self.read_words = src.read_words;
         self.read_buf.clear();
-        self.read_buf.resize(src.read_words, 0);
+        self.read_buf.extend_from_slice(&src.read_buf[..src.read_words]);
         self.old.clone_from(&src.old);
     }
 }
@@ -360,5 +360,28 @@ mod tests {
         assert_eq!(p.write_data(&p.ops()[3]), &[7; 5]);
         p.clear();
         assert!(p.is_empty());
+    }
+
+    /// Goal: a clone (what a transport keeps of a detached post) has the same ops, write
+    /// data and results, whatever the target's buffers held before.
+    #[test]
+    fn clone_from_copies_the_post_as_it_stands() {
+        let mut src = Post::new();
+        let r = src.read(RemotePtr::new(MnId(1), 64), 16);
+        let a = src.cas(RemotePtr::new(MnId(0), 8), 1, 2);
+        src.write(RemotePtr::new(MnId(0), 16), &[9; 12]);
+        src.read_dst(0).copy_from_slice(&[5; 16]);
+        src.set_old(1, 77);
+        let mut dst = Post::new();
+        dst.read(RemotePtr::new(MnId(0), 0), 64);
+        dst.write(RemotePtr::new(MnId(0), 0), &[1; 100]);
+        dst.read_dst(0).copy_from_slice(&[3; 64]);
+        dst.clone_from(&src);
+        assert_eq!(dst.ops(), src.ops());
+        assert_eq!(dst.write_data(&dst.ops()[2]), &[9; 12]);
+        assert_eq!(dst.bytes(r), &[5; 16]);
+        assert_eq!(dst.old(a), 77);
+        let c = src.clone();
+        assert_eq!((c.ops(), c.bytes(r), c.old(a)), (src.ops(), &[5u8; 16][..], 77));
     }
 }
