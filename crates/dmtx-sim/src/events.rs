@@ -46,7 +46,7 @@ const SLOT_SHIFT: u32 = 6;
 pub const SLOT_NS: u64 = 1 << SLOT_SHIFT;
 /// Slots of the wheel: 512 × 64 ns = 32.8 µs ahead (a fabric round trip is 2–5 µs).
 /// Narrower slots sort less when one becomes current, but a slot is then mostly empty
-/// and every event scheduled touches a cold slot: 2048 × 16 ns measured 8–10% slower
+/// and every event scheduled touches a cold slot: 2048 × 16 ns measured 7–15% slower
 /// on `examples/speed.rs` (its slot headers alone filled an L1 cache).
 pub const SLOTS: usize = 512;
 const WORDS: usize = SLOTS / 64;
