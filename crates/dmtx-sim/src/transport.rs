@@ -182,14 +182,18 @@ impl SimTransport {
         let mut mns: u64 = 0;
         let mut unknown = None;
         let regions = sim.regions();
-        // The whole post summed up on the way: the batch's sum when it is the only one.
+        // The post summed up on the way while its ops name one node: the batch's sum
+        // when it is the only one. A post to several nodes stops summing at its second
+        // node (each batch is summed on its own below).
         let mut whole = BatchSum::default();
         for (i, op) in p.post.ops().iter().enumerate() {
             let ptr = op.ptr();
             let mn = ptr.mn;
             if mn.index() < mn_count {
                 mns |= 1 << mn.index();
-                model.sum_op(&mut whole, op);
+                if mns == 1 << mn.index() {
+                    model.sum_op(&mut whole, op);
+                }
                 // The op's memory is touched when its batch is applied, some posts
                 // later: start the host's cache miss now, so that it overlaps them.
                 let len = match *op {
