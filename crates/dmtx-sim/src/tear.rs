@@ -32,14 +32,18 @@
 //!
 //! # Cost
 //!
-//! Per READ or WRITE op that spans two words or more, one record pushed at submit (an
-//! op within one word cannot tear: a READ sees it whole, old or new, either way). READs
-//! are indexed per memory node by the hash of their first 256-byte block, so a WRITE
-//! visits only the few READs that start on or just before its blocks; completed READs
-//! are dropped when met and swept periodically. Per applied batch without WRITEs, an
-//! emptiness test; per poll, another. The vectors are reused: nothing is allocated once
-//! they have grown. On the FORD simulation (`tests/ford_sim.rs`) this is about 8% of the
-//! simulator's instructions.
+//! Per READ or WRITE op that spans two words or more, one record at submit (an op
+//! within one word cannot tear: a READ sees it whole, old or new, either way). A WRITE's
+//! record waits with its post slot. A READ's is an entry of one cache line in its
+//! memory node's slab, chained by the hash of its first 256-byte block, so a WRITE
+//! visits only the few READs that start on or just before its blocks. The slab holds
+//! about twice the READs in service and its free list is LIFO, so a new READ mostly
+//! lands on a line a stale one just left; stale entries are unlinked when a WRITE meets
+//! them, and all at once when the free list runs dry. Per applied batch without WRITEs,
+//! an emptiness test; per poll, another. Nothing is allocated once the slab has grown.
+//! On the 4-op stream of `examples/speed.rs` this is about 17% of the simulator's
+//! instructions (with the earlier per-bucket vectors, swept periodically: 20%, and
+//! twice the cache misses).
 //!
 //! # Limits
 //!
@@ -59,19 +63,18 @@ use rand::RngCore;
 use crate::sim::State;
 use crate::Sim;
 
-/// Buckets of a node's READ index (by the hash of a READ's first block).
-const BUCKETS: usize = 256;
-
-/// log2 of the index's block size: 256 bytes, so that a record or a hash bucket spans
-/// one to three blocks and a WRITE visits few buckets.
+/// log2 of the index's block size: 256 bytes, so that a READ spans one to a few blocks
+/// and a WRITE visits few chains.
 const BLOCK_SHIFT: u32 = 8;
 
-/// [`Tears::batch`] entry of a WRITE (READs give their bucket).
-const WRITE_LOC: u32 = u32::MAX;
+/// End of a chain or of the free list.
+const NIL: u32 = u32::MAX;
 
-/// Sweep a node's completed READs once this many READs, or as many as were left at the
-/// last sweep, were recorded since.
-const SWEEP_MIN: usize = 256;
+/// [`ReadEntry::done`] of a READ whose batch is still being timed.
+const PENDING: u64 = u64::MAX;
+
+/// Entries of a node's index when its first READ arrives (it doubles as needed).
+const ENTRIES_MIN: usize = 64;
 
 /// Counters of torn reads.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -82,31 +85,173 @@ pub struct TearStats {
     pub torn: u64,
 }
 
-/// One READ or WRITE op in service.
-#[derive(Copy, Clone, Debug)]
-struct Span {
-    /// The post slot that owns it, and the memory node.
-    slot: u32,
-    mn: u16,
-    /// Its index among its batch's ops.
-    ord: u32,
-    /// Region offset and length.
-    off: u64,
-    len: u32,
-    /// Offset in the post's read buffer (READ) or write data (WRITE).
-    buf: u32,
+/// A READ in service, in its memory node's index: one cache line, so that recording
+/// one and meeting one each touch a single line.
+#[derive(Copy, Clone, Debug, Default)]
+#[repr(C, align(64))]
+struct ReadEntry {
+    /// Its batch's completion ([`PENDING`] while the batch is timed): once it is past,
+    /// the READ's result may be handed out and the entry is free to reuse.
+    done: u64,
     /// Service interval.
     begin: u64,
     end: u64,
+    /// Region offset.
+    off: u64,
     /// Its batch's service end (when it is applied) and the batch's number: batches
     /// applied at one instant are applied in the order they were numbered (submitted).
     applied: u64,
     seq: u64,
-    /// Its batch's completion.
-    done: u64,
+    len: u32,
+    /// The post slot that owns it.
+    slot: u32,
+    /// Offset in the post's read buffer.
+    buf: u32,
+    /// The next entry of its chain, or of the free list.
+    next: u32,
 }
 
-impl Span {
+impl ReadEntry {
+    /// Its first block ([`BLOCK_SHIFT`]).
+    #[inline]
+    fn first_block(&self) -> u64 {
+        self.off >> BLOCK_SHIFT
+    }
+}
+
+/// A memory node's READs not yet known to be completed: entries in a slab, chained by
+/// the hash of their first block.
+///
+/// The slab is small (about two entries per READ in service) and its free list is LIFO,
+/// so a new READ mostly lands on a line that a stale one just left; a chain holds about
+/// one entry. Stale entries are unlinked when a WRITE's walk meets them, and all at
+/// once when the free list runs dry ([`NodeReads::reclaim`]).
+#[derive(Clone, Debug)]
+struct NodeReads {
+    /// Chain heads, `entries.len()` of them (a power of two).
+    heads: Vec<u32>,
+    entries: Vec<ReadEntry>,
+    /// Head of the free list.
+    free: u32,
+    /// Blocks of the longest READ indexed since the last reclaim: a WRITE's first block
+    /// minus this (plus one) is the first block a READ overlapping it can start at.
+    blocks_max: u64,
+}
+
+impl Default for NodeReads {
+    fn default() -> Self {
+        Self {
+            heads: Vec::new(),
+            entries: Vec::new(),
+            free: NIL,
+            blocks_max: 1,
+        }
+    }
+}
+
+/// The chain of block `block` among `n` heads (Fibonacci hashing; `n` a power of two).
+#[inline]
+fn chain(block: u64, n: usize) -> usize {
+    (block.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - n.trailing_zeros())) as usize
+}
+
+impl NodeReads {
+    /// Index `r` (its `next` is ignored), its batch still being timed; returns its
+    /// entry. Stale entries are those whose `done` is at most `now`.
+    #[inline]
+    fn add(&mut self, mut r: ReadEntry, now: u64) -> u32 {
+        if self.free == NIL {
+            self.reclaim(now);
+        }
+        let i = self.free;
+        let first = r.first_block();
+        let last = (r.off + u64::from(r.len) - 1) >> BLOCK_SHIFT;
+        self.blocks_max = self.blocks_max.max(last - first + 1);
+        let h = chain(first, self.heads.len());
+        let e = &mut self.entries[i as usize];
+        self.free = e.next;
+        r.next = self.heads[h];
+        *e = r;
+        self.heads[h] = i;
+        i
+    }
+
+    /// Free every stale entry and rebuild the chains; double the slab when more than
+    /// three quarters of it stays live. Amortized over the adds that emptied the free
+    /// list, this is a few entries' scan per add.
+    #[cold]
+    fn reclaim(&mut self, now: u64) {
+        let live = self.relink(now);
+        if self.free == NIL || live * 4 > self.entries.len() * 3 {
+            let n = (self.entries.len() * 2).max(ENTRIES_MIN);
+            self.entries.resize(n, ReadEntry::default());
+            self.heads.resize(n, NIL);
+            self.relink(now);
+        }
+    }
+
+    /// Rebuild the chains from the live entries and the free list from the others;
+    /// returns the live count.
+    fn relink(&mut self, now: u64) -> usize {
+        self.heads.fill(NIL);
+        self.free = NIL;
+        self.blocks_max = 1;
+        let n = self.heads.len();
+        let mut live = 0;
+        // Backwards, so that the free list hands entries out in address order.
+        for i in (0..self.entries.len()).rev() {
+            let e = &mut self.entries[i];
+            if e.done > now {
+                live += 1;
+                let first = e.first_block();
+                let last = (e.off + u64::from(e.len) - 1) >> BLOCK_SHIFT;
+                self.blocks_max = self.blocks_max.max(last - first + 1);
+                let h = chain(first, n);
+                e.next = self.heads[h];
+                self.heads[h] = i as u32;
+            } else {
+                e.done = 0;
+                e.next = self.free;
+                self.free = i as u32;
+            }
+        }
+        live
+    }
+
+    /// Unlink stale entry `i`, whose predecessor in chain `h` is `prev`, and free it.
+    #[inline]
+    fn unlink(&mut self, h: usize, prev: u32, i: u32) {
+        let next = self.entries[i as usize].next;
+        match prev {
+            NIL => self.heads[h] = next,
+            p => self.entries[p as usize].next = next,
+        }
+        let e = &mut self.entries[i as usize];
+        e.done = 0;
+        e.next = self.free;
+        self.free = i;
+    }
+}
+
+/// A WRITE op in service, kept with its post slot until its batch is applied.
+#[derive(Copy, Clone, Debug)]
+struct WriteSpan {
+    /// Service interval.
+    begin: u64,
+    end: u64,
+    /// Region offset and length, and offset in the post's write data.
+    off: u64,
+    len: u32,
+    buf: u32,
+    /// Its batch's service end and number (as [`ReadEntry`]'s).
+    applied: u64,
+    seq: u64,
+    /// Its index among its batch's ops, and the memory node.
+    ord: u32,
+    mn: u16,
+}
+
+impl WriteSpan {
     /// Its first and last blocks ([`BLOCK_SHIFT`]).
     #[inline]
     fn blocks(&self) -> (u64, u64) {
@@ -114,59 +259,6 @@ impl Span {
             self.off >> BLOCK_SHIFT,
             (self.off + u64::from(self.len) - 1) >> BLOCK_SHIFT,
         )
-    }
-}
-
-/// A memory node's READs not yet known to be completed, indexed by their first block.
-#[derive(Clone, Debug, Default)]
-struct NodeReads {
-    /// `buckets[bucket(first block)]`: READs, in no particular order.
-    buckets: Vec<Vec<Span>>,
-    /// Blocks of the longest READ recorded since the last sweep: a WRITE's first block
-    /// minus this (plus one) is the first block a READ overlapping it can start at.
-    blocks_max: u64,
-    /// READs recorded since the last sweep, and the count that triggers the next.
-    pushed: usize,
-    sweep_at: usize,
-}
-
-/// The bucket of block `block` (Fibonacci hashing).
-#[inline]
-fn bucket(block: u64) -> usize {
-    (block.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - BUCKETS.trailing_zeros())) as usize
-}
-
-impl NodeReads {
-    /// Index `r`; returns its bucket and position.
-    #[inline]
-    fn add(&mut self, r: Span) -> (u32, u32) {
-        if self.buckets.is_empty() {
-            self.buckets.resize_with(BUCKETS, Vec::new);
-            self.sweep_at = SWEEP_MIN;
-        }
-        let (first, last) = r.blocks();
-        self.blocks_max = self.blocks_max.max(last - first + 1);
-        let b = bucket(first);
-        self.buckets[b].push(r);
-        self.pushed += 1;
-        (b as u32, (self.buckets[b].len() - 1) as u32)
-    }
-
-    /// Drop the READs completed by `now`.
-    fn sweep(&mut self, now: u64) {
-        let mut live = 0;
-        let mut blocks_max = 1;
-        for b in &mut self.buckets {
-            b.retain(|r| r.done > now);
-            live += b.len();
-            blocks_max = b
-                .iter()
-                .map(|r| r.blocks().1 - r.blocks().0 + 1)
-                .fold(blocks_max, u64::max);
-        }
-        self.blocks_max = blocks_max;
-        self.pushed = 0;
-        self.sweep_at = live.max(SWEEP_MIN);
     }
 }
 
@@ -179,12 +271,15 @@ struct Patch {
     bytes: [u8; 8],
 }
 
+/// [`Tears::batch`] entries of WRITEs carry this bit (READs give their entry).
+const WRITE_BIT: u32 = 1 << 31;
+
 /// The tear state of a fabric (kept in [`crate::nic::FabricState`]).
 ///
 /// Invariants:
-/// 1. Every READ (of two words or more) of a batch not yet completed is in
-///    `nodes[mn]`, in the bucket of its first block, and spans at most `blocks_max`
-///    blocks; completed ones may linger until met or swept.
+/// 1. Every READ (of two words or more) of a batch not yet completed has an entry in
+///    `nodes[mn]`, in the chain of its first block, and spans at most `blocks_max`
+///    blocks; entries of completed READs may stay linked until met or reclaimed.
 /// 2. `slot_writes[slot]` holds the WRITEs of the slot's batches not yet applied, each
 ///    (slot, node)'s in op order; [`before_apply`] removes a batch's WRITEs when it is
 ///    applied.
@@ -195,13 +290,15 @@ pub(crate) struct Tears {
     /// Per memory node: its READs.
     nodes: Vec<NodeReads>,
     /// Per post slot: its WRITEs not yet applied, any memory node.
-    slot_writes: Vec<Vec<Span>>,
-    /// Where the batch being recorded put its ops: a READ's bucket (a WRITE:
-    /// [`WRITE_LOC`]) and its position there (reused).
-    batch: Vec<(u32, u32)>,
+    slot_writes: Vec<Vec<WriteSpan>>,
+    /// Where the batch being recorded put its ops: a READ's entry, or a WRITE's
+    /// position among its slot's with [`WRITE_BIT`] set (reused).
+    batch: Vec<u32>,
     /// Batches recorded so far, and the one being recorded.
     seq: u64,
     mark: Mark,
+    /// Virtual time when the posts being recorded were submitted ([`Tears::clock`]).
+    now: u64,
     patches: Vec<Patch>,
     stats: TearStats,
 }
@@ -222,6 +319,13 @@ impl Tears {
     pub(crate) fn may_tear(off: u64, len: u32) -> bool {
         off.checked_add(u64::from(len))
             .is_some_and(|end| off >> 3 != (end - 1) >> 3)
+    }
+
+    /// The virtual time is `now`: READs completed by then are stale. Called before
+    /// batches are recorded.
+    #[inline]
+    pub(crate) fn clock(&mut self, now: u64) {
+        self.now = now;
     }
 
     /// Start recording the batch of post `slot` to memory node `mn`.
@@ -273,25 +377,34 @@ impl Tears {
         }
         let m = self.mark;
         debug_assert_eq!((m.slot, m.mn), (slot, mn), "one batch at a time");
-        let span = Span {
-            slot,
-            mn,
-            ord: ord as u32,
-            off: at.0,
-            len: at.1,
-            buf: at.2,
-            begin: interval.0,
-            end: interval.1,
-            applied: 0,
-            seq: m.seq,
-            done: 0,
-        };
         let loc = if write {
             let w = &mut self.slot_writes[slot as usize];
-            w.push(span);
-            (WRITE_LOC, (w.len() - 1) as u32)
+            w.push(WriteSpan {
+                begin: interval.0,
+                end: interval.1,
+                off: at.0,
+                len: at.1,
+                buf: at.2,
+                applied: 0,
+                seq: m.seq,
+                ord: ord as u32,
+                mn,
+            });
+            (w.len() - 1) as u32 | WRITE_BIT
         } else {
-            self.nodes[mn as usize].add(span)
+            let r = ReadEntry {
+                done: PENDING,
+                begin: interval.0,
+                end: interval.1,
+                off: at.0,
+                applied: 0,
+                seq: m.seq,
+                len: at.1,
+                slot,
+                buf: at.2,
+                next: NIL,
+            };
+            self.nodes[mn as usize].add(r, self.now)
         };
         self.batch.push(loc);
     }
@@ -304,14 +417,14 @@ impl Tears {
             return;
         }
         let m = self.mark;
-        for &(b, i) in &self.batch {
-            let span = if b == WRITE_LOC {
-                &mut self.slot_writes[m.slot as usize][i as usize]
+        for &i in &self.batch {
+            if i & WRITE_BIT != 0 {
+                self.slot_writes[m.slot as usize][(i & !WRITE_BIT) as usize].applied = applied;
             } else {
-                &mut self.nodes[m.mn as usize].buckets[b as usize][i as usize]
-            };
-            span.applied = applied;
-            span.done = done;
+                let r = &mut self.nodes[m.mn as usize].entries[i as usize];
+                r.applied = applied;
+                r.done = done;
+            }
         }
         self.batch.clear();
     }
@@ -321,14 +434,12 @@ impl Tears {
 /// against the READs they overlap (module doc).
 #[inline]
 pub(crate) fn before_apply(st: &mut State, region: &Region, slot: usize, mn: MnId, now: u64) {
-    let t = &st.fabric.tears;
-    let sweep = t.nodes.get(mn.index()).is_some_and(|n| n.pushed > n.sweep_at);
-    if sweep || t.slot_writes.get(slot).is_some_and(|w| !w.is_empty()) {
+    if st.fabric.tears.slot_writes.get(slot).is_some_and(|w| !w.is_empty()) {
         resolve(st, region, slot, mn, now);
     }
 }
 
-/// [`before_apply`] when there is work.
+/// [`before_apply`] when the slot has WRITEs.
 fn resolve(st: &mut State, region: &Region, slot: usize, mn: MnId, now: u64) {
     let State { fabric, posts, rng, .. } = st;
     let Tears {
@@ -338,47 +449,40 @@ fn resolve(st: &mut State, region: &Region, slot: usize, mn: MnId, now: u64) {
         stats,
         ..
     } = &mut fabric.tears;
-    let Some(node) = nodes.get_mut(mn.index()).filter(|n| !n.buckets.is_empty()) else {
-        // No READ was ever recorded on the node: drop the batch's WRITEs, if any.
-        if let Some(w) = slot_writes.get_mut(slot) {
-            w.retain(|w| w.mn != mn.0);
-        }
-        return;
-    };
-    if node.pushed > node.sweep_at {
-        node.sweep(now);
-    }
-    let Some(writes) = slot_writes.get_mut(slot).filter(|w| !w.is_empty()) else {
+    let writes = &mut slot_writes[slot];
+    let Some(node) = nodes.get_mut(mn.index()).filter(|n| !n.entries.is_empty()) else {
+        // No READ was ever recorded on the node: drop the batch's WRITEs.
+        writes.retain(|w| w.mn != mn.0);
         return;
     };
     // The slot's WRITEs to this node, in op order (pushed so, and removals keep order).
-    for w in writes.iter().filter(|w| w.mn == mn.0) {
+    'writes: for w in writes.iter().filter(|w| w.mn == mn.0) {
         let mut executes = None;
         let (w_first, w_last) = w.blocks();
-        // A READ is visited in the bucket of its own first block only, so once.
+        // A READ is met in the chain of its own first block only, so once.
         for block in w_first.saturating_sub(node.blocks_max - 1)..=w_last {
-            let bucket = &mut node.buckets[bucket(block)];
-            let mut j = 0;
-            while j < bucket.len() {
-                let r = &bucket[j];
+            let h = chain(block, node.heads.len());
+            let (mut prev, mut i) = (NIL, node.heads[h]);
+            while i != NIL {
+                let r = node.entries[i as usize];
                 if r.done <= now {
                     // Completed: its result may be handed out already.
-                    bucket.swap_remove(j);
+                    node.unlink(h, prev, i);
+                    i = r.next;
                     continue;
                 }
-                j += 1;
-                if r.off >> BLOCK_SHIFT != block || r.slot == w.slot || r.begin >= w.end || w.begin >= r.end {
+                (prev, i) = (i, r.next);
+                if r.first_block() != block || r.slot as usize == slot || r.begin >= w.end || w.begin >= r.end {
                     continue;
                 }
-                let r = *r;
                 let lo = r.off.max(w.off);
                 let hi = (r.off + u64::from(r.len)).min(w.off + u64::from(w.len));
                 if lo >= hi {
                     continue;
                 }
-                let w_ops = posts[w.slot as usize].post.ops();
+                let w_ops = posts[slot].post.ops();
                 if !*executes.get_or_insert_with(|| batch_reaches(w_ops, mn, w.ord, region.bytes())) {
-                    break; // W fails or an op before it does: it never writes.
+                    continue 'writes; // W fails or an op before it does: it never writes.
                 }
                 let read_first = (r.applied, r.seq) < (w.applied, w.seq);
                 if !read_first && posts[r.slot as usize].detached {
@@ -396,10 +500,10 @@ fn resolve(st: &mut State, region: &Region, slot: usize, mn: MnId, now: u64) {
                     if read_first && new {
                         let wb = (u64::from(w.buf) + a - w.off) as usize;
                         let mut word = [0u8; 8];
-                        word[..n].copy_from_slice(&posts[w.slot as usize].post.parts_mut().write_data[wb..wb + n]);
+                        word[..n].copy_from_slice(&posts[slot].post.parts_mut().write_data[wb..wb + n]);
                         posts[r.slot as usize].post.parts_mut().read_buf[rb..rb + n].copy_from_slice(&word[..n]);
                     } else if !read_first && !new {
-                        if modified_before(posts[w.slot as usize].post.ops(), mn, w.ord, a, b) {
+                        if modified_before(posts[slot].post.ops(), mn, w.ord, a, b) {
                             new = true; // see the limits in the module doc
                         } else {
                             let mut bytes = [0u8; 8];
@@ -535,6 +639,74 @@ mod tests {
     fn shape(rng: &mut SmallRng, words: u32) -> u32 {
         let mut w = Walk::new(words);
         (0..words).fold(0, |acc, i| acc | (u32::from(w.next(rng)) << i))
+    }
+
+    /// Goal: a node's index always holds every READ not yet completed, in the chain of
+    /// its first block, once; through stale unlinks, reclaims and slab growth.
+    #[test]
+    fn index_holds_every_live_read() {
+        use rand::Rng;
+        let mut rng = SmallRng::seed_from_u64(7);
+        let mut node = NodeReads::default();
+        // Reference: entry index -> (first block, done), for entries never freed.
+        let mut now = 0u64;
+        for step in 0..20_000u32 {
+            now += rng.random_range(0..20);
+            let off = rng.random_range(0..64u64) * 64;
+            let len = rng.random_range(9..700u32);
+            let i = node.add(
+                ReadEntry {
+                    off,
+                    len,
+                    slot: step,
+                    ..ReadEntry::default()
+                },
+                now,
+            );
+            node.entries[i as usize].done = now + rng.random_range(1..400);
+            if step % 7 == 0 {
+                // A WRITE's walk: unlink what is stale in one chain.
+                let h = rng.random_range(0..node.heads.len());
+                let (mut prev, mut j) = (NIL, node.heads[h]);
+                while j != NIL {
+                    let next = node.entries[j as usize].next;
+                    match node.entries[j as usize].done <= now {
+                        true => node.unlink(h, prev, j),
+                        false => prev = j,
+                    }
+                    j = next;
+                }
+            }
+            if step % 97 == 0 {
+                let mut linked = vec![0u32; node.entries.len()];
+                for (h, &head) in node.heads.iter().enumerate() {
+                    let mut j = head;
+                    while j != NIL {
+                        let e = &node.entries[j as usize];
+                        assert_eq!(chain(e.first_block(), node.heads.len()), h, "in its block's chain");
+                        linked[j as usize] += 1;
+                        j = e.next;
+                    }
+                }
+                let mut free = node.free;
+                while free != NIL {
+                    assert_eq!(linked[free as usize], 0, "a free entry is in no chain");
+                    free = node.entries[free as usize].next;
+                }
+                for (j, e) in node.entries.iter().enumerate() {
+                    if e.done > now {
+                        assert_eq!(linked[j], 1, "live READ {j} is linked once");
+                        let blocks = ((e.off + u64::from(e.len) - 1) >> BLOCK_SHIFT) - e.first_block() + 1;
+                        assert!(blocks <= node.blocks_max, "blocks_max covers READ {j}");
+                    }
+                }
+            }
+        }
+        assert!(
+            node.entries.len() <= 1024,
+            "the slab stays near the live count: {}",
+            node.entries.len()
+        );
     }
 
     /// Goal: the cursor walk gives every kind of shape, alternating ones included, and
