@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use dmtx_sim::{CpuMode, Sim, SimConfig, SimExecutor, SimFabric};
 use dmtx_verbs::{MnId, Post, Region, RemotePtr, Submitted, Transport};
-use rand::Rng;
+use rand::RngCore;
 
 /// Region per memory node: 1 MiB, so that the simulator's own costs are measured
 /// rather than cache misses on the regions (`DMTX_SPEED_REGION_MIB` overrides it).
@@ -22,6 +22,11 @@ static REGION_BYTES: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
         .unwrap_or(1u64)
         << 20
 });
+
+/// A number below `n` from the high bits of the random word `r` (multiply-shift).
+fn below(r: u64, n: u64) -> u64 {
+    ((u128::from(r) * u128::from(n)) >> 64) as u64
+}
 
 /// `cns` compute nodes × `threads` × `coroutines` coordinators post `ops` READs/WRITEs per
 /// post, spread over `mns` memory nodes, until `virtual_ns`.
@@ -38,14 +43,18 @@ fn run(cns: u32, threads: u16, coroutines: usize, mns: usize, ops: usize, virtua
             let cpu = sim.cpu_of(cn, t);
             for _ in 0..coroutines {
                 let (tr, mut rng) = (Rc::clone(&transport), sim.fork_rng());
+                let records = *REGION_BYTES / 64;
                 ex.spawn_on(cpu, async move {
                     let mut post = Post::new();
                     loop {
                         post.clear();
-                        let mn = MnId(rng.random_range(0..mns as u16));
+                        let mn = MnId(below(rng.next_u64(), mns as u64) as u16);
+                        // One random word per op: its high bits pick the record, its low
+                        // bit READ or WRITE (the harness's own cost is part of the figure).
                         for _ in 0..ops {
-                            let at = RemotePtr::new(mn, rng.random_range(0..*REGION_BYTES / 64) * 64);
-                            if rng.random_bool(0.5) {
+                            let r = rng.next_u64();
+                            let at = RemotePtr::new(mn, below(r, records) * 64);
+                            if r & 1 == 0 {
                                 post.read(at, 64);
                             } else {
                                 post.write(at, &[7u8; 64]);

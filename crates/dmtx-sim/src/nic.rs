@@ -230,6 +230,7 @@ impl NicModel {
     }
 
     /// Bytes on the wire for an op's request.
+    #[inline]
     pub fn request_bytes(&self, op: &Op) -> u64 {
         let h = self.packet_header_bytes;
         match *op {
@@ -243,6 +244,7 @@ impl NicModel {
     }
 
     /// Bytes on the wire for an op's reply (READ data, or an acknowledgement).
+    #[inline]
     pub fn reply_bytes(&self, op: &Op) -> u64 {
         let h = self.packet_header_bytes + self.aeth_bytes;
         match *op {
@@ -314,7 +316,7 @@ impl NicModel {
     }
 
     /// Add `op` to a [`BatchSum`] being built (finish it with [`NicModel::sum_done`]).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn sum_op(&self, sum: &mut BatchSum, op: &Op) {
         sum.req += self.request_bytes(op);
         sum.rep += self.reply_bytes(op);

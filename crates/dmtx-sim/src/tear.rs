@@ -452,7 +452,7 @@ fn resolve(st: &mut State, region: &Region, slot: usize, mn: MnId, now: u64) {
     let writes = &mut slot_writes[slot];
     let Some(node) = nodes.get_mut(mn.index()).filter(|n| !n.entries.is_empty()) else {
         // No READ was ever recorded on the node: drop the batch's WRITEs.
-        writes.retain(|w| w.mn != mn.0);
+        drop_node(writes, mn);
         return;
     };
     // The slot's WRITEs to this node, in op order (pushed so, and removals keep order).
@@ -528,7 +528,16 @@ fn resolve(st: &mut State, region: &Region, slot: usize, mn: MnId, now: u64) {
             }
         }
     }
-    writes.retain(|w| w.mn != mn.0);
+    drop_node(writes, mn);
+}
+
+/// Drop the WRITEs to `mn` (most posts name one node: then all of them).
+#[inline]
+fn drop_node(writes: &mut Vec<WriteSpan>, mn: MnId) {
+    match writes.iter().all(|w| w.mn == mn.0) {
+        true => writes.clear(),
+        false => writes.retain(|w| w.mn != mn.0),
+    }
 }
 
 /// Before post `slot` is polled: once it completed, put the old words of the WRITEs

@@ -207,6 +207,7 @@ impl Post {
     }
 
     /// Add a READ of `len` bytes at `ptr`.
+    #[inline]
     pub fn read(&mut self, ptr: RemotePtr, len: usize) -> ReadId {
         let words = len.div_ceil(8);
         let dst = self.read_words * 8;
@@ -224,6 +225,7 @@ impl Post {
     }
 
     /// Add a WRITE of `bytes` to `ptr`.
+    #[inline]
     pub fn write(&mut self, ptr: RemotePtr, bytes: &[u8]) {
         let src = self.write_data.len();
         self.write_data.extend_from_slice(bytes);
