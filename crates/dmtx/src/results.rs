@@ -741,12 +741,13 @@ impl BenchResult {
     fn sim_summary(&self, o: &mut String, sim: &SimResult) {
         let _ = writeln!(
             o,
-            "  simulated   profile {}, cpu {}, {} compute node(s); {} verbs; {:.1} s real per simulated second",
+            "  simulated   profile {}, cpu {}, {} compute node(s); {} verbs; {:.1} s real per simulated second ({:.2} M verbs per real second)",
             sim.profile,
             sim.cpu_mode,
             sim.compute_nodes,
             sim.verbs,
-            self.run_info.real_s_per_sim_s.unwrap_or(0.0)
+            self.run_info.real_s_per_sim_s.unwrap_or(0.0),
+            sim.verbs as f64 / self.run_info.real_s.max(1e-9) / 1e6
         );
         let links: Vec<String> = sim
             .nics

@@ -446,6 +446,11 @@ fn simulated_runs_are_checked_and_deterministic() {
     assert!(sim.nics.iter().any(|n| n.node == "mn0" && n.link_utilisation > 0.0));
     assert!(sim.waits_us["read"].latency_mean > 2.0, "a READ crosses the link twice");
     assert!(a.run_info.real_s_per_sim_s.is_some());
+    let summary = a.summary(None);
+    assert!(
+        summary.contains("s real per simulated second (") && summary.contains(" M verbs per real second)"),
+        "the summary gives the simulator's speed: {summary}"
+    );
     assert!(sim.tears.torn <= sim.tears.overlaps, "{:?}", sim.tears);
     let c = run_registry(&BenchArgs {
         seed: 2,
