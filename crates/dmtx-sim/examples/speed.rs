@@ -3,7 +3,8 @@
 //! with four ops per doorbell batch, with the CPU model off (the fabric alone) and on
 //! (the default costs: threads saturate, so CPU wake-ups add events).
 //!
-//! `cargo run --release -p dmtx-sim --example speed [virtual_ms]`
+//! `cargo run --release -p dmtx-sim --example speed [virtual_ms]` (`DMTX_SPEED_CASE=k` runs
+//! case k alone, `DMTX_SPEED_OPS=n` sets the batch size of the multi-op cases).
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -87,11 +88,17 @@ fn main() {
     let ns = ms * 1_000_000;
     // `DMTX_SPEED_CASE=k` runs only the k-th case (0..8), for profiling.
     let only: Option<usize> = std::env::var("DMTX_SPEED_CASE").ok().and_then(|v| v.parse().ok());
+    // `DMTX_SPEED_OPS=n` replaces the 4-op cases' batch size (how the cost per verb
+    // falls as batches grow).
+    let wide: usize = std::env::var("DMTX_SPEED_OPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
     let mut case = 0;
     for cpu in [CpuMode::Off, CpuMode::Model] {
         // 1 CN, 64 coordinators; then LOTUS-sized: 3 MNs, 9 CNs, 540 coordinators.
         for (cns, threads, coroutines, mns) in [(1, 8, 8, 2), (9, 10, 6, 3)] {
-            for ops in [1, 4] {
+            for ops in [1, wide] {
                 if only.is_none_or(|k| k == case) {
                     run(cns, threads, coroutines, mns, ops, ns, cpu);
                 }

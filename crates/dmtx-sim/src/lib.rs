@@ -49,7 +49,7 @@
 //!   `dmtx_verbs::conformance::reads_tear_by_word` does not apply: it stalls a region's
 //!   word loop from OS threads, while the simulator applies ops on one thread and tears
 //!   by its model (`tests/physics.rs` checks the shapes).
-//! - Speed: 1.3–4.0 M simulated verbs per real second (`examples/speed.rs`,
+//! - Speed: 1.3–4.5 M simulated verbs per real second (`examples/speed.rs`,
 //!   `docs/sim-model.md`), short of the 5 M aimed at.
 //!
 //! ```
