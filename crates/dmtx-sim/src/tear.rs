@@ -111,8 +111,14 @@ struct ReadEntry {
     next: u32,
 }
 
+/// First and last blocks ([`BLOCK_SHIFT`]) of `len > 0` bytes at `off`.
+#[inline]
+fn blocks(off: u64, len: u32) -> (u64, u64) {
+    (off >> BLOCK_SHIFT, (off + u64::from(len) - 1) >> BLOCK_SHIFT)
+}
+
 impl ReadEntry {
-    /// Its first block ([`BLOCK_SHIFT`]).
+    /// Its first block.
     #[inline]
     fn first_block(&self) -> u64 {
         self.off >> BLOCK_SHIFT
@@ -164,8 +170,7 @@ impl NodeReads {
             self.reclaim(now);
         }
         let i = self.free;
-        let first = r.first_block();
-        let last = (r.off + u64::from(r.len) - 1) >> BLOCK_SHIFT;
+        let (first, last) = blocks(r.off, r.len);
         self.blocks_max = self.blocks_max.max(last - first + 1);
         let h = chain(first, self.heads.len());
         let e = &mut self.entries[i as usize];
@@ -203,8 +208,7 @@ impl NodeReads {
             let e = &mut self.entries[i];
             if e.done > now {
                 live += 1;
-                let first = e.first_block();
-                let last = (e.off + u64::from(e.len) - 1) >> BLOCK_SHIFT;
+                let (first, last) = blocks(e.off, e.len);
                 self.blocks_max = self.blocks_max.max(last - first + 1);
                 let h = chain(first, n);
                 e.next = self.heads[h];
@@ -249,17 +253,6 @@ struct WriteSpan {
     /// Its index among its batch's ops, and the memory node.
     ord: u32,
     mn: u16,
-}
-
-impl WriteSpan {
-    /// Its first and last blocks ([`BLOCK_SHIFT`]).
-    #[inline]
-    fn blocks(&self) -> (u64, u64) {
-        (
-            self.off >> BLOCK_SHIFT,
-            (self.off + u64::from(self.len) - 1) >> BLOCK_SHIFT,
-        )
-    }
 }
 
 /// Old bytes of one word (or part of one) for a READ's result, applied at poll.
@@ -458,7 +451,7 @@ fn resolve(st: &mut State, region: &Region, slot: usize, mn: MnId, now: u64) {
     // The slot's WRITEs to this node, in op order (pushed so, and removals keep order).
     'writes: for w in writes.iter().filter(|w| w.mn == mn.0) {
         let mut executes = None;
-        let (w_first, w_last) = w.blocks();
+        let (w_first, w_last) = blocks(w.off, w.len);
         // A READ is met in the chain of its own first block only, so once.
         for block in w_first.saturating_sub(node.blocks_max - 1)..=w_last {
             let h = chain(block, node.heads.len());
