@@ -108,9 +108,7 @@ impl FabricLoad {
         m.rx_busy_ns += req_ns;
         m.tx_busy_ns += rep_ns;
     }
-}
 
-impl FabricLoad {
     #[cold]
     fn grow(&mut self, cn: usize, mn: usize) {
         if self.cns.len() <= cn {

@@ -211,7 +211,7 @@ impl SimTransport {
                 i,
                 VerbError::UnknownNode {
                     mn,
-                    mn_count: sim.regions().len(),
+                    mn_count: regions.len(),
                 },
             );
         }
