@@ -26,7 +26,7 @@
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
-use dmtx_verbs::{Fabric, MnId, Op, Post, Result, Submitted, Ticket, Transport, VerbError};
+use dmtx_verbs::{Fabric, MnId, Post, Result, Submitted, Ticket, Transport, VerbError};
 
 use dmtx_runtime::{Probe, ProbeSource};
 
@@ -197,10 +197,8 @@ impl SimTransport {
                 }
                 // The op's memory is touched when its batch is applied, some posts
                 // later: start the host's cache miss now, so that it overlaps them.
-                let len = match *op {
-                    Op::Read { len, .. } | Op::Write { len, .. } => u64::from(len),
-                    _ => 8,
-                };
+                // (An atomic's word, or a FLUSH's: 8 bytes.)
+                let len = u64::from(op.payload_len()).max(8);
                 regions[mn.index()].prefetch(ptr.offset, len);
             } else if unknown.is_none() {
                 unknown = Some((i, mn));

@@ -44,7 +44,13 @@ impl OpKind {
 }
 
 /// One op of a post, as a transport sees it.
+///
+/// Laid out as a tag byte (the [`OpKind`]) and every variant's fields in declaration
+/// order, so that the address, and a READ's or WRITE's length, sit at one offset
+/// whatever the kind: a transport reads them without a jump on the kind, which a
+/// stream of mixed ops makes unpredictable.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[repr(C, u8)]
 pub enum Op {
     /// Read `len` bytes at `ptr` into the post's read buffer at byte `dst`.
     Read {
@@ -59,10 +65,10 @@ pub enum Op {
     Write {
         /// Destination address.
         ptr: RemotePtr,
+        /// Bytes to write (at a READ's `len` offset: see the type's doc).
+        len: u32,
         /// Source offset in the write buffer.
         src: u32,
-        /// Bytes to write.
-        len: u32,
     },
     /// If the word at `ptr` equals `expect`, replace it with `swap`; return the old word.
     Cas {
@@ -110,6 +116,15 @@ impl Op {
             | Op::Cas { ptr, .. }
             | Op::Faa { ptr, .. }
             | Op::Flush { ptr } => ptr,
+        }
+    }
+
+    /// Bytes a READ or WRITE moves; 0 for the other kinds.
+    #[inline]
+    pub fn payload_len(&self) -> u32 {
+        match *self {
+            Op::Read { len, .. } | Op::Write { len, .. } => len,
+            Op::Cas { .. } | Op::Faa { .. } | Op::Flush { .. } => 0,
         }
     }
 
