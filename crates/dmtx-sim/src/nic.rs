@@ -657,26 +657,36 @@ impl PmState {
 /// sift it down. Units are interchangeable, so only the multiset of their free times
 /// matters, and a heap keeps it in four levels where a scan of 16 units was the model's
 /// hottest line.
+///
+/// The heap is a perfect tree ([`unit_heap`]: padding entries never free), so every
+/// sift takes the same number of levels and picks a child without a branch: the
+/// smaller child is a coin flip to a branch predictor, and the freed unit, which frees
+/// last, nearly always sinks to a leaf.
 #[inline]
 fn replace_earliest(units: &mut [u64], free: u64) {
+    debug_assert!((units.len() + 1).is_power_of_two(), "a perfect tree");
     let n = units.len();
     let mut i = 0;
-    loop {
-        let l = 2 * i + 1;
-        if l >= n {
-            break;
-        }
-        let c = match l + 1 < n && units[l + 1] < units[l] {
-            true => l + 1,
-            false => l,
-        };
+    let mut l = 1;
+    while l + 1 < n {
+        let c = l + usize::from(units[l + 1] < units[l]);
         if units[c] >= free {
             break;
         }
         units[i] = units[c];
         i = c;
+        l = 2 * c + 1;
     }
     units[i] = free;
+}
+
+/// The free times of `units` idle processing units, as the heap [`replace_earliest`]
+/// keeps: a perfect binary tree, padded with units that never free.
+fn unit_heap(units: usize) -> Vec<u64> {
+    let units = units.max(1);
+    let mut heap = vec![u64::MAX; (units + 1).next_power_of_two() - 1];
+    heap[..units].fill(0);
+    heap
 }
 
 /// Who sends a batch where, and when the doorbell rang.
@@ -760,7 +770,8 @@ pub struct Pcie {
 pub struct Responder {
     /// Its port.
     pub port: Port,
-    /// When each processing unit frees, as a binary min-heap (the root frees first).
+    /// When each processing unit frees, as a binary min-heap (the root frees first),
+    /// padded to a perfect tree with units that never free.
     pub units: Vec<u64>,
     /// Its PCIe.
     pub pcie: Pcie,
@@ -846,7 +857,7 @@ impl FabricState {
         }
         if self.mns.len() <= mn {
             self.mns.resize_with(mn + 1, || Responder {
-                units: vec![0; units.max(1)],
+                units: unit_heap(units),
                 ..Responder::default()
             });
         }
@@ -941,6 +952,26 @@ mod tests {
         assert_eq!(sum.rep, ops.iter().map(|o| m.reply_bytes(o)).sum::<u64>());
         assert_eq!((sum.req_ns, sum.rep_ns), (m.link_ns(sum.req), m.link_ns(sum.rep)));
         assert_eq!((sum.read_bytes, sum.write_bytes, sum.rd_atomic), (5000, 100, 3));
+        // Op by op, every kind, across the packet boundaries.
+        for len in [0, 1, 64, 4096, 4097, 9000] {
+            let each = [
+                Op::Read { ptr: p(0), len, dst: 0 },
+                Op::Write { ptr: p(0), len, src: 0 },
+                Op::Cas {
+                    ptr: p(0),
+                    expect: 0,
+                    swap: 1,
+                },
+                Op::Faa { ptr: p(0), add: 1 },
+                Op::Flush { ptr: p(0) },
+            ];
+            for op in &each {
+                let s = m.sum_batch(std::iter::once(op));
+                assert_eq!((s.req, s.rep), (m.request_bytes(op), m.reply_bytes(op)), "{op:?}");
+                assert_eq!(s.read_bytes + s.write_bytes, u64::from(op.payload_len()), "{op:?}");
+                assert_eq!(s.kinds[op.kind() as usize], 1, "{op:?}");
+            }
+        }
     }
 
     /// Goal: MTU segmentation adds one header per packet.
@@ -976,5 +1007,30 @@ mod tests {
         assert_eq!(late.issue, first.done);
         // Another connection is not held back.
         assert_eq!(m.time_batch(&mut st, at(1, 0), [op].iter()).issue, 0);
+    }
+
+    /// Goal: the padded unit heap always hands out the unit that frees first, for any
+    /// unit count, as a plain list of free times would.
+    #[test]
+    fn unit_heap_takes_the_earliest_unit() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(5);
+        for units in 1..=20 {
+            let mut heap = unit_heap(units);
+            let mut list = vec![0u64; units];
+            for _ in 0..2_000 {
+                let earliest = *list.iter().min().expect("a unit");
+                assert_eq!(heap[0], earliest, "{units} units");
+                let free = earliest + rng.random_range(0..500);
+                replace_earliest(&mut heap, free);
+                let i = list.iter().position(|&f| f == earliest).expect("present");
+                list[i] = free;
+                let mut live: Vec<u64> = heap.iter().copied().filter(|&f| f != u64::MAX).collect();
+                live.sort_unstable();
+                let mut want = list.clone();
+                want.sort_unstable();
+                assert_eq!(live, want, "{units} units: the same free times");
+            }
+        }
     }
 }
