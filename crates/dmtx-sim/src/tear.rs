@@ -247,8 +247,7 @@ struct WriteSpan {
     off: u64,
     len: u32,
     buf: u32,
-    /// Its batch's service end and number (as [`ReadEntry`]'s).
-    applied: u64,
+    /// Its batch's number (as [`ReadEntry`]'s; its service end is when it is resolved).
     seq: u64,
     /// Its index among its batch's ops, and the memory node.
     ord: u32,
@@ -263,9 +262,6 @@ struct Patch {
     len: u8,
     bytes: [u8; 8],
 }
-
-/// [`Tears::batch`] entries of WRITEs carry this bit (READs give their entry).
-const WRITE_BIT: u32 = 1 << 31;
 
 /// The tear state of a fabric (kept in [`crate::nic::FabricState`]).
 ///
@@ -284,9 +280,8 @@ pub(crate) struct Tears {
     nodes: Vec<NodeReads>,
     /// Per post slot: its WRITEs not yet applied, any memory node.
     slot_writes: Vec<Vec<WriteSpan>>,
-    /// Where the batch being recorded put its ops: a READ's entry, or a WRITE's
-    /// position among its slot's with [`WRITE_BIT`] set (reused).
-    batch: Vec<u32>,
+    /// The entries of the batch being recorded's READs (reused).
+    batch_reads: Vec<u32>,
     /// Batches recorded so far, and the one being recorded.
     seq: u64,
     mark: Mark,
@@ -299,6 +294,8 @@ pub(crate) struct Tears {
 /// The batch being recorded ([`Tears::push`] … [`Tears::close`]).
 #[derive(Copy, Clone, Debug, Default)]
 struct Mark {
+    /// A batch is being recorded.
+    open: bool,
     mn: u16,
     slot: u32,
     seq: u64,
@@ -335,6 +332,7 @@ impl Tears {
         }
         self.seq += 1;
         self.mark = Mark {
+            open: true,
             mn,
             slot,
             seq: self.seq,
@@ -365,25 +363,22 @@ impl Tears {
         interval: (u64, u64),
     ) {
         debug_assert!(Self::may_tear(at.0, at.1));
-        if self.batch.is_empty() {
+        if !self.mark.open {
             self.begin(slot, mn);
         }
         let m = self.mark;
         debug_assert_eq!((m.slot, m.mn), (slot, mn), "one batch at a time");
-        let loc = if write {
-            let w = &mut self.slot_writes[slot as usize];
-            w.push(WriteSpan {
+        if write {
+            self.slot_writes[slot as usize].push(WriteSpan {
                 begin: interval.0,
                 end: interval.1,
                 off: at.0,
                 len: at.1,
                 buf: at.2,
-                applied: 0,
                 seq: m.seq,
                 ord: ord as u32,
                 mn,
             });
-            (w.len() - 1) as u32 | WRITE_BIT
         } else {
             let r = ReadEntry {
                 done: PENDING,
@@ -397,29 +392,28 @@ impl Tears {
                 buf: at.2,
                 next: NIL,
             };
-            self.nodes[mn as usize].add(r, self.now)
-        };
-        self.batch.push(loc);
+            let i = self.nodes[mn as usize].add(r, self.now);
+            self.batch_reads.push(i);
+        }
     }
 
     /// Finish recording the batch being timed: it is applied at `applied` and completes
     /// at `done`.
     #[inline]
     pub(crate) fn close(&mut self, applied: u64, done: u64) {
-        if self.batch.is_empty() {
+        let m = self.mark;
+        if !m.open {
             return;
         }
-        let m = self.mark;
-        for &i in &self.batch {
-            if i & WRITE_BIT != 0 {
-                self.slot_writes[m.slot as usize][(i & !WRITE_BIT) as usize].applied = applied;
-            } else {
-                let r = &mut self.nodes[m.mn as usize].entries[i as usize];
-                r.applied = applied;
-                r.done = done;
-            }
+        self.mark.open = false;
+        // Only READs: a WRITE is resolved when its batch is applied, so at `applied`.
+        let entries = &mut self.nodes[m.mn as usize].entries;
+        for &i in &self.batch_reads {
+            let r = &mut entries[i as usize];
+            r.applied = applied;
+            r.done = done;
         }
-        self.batch.clear();
+        self.batch_reads.clear();
     }
 }
 
@@ -477,7 +471,7 @@ fn resolve(st: &mut State, region: &Region, slot: usize, mn: MnId, now: u64) {
                 if !*executes.get_or_insert_with(|| batch_reaches(w_ops, mn, w.ord, region.bytes())) {
                     continue 'writes; // W fails or an op before it does: it never writes.
                 }
-                let read_first = (r.applied, r.seq) < (w.applied, w.seq);
+                let read_first = (r.applied, r.seq) < (now, w.seq);
                 if !read_first && posts[r.slot as usize].detached {
                     continue; // nobody will look at its result
                 }
@@ -533,17 +527,16 @@ fn drop_node(writes: &mut Vec<WriteSpan>, mn: MnId) {
     }
 }
 
-/// Before post `slot` is polled: once it completed, put the old words of the WRITEs
-/// it overlapped into its READ results.
+/// Before post `slot`, completed, is polled: put the old words of the WRITEs it
+/// overlapped into its READ results.
+#[inline]
 pub(crate) fn before_poll(st: &mut State, slot: usize) {
     let patches = &mut st.fabric.tears.patches;
     if patches.is_empty() {
         return;
     }
     let p = &mut st.posts[slot];
-    if p.pending != 0 {
-        return;
-    }
+    debug_assert_eq!(p.pending, 0, "polled complete");
     patches.retain(|x| {
         if x.slot as usize != slot {
             return true;

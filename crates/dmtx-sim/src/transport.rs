@@ -313,7 +313,6 @@ impl Transport for SimTransport {
     fn poll(&self, ticket: Ticket, post: &mut Post, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let slot = ticket.0 as usize;
         let mut st = self.sim.lock();
-        crate::tear::before_poll(&mut st, slot);
         let p = &mut st.posts[slot];
         if p.pending > 0 {
             p.waiting = true;
@@ -323,6 +322,8 @@ impl Transport for SimTransport {
             }
             return Poll::Pending;
         }
+        crate::tear::before_poll(&mut st, slot);
+        let p = &mut st.posts[slot];
         // The caller's buffers, with the results, go back to it.
         std::mem::swap(&mut p.post, post);
         // One CQE per batch, and the READ payloads copied out (the NIC wrote them to
