@@ -127,8 +127,9 @@ pub(crate) struct InFlight {
     pub pending: usize,
     /// Batches of the post (one per memory node it names).
     pub batches: u32,
-    /// The failure with the lowest op index, as the `mem` transport reports it.
-    pub err: Option<(usize, VerbError)>,
+    /// The failure with the lowest op index, as the `mem` transport reports it (boxed:
+    /// failures are rare, and the slot stays smaller).
+    pub err: Option<Box<(usize, VerbError)>>,
     /// The waker of the task that last polled a post in this slot, kept across posts:
     /// a task that frees a slot and posts again reuses it (the free list is LIFO), so it
     /// is cloned only when another task takes the slot. It is woken under the state
@@ -137,14 +138,15 @@ pub(crate) struct InFlight {
     /// The post was polled while pending: wake `waker` when it completes.
     pub waiting: bool,
     pub detached: bool,
-    /// Fault-script bookkeeping (untouched when no script is installed).
-    pub fx: crate::faults::PostFaults,
+    /// Fault-script bookkeeping (untouched when no script is installed: boxed, so that
+    /// the slot's hot fields share fewer cache lines).
+    pub fx: Box<crate::faults::PostFaults>,
 }
 
 impl InFlight {
     pub fn fail(&mut self, index: usize, e: VerbError) {
-        if self.err.as_ref().is_none_or(|(i, _)| index < *i) {
-            self.err = Some((index, e));
+        if self.err.as_ref().is_none_or(|f| index < f.0) {
+            self.err = Some(Box::new((index, e)));
         }
     }
 }

@@ -334,7 +334,7 @@ impl Transport for SimTransport {
             + cpu_model.scaled((read_bytes * cpu_model.copy_ns_per_kib) / 1024);
         let res = match p.err.take() {
             None => Ok(()),
-            Some((_, e)) => Err(e),
+            Some(f) => Err(f.1),
         };
         // Mark the slot spent so a stale ticket cannot read a later post's results.
         p.pending = usize::MAX;
