@@ -47,7 +47,7 @@ impl OpKind {
 ///
 /// Laid out as a tag byte (the [`OpKind`]) and every variant's fields in declaration
 /// order, so that the address, and a READ's or WRITE's length, sit at one offset
-/// whatever the kind: a transport reads them without a jump on the kind, which a
+/// whatever the kind: a transport can read them without a jump on the kind, which a
 /// stream of mixed ops makes unpredictable.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[repr(C, u8)]
