@@ -32,7 +32,7 @@
 //!    Uncontended, `arrival = issue + latency + link(bytes)` (PCIe is faster than the
 //!    link on every built-in profile).
 //! 3. **Service.** The responder has [`NicModel::units`] processing units. The batch
-//!    takes the unit that frees first (lowest index on ties) and starts at
+//!    takes the unit that frees first (units are interchangeable) and starts at
 //!    `start = max(arrival, unit_free, connection_served_until)`: batches of one
 //!    connection are served in order. The unit is busy for the sum of the ops' service
 //!    times ([`NicModel::service_ns`]), processing the ops one after another:
@@ -272,10 +272,7 @@ impl NicModel {
     /// [`NicModel::atomic_addr_ns`]).
     #[inline]
     pub fn dma_bytes(op: &Op) -> u64 {
-        match *op {
-            Op::Read { len, .. } | Op::Write { len, .. } => len as u64,
-            _ => 0,
-        }
+        u64::from(op.payload_len())
     }
 
     /// Time one batch: `ops` are the batch's ops in order (all to `batch.mn`). Reserves
