@@ -138,7 +138,7 @@ impl ReadEntry {
 #[derive(Clone, Debug)]
 struct NodeReads {
     /// Chain heads, `entries.len()` of them (a power of two).
-    heads: Vec<u32>,
+    heads: Vec<Head>,
     entries: Vec<ReadEntry>,
     /// Head of the free list.
     free: u32,
@@ -155,6 +155,33 @@ impl Default for NodeReads {
             free: NIL,
             blocks_max: 1,
         }
+    }
+}
+
+/// A chain's first entry, and a bound on the service ends of its entries: a WRITE that
+/// begins no earlier overlaps none of them, and skips the chain without touching an
+/// entry (most WRITEs skip every chain they visit, and entry loads were the misses of
+/// resolving).
+#[derive(Copy, Clone, Debug)]
+struct Head {
+    /// At least [`ReadEntry::end`] of every entry in the chain: the latest end linked
+    /// since the chain was last empty (unlinking does not lower it).
+    end: u64,
+    first: u32,
+}
+
+impl Head {
+    const EMPTY: Head = Head { end: 0, first: NIL };
+
+    /// Put entry `i`, holding `r`, first in the chain.
+    #[inline]
+    fn link(&mut self, i: u32, r: &mut ReadEntry) {
+        self.end = match self.first {
+            NIL => r.end,
+            _ => self.end.max(r.end),
+        };
+        r.next = self.first;
+        self.first = i;
     }
 }
 
@@ -178,9 +205,9 @@ impl NodeReads {
         let h = chain(first, self.heads.len());
         let e = &mut self.entries[i as usize];
         self.free = e.next;
-        r.next = self.heads[h];
+        let head = &mut self.heads[h];
+        head.link(i, &mut r);
         *e = r;
-        self.heads[h] = i;
         i
     }
 
@@ -193,7 +220,7 @@ impl NodeReads {
         if self.free == NIL || live * 4 > self.entries.len() * 3 {
             let n = (self.entries.len() * 2).max(ENTRIES_MIN);
             self.entries.resize(n, ReadEntry::default());
-            self.heads.resize(n, NIL);
+            self.heads.resize(n, Head::EMPTY);
             self.relink(now);
         }
     }
@@ -201,7 +228,7 @@ impl NodeReads {
     /// Rebuild the chains from the live entries and the free list from the others;
     /// returns the live count.
     fn relink(&mut self, now: u64) -> usize {
-        self.heads.fill(NIL);
+        self.heads.fill(Head::EMPTY);
         self.free = NIL;
         self.blocks_max = 1;
         let n = self.heads.len();
@@ -214,8 +241,7 @@ impl NodeReads {
                 let (first, last) = blocks(e.off, e.len);
                 self.blocks_max = self.blocks_max.max(last - first + 1);
                 let h = chain(first, n);
-                e.next = self.heads[h];
-                self.heads[h] = i as u32;
+                self.heads[h].link(i as u32, e);
             } else {
                 e.done = 0;
                 e.next = self.free;
@@ -230,7 +256,7 @@ impl NodeReads {
     fn unlink(&mut self, h: usize, prev: u32, i: u32) {
         let next = self.entries[i as usize].next;
         match prev {
-            NIL => self.heads[h] = next,
+            NIL => self.heads[h].first = next,
             p => self.entries[p as usize].next = next,
         }
         let e = &mut self.entries[i as usize];
@@ -452,7 +478,11 @@ fn resolve(st: &mut State, region: &Region, slot: usize, mn: MnId, now: u64) {
         // A READ is met in the chain of its own first block only, so once.
         for block in w_first.saturating_sub(node.blocks_max - 1)..=w_last {
             let h = chain(block, node.heads.len());
-            let (mut prev, mut i) = (NIL, node.heads[h]);
+            let head = node.heads[h];
+            if head.end <= w.begin {
+                continue; // every READ of the chain left service before W began
+            }
+            let (mut prev, mut i) = (NIL, head.first);
             while i != NIL {
                 let r = node.entries[i as usize];
                 if r.done <= now {
@@ -652,8 +682,11 @@ mod tests {
             now += rng.random_range(0..20);
             let off = rng.random_range(0..64u64) * 64;
             let len = rng.random_range(9..700u32);
+            let end = now + rng.random_range(1..300);
             let i = node.add(
                 ReadEntry {
+                    begin: now,
+                    end,
                     off,
                     len,
                     slot: step,
@@ -661,11 +694,11 @@ mod tests {
                 },
                 now,
             );
-            node.entries[i as usize].done = now + rng.random_range(1..400);
+            node.entries[i as usize].done = end + rng.random_range(0..200);
             if step % 7 == 0 {
                 // A WRITE's walk: unlink what is stale in one chain.
                 let h = rng.random_range(0..node.heads.len());
-                let (mut prev, mut j) = (NIL, node.heads[h]);
+                let (mut prev, mut j) = (NIL, node.heads[h].first);
                 while j != NIL {
                     let next = node.entries[j as usize].next;
                     match node.entries[j as usize].done <= now {
@@ -677,11 +710,12 @@ mod tests {
             }
             if step % 97 == 0 {
                 let mut linked = vec![0u32; node.entries.len()];
-                for (h, &head) in node.heads.iter().enumerate() {
-                    let mut j = head;
+                for (h, head) in node.heads.iter().enumerate() {
+                    let mut j = head.first;
                     while j != NIL {
                         let e = &node.entries[j as usize];
                         assert_eq!(chain(e.first_block(), node.heads.len()), h, "in its block's chain");
+                        assert!(e.end <= head.end, "the head bounds its entries' ends");
                         linked[j as usize] += 1;
                         j = e.next;
                     }
