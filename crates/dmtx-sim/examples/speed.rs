@@ -3,14 +3,18 @@
 //! with four ops per doorbell batch, with the CPU model off (the fabric alone) and on
 //! (the default costs: threads saturate, so CPU wake-ups add events).
 //!
-//! `cargo run --release -p dmtx-sim --example speed [virtual_ms]` (`DMTX_SPEED_CASE=k` runs
-//! case k alone, `DMTX_SPEED_OPS=n` sets the batch size of the multi-op cases).
+//! `cargo run --release -p dmtx-sim --example speed [virtual_ms] [warmup_ms]` measures
+//! `virtual_ms` of virtual time (default 200, the window) after `warmup_ms`
+//! (default 10: the slabs, queues and regions' pages grow then) on each case
+//! (`DMTX_SPEED_CASE=k` runs case k alone, `DMTX_SPEED_OPS=n` sets the batch size of the
+//! multi-op cases).
 
+use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
-use dmtx_sim::{CpuMode, Sim, SimConfig, SimExecutor, SimFabric};
+use dmtx_sim::{CpuMode, Sim, SimConfig, SimExecutor, SimFabric, SimStats};
 use dmtx_verbs::{MnId, Post, Region, RemotePtr, Submitted, Transport};
 use rand::RngCore;
 
@@ -30,8 +34,17 @@ fn below(r: u64, n: u64) -> u64 {
 }
 
 /// `cns` compute nodes × `threads` × `coroutines` coordinators post `ops` READs/WRITEs per
-/// post, spread over `mns` memory nodes, until `virtual_ns`.
-fn run(cns: u32, threads: u16, coroutines: usize, mns: usize, ops: usize, virtual_ns: u64, cpu: CpuMode) {
+/// post, spread over `mns` memory nodes, for `virtual_ns` after `warmup_ns`.
+#[allow(clippy::too_many_arguments)]
+fn run(
+    cns: u32,
+    threads: u16,
+    coroutines: usize,
+    mns: usize,
+    ops: usize,
+    (warmup_ns, virtual_ns): (u64, u64),
+    cpu: CpuMode,
+) {
     let regions: Vec<Arc<Region>> = (0..mns).map(|_| Arc::new(Region::new(*REGION_BYTES))).collect();
     let mut config = SimConfig::new(1);
     config.cpu.mode = cpu;
@@ -70,10 +83,17 @@ fn run(cns: u32, threads: u16, coroutines: usize, mns: usize, ops: usize, virtua
             }
         }
     }
-    let started = Instant::now();
-    ex.run_until(virtual_ns).unwrap();
+    // The window opens when the warm-up ends: a task wakes then and reads the clock.
+    let opened: Rc<Cell<Option<(Instant, SimStats)>>> = Rc::new(Cell::new(None));
+    let (meter, mark) = (sim.clone(), Rc::clone(&opened));
+    ex.spawn(async move {
+        meter.sleep(warmup_ns).await;
+        mark.set(Some((Instant::now(), meter.stats())));
+    });
+    ex.run_until(warmup_ns + virtual_ns).unwrap();
+    let (started, before) = opened.get().expect("the warm-up ended");
     let real = started.elapsed().as_secs_f64();
-    let st = sim.stats();
+    let st = sim.stats().since(&before);
     println!(
         "{cns} CN x {threads} threads x {coroutines} coroutines, {mns} MNs, {ops} op(s)/post, cpu {cpu:?}: {} verbs, {} events in {real:.2} s: {:.2} M verb completions/s, {:.1} s real per simulated second",
         st.ops,
@@ -84,8 +104,8 @@ fn run(cns: u32, threads: u16, coroutines: usize, mns: usize, ops: usize, virtua
 }
 
 fn main() {
-    let ms: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(20);
-    let ns = ms * 1_000_000;
+    let arg = |i: usize, default: u64| std::env::args().nth(i).and_then(|a| a.parse().ok()).unwrap_or(default);
+    let window = (arg(2, 10) * 1_000_000, arg(1, 200) * 1_000_000);
     // `DMTX_SPEED_CASE=k` runs only the k-th case (0..8), for profiling.
     let only: Option<usize> = std::env::var("DMTX_SPEED_CASE").ok().and_then(|v| v.parse().ok());
     // `DMTX_SPEED_OPS=n` replaces the 4-op cases' batch size (how the cost per verb
@@ -100,7 +120,7 @@ fn main() {
         for (cns, threads, coroutines, mns) in [(1, 8, 8, 2), (9, 10, 6, 3)] {
             for ops in [1, wide] {
                 if only.is_none_or(|k| k == case) {
-                    run(cns, threads, coroutines, mns, ops, ns, cpu);
+                    run(cns, threads, coroutines, mns, ops, window, cpu);
                 }
                 case += 1;
             }
