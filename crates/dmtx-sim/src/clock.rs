@@ -85,7 +85,11 @@ impl ClockAdjust {
     fn at(&self, t: u64) -> i128 {
         let since = self.since_ns.load(Ordering::Relaxed);
         let ppm = self.drift_ppm.load(Ordering::Relaxed) as i128;
-        let accrued = (t.saturating_sub(since) as i128 * ppm).div_euclid(1_000_000);
+        // No 128-bit division (a library call) without drift, the common case.
+        let accrued = match ppm {
+            0 => 0,
+            _ => (t.saturating_sub(since) as i128 * ppm).div_euclid(1_000_000),
+        };
         self.offset_ns.load(Ordering::Relaxed) as i128 + accrued
     }
 
@@ -166,7 +170,11 @@ impl NodeClock {
     #[inline]
     pub fn at(&self, t: u64) -> u64 {
         let t = t as i128;
-        let skew = (t * self.drift_ppm as i128).div_euclid(1_000_000);
+        // No 128-bit division (a library call, on every clock read) without drift.
+        let skew = match self.drift_ppm {
+            0 => 0,
+            ppm => (t * ppm as i128).div_euclid(1_000_000),
+        };
         let mut v = t + skew + self.offset_ns as i128;
         if let Some(a) = &self.adjust {
             v += a.at(t as u64);
