@@ -39,14 +39,17 @@
 //! visits only the few READs that start on or just before its blocks. The slab holds
 //! about twice the READs in service and its free list is LIFO, so a new READ mostly
 //! lands on a line a stale one just left; stale entries are unlinked when a WRITE meets
-//! them, and all at once when the free list runs dry. When its batch is timed, a READ's
+//! them, and all at once when the free list runs dry. A chain's head bounds its READs'
+//! service ends, so a WRITE that begins after all of them skips the chain without
+//! touching an entry (most do). When its batch is timed, a READ's
 //! entry gets the batch's service end and completion; a WRITE's record needs neither (it
 //! is resolved at its batch's service end). Per applied batch without WRITEs, an
 //! emptiness test; per poll of a completed post, another. Nothing is allocated once the
 //! slab has grown.
-//! On the 4-op stream of `examples/speed.rs` this is about 18% of the instructions and
-//! a quarter of the L1 misses (cachegrind, against a build that records nothing); the
-//! earlier per-bucket vectors, swept periodically, cost 20% and over a third.
+//! On the 4-op streams of `examples/speed.rs` this is about 16% of the instructions and
+//! a third of the L1 misses and mispredictions (cachegrind, against a build that records
+//! nothing), 16–24% of the time; the earlier per-bucket vectors, swept periodically,
+//! cost 20% of the instructions and over a third of the misses.
 //!
 //! # Limits
 //!
