@@ -15,7 +15,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const BIN: &str = env!("CARGO_BIN_EXE_dmtx");
 
@@ -223,5 +223,20 @@ fn netns_cluster_cut_link_ends_in_an_error_within_the_deadline() {
         errored <= (OP_DEADLINE_S + SLACK_S) as f64,
         "error after {errored}s:\n{text}"
     );
-    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+    // The cut, not the 60 s duration, ended the run: the bench exited within the error
+    // window after it. Timed from the cut, not from the test's start: in one CI run the
+    // script reached its cut 36 s after it started (cause not found; detection and the
+    // error were on time), and a 30 s budget from the start failed the test.
+    let cut_at = seconds_after(&text, "cut mn0 at");
+    let exited = text
+        .lines()
+        .find(|l| l.contains("bench exit"))
+        .and_then(|l| l.rsplit(" after ").next())
+        .and_then(|t| t.trim_end_matches('s').parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no bench exit time:\n{text}"));
+    assert!(
+        exited - cut_at <= (OP_DEADLINE_S + SLACK_S) as f64,
+        "the bench exited {exited}s after the start, the cut came at {cut_at}s:\n{text}"
+    );
+    println!("test took {:?}", started.elapsed());
 }
