@@ -35,7 +35,6 @@ fn below(r: u64, n: u64) -> u64 {
 
 /// `cns` compute nodes × `threads` × `coroutines` coordinators post `ops` READs/WRITEs per
 /// post, spread over `mns` memory nodes, for `virtual_ns` after `warmup_ns`.
-#[allow(clippy::too_many_arguments)]
 fn run(
     cns: u32,
     threads: u16,
