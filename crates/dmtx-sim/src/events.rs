@@ -10,7 +10,7 @@
 //!
 //! Almost every event of a fabric is due within microseconds: a batch's service end,
 //! its reply, a CPU freeing. Those go to a wheel of [`SLOTS`] slots of [`SLOT_NS`] ns
-//! (33 µs ahead of the current slot): scheduling appends to the slot's list and sets
+//! at first (33 µs ahead of the current slot): scheduling appends to the slot's list and sets
 //! its bit in a bitmap. When the current slot is used up, the bitmap finds the next
 //! non-empty one, whose list is sorted by time (stably, so ties keep their scheduling
 //! order) and becomes the current one; an event scheduled into the current slot is
@@ -29,21 +29,41 @@
 //! the lowest non-empty bucket's earliest time becomes `last` and its events move down.
 //! When the wheel turns, the events it now reaches move to it, in order.
 //!
+//! # Widening
+//!
+//! A congested fabric schedules most events far beyond 33 µs: on the LOTUS-sized preset
+//! (cx3, its NIC-wide atomic rate saturated) an op waits 130 µs, nearly every event
+//! went through the radix heap, and its moves were 15% of the run's instructions. So
+//! every 65,536 events scheduled, the queue looks at how many went beyond the
+//! wheel; when more than half did, it doubles the slots' width (up to 512 ns, 262 µs
+//! ahead), moving the wheel's events to their new slots and then the radix heap's that
+//! it now reaches, so the order below holds. It never narrows them again. Widening
+//! from the start does not pay: 512 ns slots made the LOTUS-sized bare stream of
+//! `examples/speed.rs`, whose events are a few µs ahead, 9% slower (more events per
+//! slot to sort), and 4096 slots of 64 ns 13% slower (4096 slot lists to cycle
+//! through the host's caches).
+//!
 //! # Ties
 //!
 //! Every list is kept in scheduling order and every move keeps order. Two events due at
 //! one time that wait in the radix heap always share a bucket (an event's bucket
 //! depends only on the bits where its time differs from `last`, and `last` only moves
 //! towards it). Events reach a wheel slot from the radix heap when the slot comes
-//! within reach, before any event can be scheduled into it directly. So events due at
-//! one instant come out in the order they were scheduled.
+//! within reach, before any event can be scheduled into it directly (at a turn, and
+//! when the wheel widens). So events due at one instant come out in the order they
+//! were scheduled.
 
 use std::collections::VecDeque;
 
-/// log2 of a wheel slot's width in ns.
+/// log2 of a wheel slot's width in ns, at first.
 const SLOT_SHIFT: u32 = 6;
-/// A wheel slot's width (ns).
+/// A wheel slot's width at first (ns): [`EventQueue`] widens its slots when most
+/// events land beyond the wheel (see "Widening" in the module doc).
 pub const SLOT_NS: u64 = 1 << SLOT_SHIFT;
+/// log2 of the widest slot: 512 ns, so that 512 slots reach 262 µs ahead.
+const SLOT_SHIFT_MAX: u32 = 9;
+/// Scheduled events per look at how many went beyond the wheel.
+const WIDEN_WINDOW: u64 = 1 << 16;
 /// Slots of the wheel: 512 × 64 ns = 32.8 µs ahead (a fabric round trip is 2–5 µs).
 /// Narrower slots sort less when one becomes current, but a slot is then mostly empty
 /// and every event scheduled touches a cold slot: 2048 × 16 ns measured 7–15% slower
@@ -56,18 +76,23 @@ const WORDS: usize = SLOTS / 64;
 pub struct EventQueue<E> {
     /// The current slot's events, sorted latest first: the next event is the last one.
     cur: Vec<(u64, E)>,
-    /// The current slot (absolute: time >> SLOT_SHIFT). The wheel holds the slots
+    /// log2 of a slot's width in ns.
+    shift: u32,
+    /// The current slot (absolute: time >> shift). The wheel holds the slots
     /// `base + 1 .. base + SLOTS`, slot `s` at index `s % SLOTS`.
     base: u64,
     wheel: Vec<Vec<(u64, E)>>,
     /// Bit `i` set when `wheel[i]` holds an event.
     bits: [u64; WORDS],
-    /// Events due at or after `(base + SLOTS) << SLOT_SHIFT`.
+    /// Events due at or after `(base + SLOTS) << shift`.
     far: RadixHeap<E>,
     /// The time of the last event taken.
     last: u64,
     len: usize,
     scheduled: u64,
+    /// Events scheduled beyond the wheel since `scheduled` was last a multiple of
+    /// [`WIDEN_WINDOW`].
+    far_pushes: u64,
 }
 
 impl<E> Default for EventQueue<E> {
@@ -81,6 +106,7 @@ impl<E> EventQueue<E> {
     pub fn new() -> Self {
         Self {
             cur: Vec::new(),
+            shift: SLOT_SHIFT,
             base: 0,
             wheel: (0..SLOTS).map(|_| Vec::new()).collect(),
             bits: [0; WORDS],
@@ -88,6 +114,7 @@ impl<E> EventQueue<E> {
             last: 0,
             len: 0,
             scheduled: 0,
+            far_pushes: 0,
         }
     }
 
@@ -96,8 +123,11 @@ impl<E> EventQueue<E> {
     pub fn push(&mut self, at: u64, event: E) {
         self.scheduled += 1;
         self.len += 1;
+        if self.scheduled.is_multiple_of(WIDEN_WINDOW) {
+            self.look_at_reach();
+        }
         let at = at.max(self.last);
-        let slot = at >> SLOT_SHIFT;
+        let slot = at >> self.shift;
         // Inline only the common case, a slot of the wheel beyond the current one.
         if slot > self.base && slot < self.base + SLOTS as u64 {
             self.put(slot, at, event);
@@ -115,8 +145,59 @@ impl<E> EventQueue<E> {
             let i = self.cur.partition_point(|&(t, _)| t > at);
             self.cur.insert(i, (at, event));
         } else {
+            self.far_pushes += 1;
             self.far.push(at, event);
         }
+    }
+
+    /// Widen the slots when most events of the last window were scheduled beyond the
+    /// wheel (a congested fabric: replies wait far longer than a round trip).
+    #[cold]
+    fn look_at_reach(&mut self) {
+        let far = std::mem::take(&mut self.far_pushes);
+        if far * 2 > WIDEN_WINDOW && self.shift < SLOT_SHIFT_MAX {
+            self.widen();
+        }
+    }
+
+    /// Double the slots' width, moving every event of the wheel to its new slot and
+    /// then the radix heap's events that the wheel now reaches, keeping each time's
+    /// events in scheduling order.
+    fn widen(&mut self) {
+        // Earliest first: the current slot's, then the wheel's slot by slot (events of
+        // one time share a slot, in scheduling order).
+        let mut moving: Vec<(u64, E)> = Vec::with_capacity(self.len);
+        moving.extend(self.cur.drain(..).rev());
+        for s in self.base + 1..self.base + SLOTS as u64 {
+            let i = s as usize % SLOTS;
+            moving.append(&mut self.wheel[i]);
+        }
+        self.bits = [0; WORDS];
+        self.shift += 1;
+        self.base = self.last >> self.shift;
+        for (at, event) in moving {
+            self.place(at, event);
+        }
+        let reach = (self.base + SLOTS as u64) << self.shift;
+        while let Some((at, event)) = self.far.pop_until(reach - 1) {
+            self.place(at, event);
+        }
+    }
+
+    /// Put an event due within the wheel's reach in its slot, the current one included.
+    fn place(&mut self, at: u64, event: E) {
+        match at >> self.shift {
+            slot if slot <= self.base => {
+                let i = self.cur.partition_point(|&(t, _)| t > at);
+                self.cur.insert(i, (at, event));
+            }
+            slot => self.put(slot, at, event),
+        }
+    }
+
+    /// log2 of the slots' width in ns now.
+    pub fn slot_shift(&self) -> u32 {
+        self.shift
     }
 
     /// Append to wheel slot `slot` (within reach).
@@ -165,7 +246,7 @@ impl<E> EventQueue<E> {
                 (s, self.wheel[i].iter().map(|&(t, _)| t).min().expect("a marked slot"))
             }
             None => match self.far.peek_time() {
-                Some(t) => (t >> SLOT_SHIFT, t),
+                Some(t) => (t >> self.shift, t),
                 None => return false,
             },
         };
@@ -174,9 +255,9 @@ impl<E> EventQueue<E> {
         }
         // Turn the wheel: first the events of the radix heap it now reaches.
         self.base = next;
-        let reach = (next + SLOTS as u64) << SLOT_SHIFT;
+        let reach = (next + SLOTS as u64) << self.shift;
         while let Some((at, event)) = self.far.pop_until(reach - 1) {
-            self.put(at >> SLOT_SHIFT, at, event);
+            self.put(at >> self.shift, at, event);
         }
         let i = next as usize % SLOTS;
         std::mem::swap(&mut self.cur, &mut self.wheel[i]);
@@ -346,43 +427,63 @@ mod tests {
         assert_eq!(q.scheduled(), 5);
     }
 
+    /// Push (with probability `p_push`) or pop `steps` times, pushes `now` plus a random
+    /// part of a span picked from `spans` (`u64::MAX`: anywhere up to the end of time),
+    /// rounded down to a multiple of `grain` (ties), and check every pop against a
+    /// sort by (time, scheduling order). Returns the queue.
+    fn against_reference(seed: u64, steps: usize, p_push: f64, spans: &[u64], grain: u64) -> EventQueue<u64> {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut q = EventQueue::new();
+        let mut reference = std::collections::BTreeSet::new(); // (time, seq)
+        let mut now = 0u64;
+        let mut seq = 0u64;
+        for _ in 0..steps {
+            if rng.random_bool(p_push) {
+                let span = spans[rng.random_range(0..spans.len())].min(u64::MAX - now);
+                let at = (now + rng.random_range(0..=span)) / grain * grain;
+                q.push(at, seq);
+                reference.insert((at.max(now), seq));
+                seq += 1;
+            } else {
+                let want = reference.pop_first();
+                assert_eq!(q.peek_time(), want.map(|w| w.0), "seed {seed}");
+                let got = q.pop();
+                assert_eq!(got, want, "seed {seed}");
+                if let Some((at, _)) = got {
+                    now = at;
+                }
+            }
+            assert_eq!(q.len(), reference.len());
+        }
+        q
+    }
+
     /// Goal: under a random interleaving of pushes (never before the last time taken)
     /// and pops, the queue gives exactly what a sort by (time, scheduling order) gives,
     /// across the whole `u64` range of times.
     #[test]
     fn matches_a_sorted_reference() {
         for seed in 0..20 {
-            let mut rng = SmallRng::seed_from_u64(seed);
-            let mut q = EventQueue::new();
-            let mut reference: Vec<(u64, u64)> = Vec::new(); // (time, seq), kept sorted
-            let mut now = 0u64;
-            let mut seq = 0u64;
-            for _ in 0..20_000 {
-                if rng.random_bool(0.55) {
-                    // Now, this slot, the wheel's reach, the radix heap's, anywhere.
-                    let span = match rng.random_range(0..5) {
-                        0 => 0,
-                        1 => 16,
-                        2 => 1 << 12,
-                        3 => 1 << 20,
-                        _ => u64::MAX - now,
-                    };
-                    let at = now + rng.random_range(0..=span);
-                    q.push(at, seq);
-                    let i = reference.partition_point(|&k| k <= (at, seq));
-                    reference.insert(i, (at, seq));
-                    seq += 1;
-                } else {
-                    let want = (!reference.is_empty()).then(|| reference.remove(0));
-                    assert_eq!(q.peek_time(), want.map(|w| w.0), "seed {seed}");
-                    let got = q.pop();
-                    assert_eq!(got, want, "seed {seed}");
-                    if let Some((at, _)) = got {
-                        now = at;
-                    }
-                }
-                assert_eq!(q.len(), reference.len());
-            }
+            // Now, this slot, the wheel's reach, the radix heap's, anywhere.
+            let q = against_reference(seed, 20_000, 0.55, &[0, 16, 1 << 12, 1 << 20, u64::MAX], 1);
+            assert_eq!(
+                q.slot_shift(),
+                SLOT_SHIFT,
+                "most events within reach: the slots keep their width"
+            );
+        }
+    }
+
+    /// Goal: when most events are scheduled beyond the wheel, its slots widen, and the
+    /// order stays exact through every widening, ties included.
+    #[test]
+    fn widening_keeps_the_order() {
+        for seed in 0..4 {
+            // Mostly up to 524 µs ahead (beyond even the widest wheel's reach at
+            // times), on a coarse grain so that times tie; some now.
+            let spans = [1 << 19, 1 << 19, 1 << 19, 1 << 19, 1 << 19, 0];
+            let q = against_reference(seed, 500_000, 0.5, &spans, 4096);
+            assert_eq!(q.slot_shift(), SLOT_SHIFT_MAX, "seed {seed}: widened all the way");
         }
     }
 
