@@ -64,7 +64,8 @@ pub const SLOT_NS: u64 = 1 << SLOT_SHIFT;
 const SLOT_SHIFT_MAX: u32 = 9;
 /// Scheduled events per look at how many went beyond the wheel.
 const WIDEN_WINDOW: u64 = 1 << 16;
-/// Slots of the wheel: 512 × 64 ns = 32.8 µs ahead (a fabric round trip is 2–5 µs).
+/// Slots of the wheel: 512 × 64 ns = 32.8 µs ahead at first (an idle fabric's round
+/// trip is 2–5 µs).
 /// Narrower slots sort less when one becomes current, but a slot is then mostly empty
 /// and every event scheduled touches a cold slot: 2048 × 16 ns measured 7–15% slower
 /// on `examples/speed.rs` (its slot headers alone filled an L1 cache).
@@ -140,14 +141,18 @@ impl<E> EventQueue<E> {
     #[inline(never)]
     fn push_now_or_far(&mut self, slot: u64, at: u64, event: E) {
         if slot <= self.base {
-            // The current slot (`last` lies in it, so `at` does too): before the events
-            // due later, after (taken after) those due at the same time or earlier.
-            let i = self.cur.partition_point(|&(t, _)| t > at);
-            self.cur.insert(i, (at, event));
+            self.insert_current(at, event);
         } else {
             self.far_pushes += 1;
             self.far.push(at, event);
         }
+    }
+
+    /// Insert into the current slot (`last` lies in it, so `at` does too): before the
+    /// events due later, after (taken after) those due at the same time or earlier.
+    fn insert_current(&mut self, at: u64, event: E) {
+        let i = self.cur.partition_point(|&(t, _)| t > at);
+        self.cur.insert(i, (at, event));
     }
 
     /// Widen the slots when most events of the last window were scheduled beyond the
@@ -187,17 +192,9 @@ impl<E> EventQueue<E> {
     /// Put an event due within the wheel's reach in its slot, the current one included.
     fn place(&mut self, at: u64, event: E) {
         match at >> self.shift {
-            slot if slot <= self.base => {
-                let i = self.cur.partition_point(|&(t, _)| t > at);
-                self.cur.insert(i, (at, event));
-            }
+            slot if slot <= self.base => self.insert_current(at, event),
             slot => self.put(slot, at, event),
         }
-    }
-
-    /// log2 of the slots' width in ns now.
-    pub fn slot_shift(&self) -> u32 {
-        self.shift
     }
 
     /// Append to wheel slot `slot` (within reach).
@@ -467,8 +464,7 @@ mod tests {
             // Now, this slot, the wheel's reach, the radix heap's, anywhere.
             let q = against_reference(seed, 20_000, 0.55, &[0, 16, 1 << 12, 1 << 20, u64::MAX], 1);
             assert_eq!(
-                q.slot_shift(),
-                SLOT_SHIFT,
+                q.shift, SLOT_SHIFT,
                 "most events within reach: the slots keep their width"
             );
         }
@@ -483,7 +479,7 @@ mod tests {
             // times), on a coarse grain so that times tie; some now.
             let spans = [1 << 19, 1 << 19, 1 << 19, 1 << 19, 1 << 19, 0];
             let q = against_reference(seed, 500_000, 0.5, &spans, 4096);
-            assert_eq!(q.slot_shift(), SLOT_SHIFT_MAX, "seed {seed}: widened all the way");
+            assert_eq!(q.shift, SLOT_SHIFT_MAX, "seed {seed}: widened all the way");
         }
     }
 

@@ -117,11 +117,20 @@ fn run_script(prefix: &str, args: &[&str]) -> (Output, String) {
 
 /// The number after `label` on the line that has it, e.g. `error after the cut: 15.03s`.
 fn seconds_after(text: &str, label: &str) -> f64 {
+    seconds_on(text, label, label)
+}
+
+/// The seconds right after `label` on the first line of `text` that contains `line_label`
+/// (e.g. "bench exit 1 after 12.3s": line `bench exit`, label `after`).
+fn seconds_on(text: &str, line_label: &str, label: &str) -> f64 {
     let line = text
         .lines()
-        .find(|l| l.contains(label))
-        .unwrap_or_else(|| panic!("no `{label}` line in:\n{text}"));
-    let rest = &line[line.find(label).unwrap() + label.len()..];
+        .find(|l| l.contains(line_label))
+        .unwrap_or_else(|| panic!("no `{line_label}` line in:\n{text}"));
+    let rest = line
+        .find(label)
+        .map(|at| &line[at + label.len()..])
+        .unwrap_or_else(|| panic!("no `{label}` in `{line}`"));
     rest.trim_start()
         .split('s')
         .next()
@@ -228,12 +237,7 @@ fn netns_cluster_cut_link_ends_in_an_error_within_the_deadline() {
     // script reached its cut 36 s after it started (cause not found; detection and the
     // error were on time), and a 30 s budget from the start failed the test.
     let cut_at = seconds_after(&text, "cut mn0 at");
-    let exited = text
-        .lines()
-        .find(|l| l.contains("bench exit"))
-        .and_then(|l| l.rsplit(" after ").next())
-        .and_then(|t| t.trim_end_matches('s').parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("no bench exit time:\n{text}"));
+    let exited = seconds_on(&text, "bench exit", " after ");
     assert!(
         exited - cut_at <= (OP_DEADLINE_S + SLACK_S) as f64,
         "the bench exited {exited}s after the start, the cut came at {cut_at}s:\n{text}"
