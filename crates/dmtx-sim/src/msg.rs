@@ -16,11 +16,14 @@
 //! 1. **Sender CPU.** One `msg.send` step is charged to the sender's virtual CPU
 //!    ([`Sim::cpu_of`]); the message leaves when that CPU has done it:
 //!    `t = max(now, cpu cursor) + step(msg.send)`, as a post's doorbell does.
-//! 2. **Wire** ([`NicModel::time_send`]). The SEND is segmented like a WRITE
-//!    ([`NicModel::send_bytes`]: one header per MTU packet, no RETH), serialized on
-//!    `cn_s`'s tx link, crosses [`NicModel::one_way_latency_ns`] and is serialized on
-//!    `cn_r`'s rx link. These are the same links the CN's verbs use, so messages and
-//!    verbs contend. Uncontended: `arrival = t + latency + link(send_bytes(b))`.
+//! 2. **Wire** ([`NicModel::time_send`]). The sender's NIC fetches the payload from CN
+//!    memory over its PCIe while it sends (cut-through, on the budget its WRITE payloads
+//!    use). The SEND is segmented like a WRITE ([`NicModel::send_bytes`]: one header
+//!    per MTU packet, no RETH), serialized on `cn_s`'s tx link, crosses
+//!    [`NicModel::one_way_latency_ns`] and is serialized on `cn_r`'s rx link. These are
+//!    the same links and PCIe budget the CN's verbs use, so messages and verbs contend.
+//!    Uncontended: `arrival = t + latency + max(link(send_bytes(b)), pcie(b))` (the
+//!    link term wins on every built-in profile but a `cx6` on a Gen3 slot).
 //! 3. **RECV.** The receiver's NIC spends [`NicModel::recv_service_ns`] (fetching the
 //!    receive WQE, placing the payload, writing the CQE): the message is delivered, as
 //!    one `Event::Msg` of the simulation, at `arrival + recv_service_ns`. The delivery
@@ -68,14 +71,17 @@
 //! at either end; the switch between them is shared, so the two do not add). With
 //! `b' = send_bytes(b)`:
 //!
-//! - sender's tx link at its rate: `s = max(t, tx_free)`, `tx_end = tx_free = s + m_s.link(b')`;
+//! - sender's PCIe and tx link at its rates: `d = max(t, dma_read_free)`,
+//!   `dma_read_free = d + m_s.pcie(b)`, `s = max(t, tx_free, d)`,
+//!   `tx_end = tx_free = max(s + m_s.link(b'), dma_read_free)` (no fetch when `b = 0`);
 //! - latency `lat = max(m_s.latency, m_r.latency)`;
 //! - receiver's rx link at its rate, but never done before the slow sender's last byte
 //!   can be there: `r = max(s + lat, rx_free)`, `rx_free = max(r + m_r.link(b'), tx_end + lat)`;
 //! - RECV at the receiver's speed: delivered at `rx_free + m_r.recv_service_ns`.
 //!
 //! With both ends unscaled this is exactly [`NicModel::time_send`] (`r ≥ s + lat` makes
-//! the second term of the max never win), and that is what runs then. Uncontended, a
+//! the second term of the max win only when the sender's PCIe fetch is slower than its
+//! link), and that is what runs then. Uncontended (and the link slower than PCIe), a
 //! receiver `k` times slower gives `time_send` of the scaled model,
 //! `k·latency + link_k(b') + k·recv_service_ns`; a sender `k` times slower gives
 //! `k·latency + link_k(b') + recv_service_ns`.
@@ -862,6 +868,44 @@ mod tests {
             m.send_bytes(m.mtu_bytes + 1),
             2 * m.packet_header_bytes + m.mtu_bytes + 1
         );
+    }
+
+    /// Goal: the sender's NIC fetches a SEND's payload over its PCIe, on the budget its
+    /// WRITE payloads use: behind a slot slower than the link the SEND arrives when the
+    /// fetch ends, a WRITE posted right after it on that CN fetches its payload only
+    /// then, and another CN's WRITE (to another memory node: a node's rx link is
+    /// reserved in submit order) does not wait.
+    #[test]
+    fn send_payload_crosses_the_sender_pcie() {
+        use crate::nic::BatchAt;
+        use dmtx_verbs::{MnId, Op, RemotePtr};
+        let mut m = NicModel::cx5();
+        m.pcie_lanes = 1; // Gen3 x1: about 0.86 GB/s, below the 100 Gb/s link
+        let len = 8_000;
+        let fetch = m.pcie_ns(len);
+        assert!(fetch > m.link_ns(m.send_bytes(len)), "the slot binds");
+        let mut st = FabricState::default();
+        let lat = m.one_way_latency_ns;
+        assert_eq!(m.time_send(&mut st, 0, 1, len, 0), fetch + lat + m.recv_service_ns);
+        let write = |mn| {
+            [Op::Write {
+                ptr: RemotePtr::new(MnId(mn), 0),
+                src: 0,
+                len: 64,
+            }]
+        };
+        let at = |cn| BatchAt {
+            cn,
+            conn: cn,
+            mn: cn as u16,
+            t: 0,
+            slot: None,
+        };
+        let behind = m.time_batch(&mut st, at(0), write(0).iter());
+        assert_eq!(st.cn_pcie[0].dma_read_free, fetch + m.pcie_ns(64));
+        assert!(behind.arrival >= fetch + m.pcie_ns(64) + lat, "{behind:?}");
+        let free = m.time_batch(&mut st, at(2), write(2).iter());
+        assert!(free.arrival < fetch, "{free:?}");
     }
 
     /// `m` with the times a `slow-nic` fault of factor `k` scales on a message's path.

@@ -494,17 +494,19 @@ impl NicModel {
     }
 
     /// Time a CN→CN SEND of `len` bytes leaving compute node `from` at `t` for compute
-    /// node `to` (`from != to`), reserving `from`'s tx link and `to`'s rx link as step 2
-    /// of the module doc does for a request. Returns when the receiver's NIC has placed
-    /// it: `arrival + recv_service_ns`; uncontended,
-    /// `t + latency + link(send_bytes(len)) + recv_service_ns`. ACKs are not modelled.
+    /// node `to` (`from != to`), reserving `from`'s PCIe (the payload fetch), its tx
+    /// link and `to`'s rx link as step 2 of the module doc does for a WRITE request.
+    /// Returns when the receiver's NIC has placed it: `arrival + recv_service_ns`;
+    /// uncontended, `t + latency + max(link(send_bytes(len)), pcie(len)) +
+    /// recv_service_ns`, where the link term wins on every built-in profile but a `cx6`
+    /// on a Gen3 slot. ACKs are not modelled.
     pub fn time_send(&self, st: &mut FabricState, from: u32, to: u32, len: u64, t: u64) -> u64 {
         Self::time_send_between((self, self), st, from, to, len, t)
     }
 
     /// [`NicModel::time_send`] with each end at its own speed (a `slow-nic` fault on
-    /// one of them): `models` are the sender's and the receiver's. The sender's tx link
-    /// runs at its rate, the receiver's rx link and RECV service at its own, the latency
+    /// one of them): `models` are the sender's and the receiver's. The sender's PCIe
+    /// and tx link run at its rates, the receiver's rx link and RECV service at its own, the latency
     /// is the slower end's, and the receiver is done no earlier than the sender's last
     /// byte arrives. Equal models give the closed form of `time_send`.
     pub fn time_send_between(
@@ -523,12 +525,25 @@ impl NicModel {
         if st.cns.len() < n {
             st.cns.resize_with(n, Port::default);
         }
+        if st.cn_pcie.len() < n {
+            st.cn_pcie.resize_with(n, Pcie::default);
+        }
+        let pcie_fs = st.pcie_fs(ms);
         let bytes = ms.send_bytes(len);
         let lat = ms.one_way_latency_ns.max(mr.one_way_latency_ns);
         let tx = &mut st.cns[from as usize];
-        let s = t.max(tx.tx_free);
-        tx.tx_free = s + ms.link_ns(bytes);
-        let tx_end = tx.tx_free;
+        let mut s = t.max(tx.tx_free);
+        let mut tx_end = s + ms.link_ns(bytes);
+        if len > 0 {
+            // The sender's NIC fetches the payload from CN memory as a WRITE's
+            // (cut-through, on the same budget as WRITE payloads).
+            let pcie = &mut st.cn_pcie[from as usize];
+            let d = t.max(pcie.dma_read_free);
+            pcie.dma_read_free = d + pcie_ns_at(len, pcie_fs);
+            s = s.max(d);
+            tx_end = (s + ms.link_ns(bytes)).max(pcie.dma_read_free);
+        }
+        tx.tx_free = tx_end;
         let rx = &mut st.cns[to as usize];
         let r = (s + lat).max(rx.rx_free);
         rx.rx_free = (r + mr.link_ns(bytes)).max(tx_end + lat);
