@@ -163,12 +163,6 @@ impl Sim {
         c.busy_ns += ns;
     }
 
-    /// Charge one named step (priced by the profile's `[cpu.steps]`) `n` times.
-    pub(crate) fn charge_step(&self, cpu: CpuId, name: &str, n: u32) {
-        let ns = self.config().cpu.step_ns(name) * n as u64;
-        self.charge(cpu, ns);
-    }
-
     /// Start running on `cpu` now if it is idle, charging `ns` (a poll's resume cost);
     /// else the instant it frees.
     pub(crate) fn claim(&self, cpu: CpuId, ns: u64) -> Result<(), u64> {

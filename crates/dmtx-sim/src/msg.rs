@@ -381,6 +381,8 @@ impl SimMsgNet {
             addr,
             index,
             cpu: self.sim.cpu_of(u32::from(addr.cn), addr.thread),
+            send_ns: self.sim.config().cpu.step_ns("msg.send"),
+            recv_ns: self.sim.config().cpu.step_ns("msg.recv"),
             out: RefCell::new(Outbox::new()),
         })
     }
@@ -441,6 +443,10 @@ pub struct SimMailbox {
     addr: WorkerAddr,
     index: u32,
     cpu: CpuId,
+    /// The `msg.send` and `msg.recv` steps' prices, looked up once (by name in the
+    /// profile's map, they were paid per message).
+    send_ns: u64,
+    recv_ns: u64,
     /// Per destination index: the encoded entries queued since the last flush, and how
     /// many there are.
     out: RefCell<Outbox>,
@@ -556,7 +562,7 @@ impl SimMailbox {
             }
             return;
         }
-        self.sim.charge_step(self.cpu, "msg.send", 1);
+        self.sim.charge(self.cpu, self.send_ns);
         // Charging moved the cursor to at least now: the CPU is done with the send then.
         let (_, t) = self.sim.cpu_state(self.cpu);
         let len = msg.len() as u64;
@@ -684,7 +690,7 @@ impl Mailbox for SimMailbox {
             }
         }
         if entries > 0 {
-            self.sim.charge_step(self.cpu, "msg.recv", entries);
+            self.sim.charge(self.cpu, self.recv_ns * u64::from(entries));
         }
         n + entries as usize
     }
