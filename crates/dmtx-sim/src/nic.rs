@@ -44,7 +44,10 @@
 //!    every [`NicModel::atomic_nic_gap_ns`]) and for its address to be free (one atomic
 //!    per address every [`NicModel::atomic_addr_ns`], next-free times kept per address
 //!    in a hash map): `x = max(proc_i, done_{<i}, token, addr_free)`, `token = x + gap`,
-//!    `done_i = addr_free = x + addr_ns`. Service ends when the last op is done,
+//!    `done_i = addr_free = x + addr_ns`. The ops after an atomic wait for it (their
+//!    `proc_i` and service interval start no earlier than its `done`): a READ
+//!    hitchhiked on a lock's CAS reads the record as the lock holder (FORD §4.2), as
+//!    a responder executes one connection's requests in order. Service ends when the last op is done,
 //!    `end = max_i done_i`; the connection's next batch starts no earlier. An op's
 //!    service interval, `[proc_{i-1}, done_i]`, is what the `tear` module overlaps.
 //! 4. **Reply.** The reply bytes ([`NicModel::reply_bytes`]) leave at `end` through the
@@ -402,15 +405,19 @@ impl NicModel {
         let tear_at = batch.slot.map(|slot| (slot, batch.mn));
         let mut proc = start; // the unit's processing, op after op
         let mut t = start; // completion of the ops so far
+                           // The ops after an atomic run once it has (a READ hitchhiked on a lock's CAS
+                           // must see the record as the lock holder: FORD §4.2); 0 while none came.
+        let mut fence = 0;
         for (ord, op) in ops.enumerate() {
-            let begin = proc;
+            let begin = proc.max(fence);
             proc += self.service_ns(op.kind());
+            let due = proc.max(fence);
             match *op {
                 Op::Read { ptr, len, dst } if len > 0 => {
                     let n = u64::from(len);
                     let ready = match pm {
-                        Some(pm) => mn.pm.read(pm, proc, n, batch.t),
-                        None => proc,
+                        Some(pm) => mn.pm.read(pm, due, n, batch.t),
+                        None => due,
                     };
                     let p = ready.max(mn.pcie.dma_read_free);
                     mn.pcie.dma_read_free = p + pcie_ns_at(n, pcie_fs);
@@ -421,7 +428,7 @@ impl NicModel {
                 }
                 Op::Write { ptr, src, len } if len > 0 => {
                     let n = u64::from(len);
-                    let p = proc.max(mn.pcie.dma_write_free);
+                    let p = due.max(mn.pcie.dma_write_free);
                     mn.pcie.dma_write_free = p + pcie_ns_at(n, pcie_fs);
                     let landed = match pm {
                         Some(pm) => mn.pm.write(pm, mn.pcie.dma_write_free, n, batch.t),
@@ -439,9 +446,10 @@ impl NicModel {
                     mn.atomic_next = x + self.atomic_nic_gap_ns;
                     mn.addr_free.insert(addr, x + self.atomic_addr_ns);
                     t = x + self.atomic_addr_ns;
+                    fence = t;
                 }
                 // FLUSH, and READ/WRITE of no bytes: the unit alone.
-                _ => t = t.max(proc),
+                _ => t = t.max(due),
             }
         }
         let busy = proc - start;
@@ -1053,6 +1061,28 @@ mod tests {
         assert_eq!(m.request_bytes(&w(4096)), 26 + 16 + 4096);
         assert_eq!(m.request_bytes(&w(4097)), 2 * 26 + 16 + 4097);
         assert_eq!(m.request_bytes(&w(0)), 26 + 16);
+    }
+
+    /// Goal: an op after an atomic in one batch runs once the atomic has: a READ
+    /// hitchhiked on a lock's CAS reads the record as the lock holder (FORD §4.2), so
+    /// the batch ends a PCIe transfer after its CAS, which waits for the address here.
+    #[test]
+    fn ops_after_an_atomic_wait_for_it() {
+        let m = NicModel::cx5();
+        let mut st = FabricState::default();
+        let cas = Op::Cas {
+            ptr: RemotePtr::new(MnId(0), 0),
+            expect: 0,
+            swap: 1,
+        };
+        let read = Op::Read {
+            ptr: RemotePtr::new(MnId(0), 64),
+            len: 64,
+            dst: 0,
+        };
+        let first = m.time_batch(&mut st, at(0, 0), [cas].iter());
+        let both = m.time_batch(&mut st, at(1, 0), [cas, read].iter());
+        assert_eq!(both.end, first.end + m.atomic_addr_ns + m.pcie_ns(64));
     }
 
     /// Goal: the outstanding READ bound delays the 17th READ of a connection until the
