@@ -74,6 +74,7 @@
 
 #![warn(missing_docs)]
 
+pub mod calendar;
 pub mod clock;
 pub mod cpu;
 pub mod events;

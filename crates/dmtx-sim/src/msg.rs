@@ -42,8 +42,9 @@
 //!
 //! - **Batching**: entries pushed to one destination between two flushes are one
 //!   message, one `msg.send` and one wire transfer.
-//! - **FIFO per pair**: a sender's departure times never decrease (its CPU cursor and
-//!   the virtual clock only grow), a CN's rx link is reserved in flush order, and the
+//! - **FIFO per pair**: a message is delivered no earlier than the previous one of its
+//!   pair (links take transfers in the first gap that fits, so a short message could
+//!   otherwise pass a long one, which one queue pair's messages never do), and the
 //!   event queue breaks ties by insertion, so deliveries from one sender to one receiver
 //!   are in flush order (checked at every delivery with per-pair sequence numbers).
 //! - **Crashes**: a CN is down when [`SimMsgNet::set_down`] says so or when
@@ -69,19 +70,21 @@
 //! too) while it lasts, else the configured one. Each end's own resources run at its
 //! own speed, and the latency is the slower end's (a slow NIC's pipeline is on the path
 //! at either end; the switch between them is shared, so the two do not add). With
-//! `b' = send_bytes(b)`:
+//! `b' = send_bytes(b)`, and `first(R, t, len, floor)` the first gap of resource `R`
+//! from `t` on that holds `len` (held until `floor`), as in the `nic` module doc:
 //!
-//! - sender's PCIe and tx link at its rates: `d = max(t, dma_read_free)`,
-//!   `dma_read_free = d + m_s.pcie(b)`, `s = max(t, tx_free, d)`,
-//!   `tx_end = tx_free = max(s + m_s.link(b'), dma_read_free)` (no fetch when `b = 0`);
+//! - sender's PCIe and tx link at its rates: `d = first(pcie, t, m_s.pcie(b))`,
+//!   `s = first(tx, d, m_s.link(b'), d + m_s.pcie(b))`, ending at `tx_end` (no fetch
+//!   when `b = 0`);
 //! - latency `lat = max(m_s.latency, m_r.latency)`;
 //! - receiver's rx link at its rate, but never done before the slow sender's last byte
-//!   can be there: `r = max(s + lat, rx_free)`, `rx_free = max(r + m_r.link(b'), tx_end + lat)`;
-//! - RECV at the receiver's speed: delivered at `rx_free + m_r.recv_service_ns`.
+//!   can be there: `r = first(rx, s + lat, m_r.link(b'), tx_end + lat)`, ending at
+//!   `arrival`;
+//! - RECV at the receiver's speed: delivered at `arrival + m_r.recv_service_ns`.
 //!
 //! With both ends unscaled this is exactly [`NicModel::time_send`] (`r ≥ s + lat` makes
-//! the second term of the max win only when the sender's PCIe fetch is slower than its
-//! link), and that is what runs then. Uncontended (and the link slower than PCIe), a
+//! the floor bind only when the sender's PCIe fetch is slower than its link), and that
+//! is what runs then. Uncontended (and the link slower than PCIe), a
 //! receiver `k` times slower gives `time_send` of the scaled model,
 //! `k·latency + link_k(b') + k·recv_service_ns`; a sender `k` times slower gives
 //! `k·latency + link_k(b') + recv_service_ns`.
@@ -93,9 +96,7 @@
 //!
 //! FIFO per pair survives both: a message is never delivered before the previous one of
 //! its pair (a delayed or slowed message holds back the later ones of its pair, as one
-//! queue pair's messages stay in order). Without a script a pair's deliveries are in
-//! order already, so this never moves one and message timing is exactly the unfaulted
-//! model's.
+//! queue pair's messages stay in order).
 //!
 //! # Driving RPC on the simulator: [`serve`]
 //!
@@ -588,6 +589,7 @@ impl SimMailbox {
             } else {
                 wire = model.send_bytes(len);
                 let (from, to) = (u32::from(self.addr.cn), u32::from(dest.cn));
+                st.fabric.clock(self.sim.now());
                 match st.faults.active.as_deref() {
                     None => model.time_send(&mut st.fabric, from, to, len, t),
                     Some(fs) => {
@@ -851,7 +853,8 @@ impl Future for Serve {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nic::{FabricState, Port};
+    use crate::calendar::Calendar;
+    use crate::nic::FabricState;
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
 
@@ -908,7 +911,7 @@ mod tests {
             slot: None,
         };
         let behind = m.time_batch(&mut st, at(0), write(0).iter());
-        assert_eq!(st.cn_pcie[0].dma_read_free, fetch + m.pcie_ns(64));
+        assert_eq!(st.cn_pcie[0].dma_read.free_from(), fetch + m.pcie_ns(64));
         assert!(behind.arrival >= fetch + m.pcie_ns(64) + lat, "{behind:?}");
         let free = m.time_batch(&mut st, at(2), write(2).iter());
         assert!(free.arrival < fetch, "{free:?}");
@@ -925,26 +928,25 @@ mod tests {
 
     /// Goal: with both ends at one model, `NicModel::time_send_between` (which
     /// `time_send` is) keeps the single-speed rule messages had before slow NICs
-    /// reached them, written out here, over a random contended stream among three CNs:
-    /// a run without a slow NIC times every message as before.
+    /// reached them, written out here (each link a calendar: a transfer takes the first
+    /// gap that fits), over a random contended stream among three CNs: a run without a
+    /// slow NIC times every message as before.
     #[test]
     fn equal_ends_keep_the_single_speed_rule() {
-        fn single_speed(m: &NicModel, st: &mut FabricState, from: u32, to: u32, len: u64, t: u64) -> u64 {
+        /// Per CN: its tx and its rx link.
+        type Links = Vec<(Calendar, Calendar)>;
+        fn single_speed(m: &NicModel, st: &mut Links, from: u32, to: u32, len: u64, t: u64) -> u64 {
             let n = from.max(to) as usize + 1;
-            if st.cns.len() < n {
-                st.cns.resize_with(n, Port::default);
+            if st.len() < n {
+                st.resize(n, Default::default());
             }
             let wire = m.link_ns(m.send_bytes(len));
-            let tx = &mut st.cns[from as usize];
-            let s = t.max(tx.tx_free);
-            tx.tx_free = s + wire;
-            let rx = &mut st.cns[to as usize];
-            let r = (s + m.one_way_latency_ns).max(rx.rx_free);
-            rx.rx_free = r + wire;
-            rx.rx_free + m.recv_service_ns
+            let (s, _) = st[from as usize].0.reserve(0, t, wire, 0);
+            let (_, arrival) = st[to as usize].1.reserve(0, s + m.one_way_latency_ns, wire, 0);
+            arrival + m.recv_service_ns
         }
         let m = NicModel::cx5();
-        let (mut a, mut b) = (FabricState::default(), FabricState::default());
+        let (mut a, mut b) = (FabricState::default(), Links::new());
         let mut rng = SmallRng::seed_from_u64(17);
         let mut t = 0;
         for _ in 0..2_000 {
@@ -975,7 +977,7 @@ mod tests {
         let mut st = FabricState::default();
         let first = NicModel::time_send_between((&slow, &m), &mut st, 0, 1, len, 0);
         assert_eq!(first, lat + wire + m.recv_service_ns);
-        assert_eq!(st.cns[0].tx_free, wire, "the slow sender's tx link");
+        assert_eq!(st.cns[0].tx.free_from(), wire, "the slow sender's tx link");
         // The second SEND leaves when the first has left the slow link; the receiver's
         // fast rx link does not make it arrive sooner than its last byte.
         assert_eq!(

@@ -183,7 +183,7 @@ impl SimTransport {
         // The doorbells ring as the worker's CPU gets to them (DESIGN §4; Kalia et al.,
         // ATC'16): each batch costs a WQE per op and one MMIO.
         let mut now = sim.now();
-        st.fabric.tears.clock(now);
+        st.fabric.clock(now);
         if let Some(cpu) = self.cpu {
             now = now.max(st.cpus[cpu.index()].cursor);
         }
