@@ -111,6 +111,20 @@ impl Calendar {
         if e == s {
             return (s, e);
         }
+        if i == self.busy.len() {
+            // After every interval: extend the last one or add one.
+            match i > self.head && self.busy[i - 1].1 == s {
+                true => self.busy[i - 1].1 = e,
+                false => self.busy.push((s, e)),
+            }
+            return (s, e);
+        }
+        self.insert_inside(i, s, e)
+    }
+
+    /// [`Calendar::insert_at`] before an interval.
+    #[inline(never)]
+    fn insert_inside(&mut self, i: usize, s: u64, e: u64) -> (u64, u64) {
         let joins_prev = i > self.head && self.busy[i - 1].1 == s;
         let joins_next = self.busy.get(i).is_some_and(|&(b, _)| b == e);
         match (joins_prev, joins_next) {
