@@ -1027,6 +1027,8 @@ mod tests {
         assert_eq!(sum.rep, ops.iter().map(|o| m.reply_bytes(o)).sum::<u64>());
         assert_eq!((sum.req_ns, sum.rep_ns), (m.link_ns(sum.req), m.link_ns(sum.rep)));
         assert_eq!((sum.read_bytes, sum.write_bytes, sum.rd_atomic), (5000, 100, 3));
+        let service = ops.iter().map(|o| m.service_ns(o.kind())).sum::<u64>();
+        assert_eq!(sum.busy_ns, service);
         // Op by op, every kind, across the packet boundaries.
         for len in [0, 1, 64, 4096, 4097, 9000] {
             let each = [
