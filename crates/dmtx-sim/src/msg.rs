@@ -882,8 +882,8 @@ mod tests {
     /// Goal: the sender's NIC fetches a SEND's payload over its PCIe, on the budget its
     /// WRITE payloads use: behind a slot slower than the link the SEND arrives when the
     /// fetch ends, a WRITE posted right after it on that CN fetches its payload only
-    /// then, and another CN's WRITE (to another memory node: a node's rx link is
-    /// reserved in submit order) does not wait.
+    /// then, and another CN's WRITE to the same memory node does not wait (it takes
+    /// the node's rx link before the first WRITE, which arrives later).
     #[test]
     fn send_payload_crosses_the_sender_pcie() {
         use crate::nic::BatchAt;
@@ -896,24 +896,22 @@ mod tests {
         let mut st = FabricState::default();
         let lat = m.one_way_latency_ns;
         assert_eq!(m.time_send(&mut st, 0, 1, len, 0), fetch + lat + m.recv_service_ns);
-        let write = |mn| {
-            [Op::Write {
-                ptr: RemotePtr::new(MnId(mn), 0),
-                src: 0,
-                len: 64,
-            }]
-        };
+        let write = [Op::Write {
+            ptr: RemotePtr::new(MnId(0), 0),
+            src: 0,
+            len: 64,
+        }];
         let at = |cn| BatchAt {
             cn,
             conn: cn,
-            mn: cn as u16,
+            mn: 0,
             t: 0,
             slot: None,
         };
-        let behind = m.time_batch(&mut st, at(0), write(0).iter());
+        let behind = m.time_batch(&mut st, at(0), write.iter());
         assert_eq!(st.cn_pcie[0].dma_read.free_from(), fetch + m.pcie_ns(64));
         assert!(behind.arrival >= fetch + m.pcie_ns(64) + lat, "{behind:?}");
-        let free = m.time_batch(&mut st, at(2), write(2).iter());
+        let free = m.time_batch(&mut st, at(2), write.iter());
         assert!(free.arrival < fetch, "{free:?}");
     }
 
