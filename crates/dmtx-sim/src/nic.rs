@@ -56,8 +56,9 @@
 //!    `done_i = addr_free = x + addr_ns`. The ops after an atomic wait for it (their
 //!    `proc_i` and service interval start no earlier than its `done`): a READ
 //!    hitchhiked on a lock's CAS reads the record as the lock holder (FORD §4.2), as
-//!    a responder executes one connection's requests in order. Service ends when the last op is done,
-//!    `end = max_i done_i`; the connection's next batch starts no earlier. An op's
+//!    a responder executes one connection's requests in order. Service ends when the
+//!    last op is done, `end = max_i done_i`; the connection's next batch starts no
+//!    earlier. An op's
 //!    service interval, `[proc_{i-1}, done_i]`, is what the `tear` module overlaps.
 //! 4. **Reply.** The reply bytes ([`NicModel::reply_bytes`]) leave at `end` through the
 //!    MN's tx link and the CN's rx link, as in step 2, and READ payloads are written to
@@ -422,8 +423,9 @@ impl NicModel {
         let tear_at = batch.slot.map(|slot| (slot, batch.mn));
         let mut proc = start; // the unit's processing, op after op
         let mut t = start; // completion of the ops so far
-                           // The ops after an atomic run once it has (a READ hitchhiked on a lock's CAS
-                           // must see the record as the lock holder: FORD §4.2); 0 while none came.
+
+        // The ops after an atomic run once it has (a READ hitchhiked on a lock's CAS must
+        // see the record as the lock holder: FORD §4.2); 0 while none came.
         let mut fence = 0;
         for (ord, op) in ops.enumerate() {
             let begin = proc.max(fence);
@@ -524,9 +526,9 @@ impl NicModel {
 
     /// [`NicModel::time_send`] with each end at its own speed (a `slow-nic` fault on
     /// one of them): `models` are the sender's and the receiver's. The sender's PCIe
-    /// and tx link run at its rates, the receiver's rx link and RECV service at its own, the latency
-    /// is the slower end's, and the receiver is done no earlier than the sender's last
-    /// byte arrives. Equal models give the closed form of `time_send`.
+    /// and tx link run at its rates, the receiver's rx link and RECV service at its
+    /// own, the latency is the slower end's, and the receiver is done no earlier than
+    /// the sender's last byte arrives. Equal models give the closed form of `time_send`.
     pub fn time_send_between(
         models: (&NicModel, &NicModel),
         st: &mut FabricState,
@@ -539,13 +541,7 @@ impl NicModel {
         assert_ne!(from, to, "a message within one compute node does not cross its NIC");
         // A slow-NIC fault scales times, never the packet format.
         debug_assert_eq!(ms.send_bytes(len), mr.send_bytes(len), "both ends segment alike");
-        let n = from.max(to) as usize + 1;
-        if st.cns.len() < n {
-            st.cns.resize_with(n, Port::default);
-        }
-        if st.cn_pcie.len() < n {
-            st.cn_pcie.resize_with(n, Pcie::default);
-        }
+        st.grow_cns(from.max(to) as usize);
         let (pcie_fs, now) = (st.pcie_fs(ms), st.now);
         let bytes = ms.send_bytes(len);
         let lat = ms.one_way_latency_ns.max(mr.one_way_latency_ns);
@@ -856,15 +852,20 @@ impl FabricState {
         }
     }
 
-    #[cold]
-    fn grow(&mut self, cn: u32, conn: u32, mn: u16, units: usize) {
-        let (cn, conn, mn) = (cn as usize, conn as usize, mn as usize);
+    /// Make room for compute nodes up to `cn`: their ports and PCIe.
+    fn grow_cns(&mut self, cn: usize) {
         if self.cns.len() <= cn {
             self.cns.resize_with(cn + 1, Port::default);
         }
         if self.cn_pcie.len() <= cn {
             self.cn_pcie.resize_with(cn + 1, Pcie::default);
         }
+    }
+
+    #[cold]
+    fn grow(&mut self, cn: u32, conn: u32, mn: u16, units: usize) {
+        let (cn, conn, mn) = (cn as usize, conn as usize, mn as usize);
+        self.grow_cns(cn);
         if self.mns.len() <= mn {
             self.mns.resize_with(mn + 1, || Responder {
                 units: Servers::new(units),
