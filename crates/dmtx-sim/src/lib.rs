@@ -77,6 +77,7 @@
 pub mod calendar;
 pub mod clock;
 pub mod cpu;
+pub mod dense_calendar;
 pub mod events;
 mod executor;
 pub mod faults;

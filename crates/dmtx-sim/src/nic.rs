@@ -11,7 +11,9 @@
 //! # The path of a batch
 //!
 //! Every link direction, PCIe direction and processing unit is a serial resource kept
-//! as a [`Calendar`] of its reservations (units: [`Servers`]). Below, `first(R, t, len)`
+//! as a calendar of its reservations: a [`DenseCalendar`] (one bit per nanosecond) for
+//! links and PCIe, whose jobs are short and many, [`Servers`] of interval
+//! [`Calendar`]s for the units. Below, `first(R, t, len)`
 //! is the start of the first gap of resource `R` from `t` on that holds `len`, and
 //! reserving it makes `[s, s + len)` busy; `first(R, t, len, floor)` also holds the
 //! transfer until `floor` (cut-through: it cannot end before the data it forwards has
@@ -121,6 +123,7 @@ use dmtx_verbs::{Op, OpKind};
 use serde::{Deserialize, Serialize};
 
 use crate::calendar::{Calendar, Servers};
+use crate::dense_calendar::DenseCalendar;
 use crate::tear::Tears;
 
 /// Parameters of the NIC and link model (see the module doc for each one's source).
@@ -743,9 +746,9 @@ pub struct BatchTiming {
 #[derive(Clone, Debug, Default)]
 pub struct Port {
     /// The tx link's reservations.
-    pub tx: Calendar,
+    pub tx: DenseCalendar,
     /// The rx link's reservations.
-    pub rx: Calendar,
+    pub rx: DenseCalendar,
 }
 
 /// One NIC's PCIe link, full duplex: the two directions are separate budgets.
@@ -753,10 +756,10 @@ pub struct Port {
 pub struct Pcie {
     /// The NIC reading host memory (a responder's READ payloads, a requester's WRITE
     /// payloads and SENDs): its reservations.
-    pub dma_read: Calendar,
+    pub dma_read: DenseCalendar,
     /// The NIC writing host memory (a responder's WRITE payloads, a requester's READ
     /// payloads): its reservations.
-    pub dma_write: Calendar,
+    pub dma_write: DenseCalendar,
 }
 
 /// A memory node's NIC.
