@@ -90,8 +90,9 @@
 //! every later batch wait: on the `cx3` LOTUS-sized preset every op's latency was the
 //! atomic queue's depth (FLUSHes waited 132 µs where they now take 3), and a bare stream
 //! of 64 coordinators posting 4 ops each ran at 3.6 times its uncontended latency on an
-//! idle fabric. Calendars let a transfer take an earlier gap instead. The PM media
-//! ([`PmState`]) and the per-address atomic times still keep one "free from" time each.
+//! idle fabric. Calendars let a transfer take an earlier gap instead; so do the PM
+//! media's queues ([`PmState`]). The per-address atomic times still keep one "free
+//! from" time each.
 //! Link and PCIe transfer times are rounded up to whole nanoseconds per batch (PCIe: per
 //! op at the responder).
 //!
@@ -438,7 +439,7 @@ impl NicModel {
                 Op::Read { ptr, len, dst } if len > 0 => {
                     let n = u64::from(len);
                     let ready = match pm {
-                        Some(pm) => mn.pm.read(pm, due, n, batch.t),
+                        Some(pm) => mn.pm.read(pm, now, due, n, batch.t),
                         None => due,
                     };
                     let (_, sent) = mn.pcie.dma_read.reserve(now, ready, pcie_ns_at(n, pcie_fs), 0);
@@ -451,7 +452,7 @@ impl NicModel {
                     let n = u64::from(len);
                     let (_, crossed) = mn.pcie.dma_write.reserve(now, due, pcie_ns_at(n, pcie_fs), 0);
                     let landed = match pm {
-                        Some(pm) => mn.pm.write(pm, crossed, n, batch.t),
+                        Some(pm) => mn.pm.write(pm, now, crossed, n, batch.t),
                         None => crossed,
                     };
                     t = t.max(landed);
@@ -580,10 +581,12 @@ fn pcie_ns_at(bytes: u64, fs_per_byte: u64) -> u64 {
 ///
 /// Each memory node has one media resource with a read queue and a write queue (the
 /// memory controller keeps separate read and write pending queues). A READ's payload
-/// is read from the media before it crosses PCIe: `m = max(proc, read_free)`,
-/// `read_free = m + n·read_ps_per_byte`. A WRITE's payload lands on the media after
-/// PCIe: `m = max(pcie_done, write_free)`, `write_free = m + n·write_ps_per_byte / (1 −
-/// cut)`, and the op is done (for its batch's service end) when it landed. FLUSH adds
+/// is read from the media before it crosses PCIe, in the read queue's first gap:
+/// `first(read, proc, n·read_ps_per_byte)`. A WRITE's payload lands on the media after
+/// PCIe: `first(write, pcie_done, n·write_ps_per_byte / (1 − cut))`, and the op is done
+/// (for its batch's service end) when it landed. Both queues are calendars, like the
+/// links (`nic` module doc, "Backfill"): a WRITE held far ahead (behind an atomic on
+/// its connection) does not hold the media for the ones after it. FLUSH adds
 /// nothing: the media's write queue is inside the persistence domain (ADR).
 ///
 /// Interference: `cut = write_cut_max_permille/1000 · load`, where `load ∈ [0, 1]` is
@@ -643,10 +646,10 @@ impl PmModel {
 /// One memory node's media queues and read-load windows ([`PmModel`]).
 #[derive(Clone, Debug, Default)]
 pub struct PmState {
-    /// The read queue frees then.
-    pub read_free: u64,
-    /// The write queue frees then.
-    pub write_free: u64,
+    /// The read queue's reservations.
+    pub read: Calendar,
+    /// The write queue's reservations.
+    pub write: Calendar,
     /// Index of the current load window (doorbell time / window).
     window: u64,
     /// READ bytes in the current window.
@@ -667,20 +670,20 @@ impl PmState {
         }
     }
 
-    /// A READ of `n` bytes whose unit is done at `at`: when its payload is off the media.
-    fn read(&mut self, pm: &PmModel, at: u64, n: u64, t: u64) -> u64 {
+    /// A READ of `n` bytes, doorbell at `t`, whose unit is done at `at` (reserved at
+    /// virtual time `now`): when its payload is off the media.
+    fn read(&mut self, pm: &PmModel, now: u64, at: u64, n: u64, t: u64) -> u64 {
         self.roll(pm, t);
         self.read_bytes_cur += n;
-        self.read_free = at.max(self.read_free) + pm.read_ns(n);
-        self.read_free
+        self.read.reserve(now, at, pm.read_ns(n), 0).1
     }
 
-    /// A WRITE of `n` bytes off PCIe at `at`: when it landed on the media.
-    fn write(&mut self, pm: &PmModel, at: u64, n: u64, t: u64) -> u64 {
+    /// A WRITE of `n` bytes, doorbell at `t`, off PCIe at `at` (reserved at virtual time
+    /// `now`): when it landed on the media.
+    fn write(&mut self, pm: &PmModel, now: u64, at: u64, n: u64, t: u64) -> u64 {
         self.roll(pm, t);
         let load = pm.load_permille(self.read_bytes_prev);
-        self.write_free = at.max(self.write_free) + pm.write_ns(n, load);
-        self.write_free
+        self.write.reserve(now, at, pm.write_ns(n, load), 0).1
     }
 }
 
@@ -1090,6 +1093,33 @@ mod tests {
         let alone = m.time_batch(&mut FabricState::default(), at(0, 0), [read].iter());
         let other = m.time_batch(&mut st, at(99, 0), [read].iter());
         assert!(other.done < alone.done + 1_000, "{other:?} against {alone:?}");
+    }
+
+    /// Goal: the PM media's write queue backfills like the links: a WRITE held behind
+    /// its connection's CAS on a hot word, landing microseconds ahead, does not hold
+    /// the media for a WRITE on another connection, served as on an idle node.
+    #[test]
+    fn pm_media_backfills_before_a_far_write() {
+        let (m, pm) = (NicModel::cx5(), PmModel::optane_6x());
+        let mut st = FabricState::default();
+        let write = Op::Write {
+            ptr: RemotePtr::new(MnId(0), 4096),
+            src: 0,
+            len: 64,
+        };
+        for c in 0..10 {
+            m.time_batch_pm(Some(&pm), &mut st, at(c, 0), [cas_at(0)].iter());
+        }
+        let held = m.time_batch_pm(Some(&pm), &mut st, at(9, 0), [write].iter());
+        assert!(held.end >= 10 * m.atomic_addr_ns, "{held:?}");
+        let alone = m.time_batch_pm(Some(&pm), &mut FabricState::default(), at(0, 0), [write].iter());
+        let other = m.time_batch_pm(Some(&pm), &mut st, at(99, 0), [write].iter());
+        // It arrives a little later than alone (the CASes' requests hold the rx link).
+        assert_eq!(
+            other.end - other.arrival,
+            alone.end - alone.arrival,
+            "{other:?} against {alone:?}"
+        );
     }
 
     /// Goal: an op after an atomic in one batch runs once the atomic has: a READ
