@@ -52,10 +52,10 @@
 //!    next op: `done_i = first(mn.pcie, proc_i, pcie(len)) + pcie(len)`. An
 //!    atomic waits for the ops before it to complete, for the NIC-wide atomic token (one
 //!    every [`NicModel::atomic_nic_gap_ns`], a calendar too) and for its address to be
-//!    free (one atomic per address every [`NicModel::atomic_addr_ns`], next-free times
-//!    kept per address in a hash map):
-//!    `x = first(tokens, max(proc_i, done_{<i}, addr_free), gap)`,
-//!    `done_i = addr_free = x + addr_ns`. The ops after an atomic wait for it (their
+//!    free (one atomic per address every [`NicModel::atomic_addr_ns`], a calendar per
+//!    address in a hash map): `x` is the first time from `max(proc_i, done_{<i})` at
+//!    which both the tokens hold `gap` and the address holds `addr_ns`, and
+//!    `done_i = x + addr_ns`. The ops after an atomic wait for it (their
 //!    `proc_i` and service interval start no earlier than its `done`): a READ
 //!    hitchhiked on a lock's CAS reads the record as the lock holder (FORD §4.2), as
 //!    a responder executes one connection's requests in order. Service ends when the
@@ -91,8 +91,8 @@
 //! atomic queue's depth (FLUSHes waited 132 µs where they now take 3), and a bare stream
 //! of 64 coordinators posting 4 ops each ran at 3.6 times its uncontended latency on an
 //! idle fabric. Calendars let a transfer take an earlier gap instead; so do the PM
-//! media's queues ([`PmState`]). The per-address atomic times still keep one "free
-//! from" time each.
+//! media's queues ([`PmState`]) and each address's atomics (a CAS held behind its
+//! connection does not hold its word for one ready before it).
 //! Link and PCIe transfer times are rounded up to whole nanoseconds per batch (PCIe: per
 //! op at the responder).
 //!
@@ -461,13 +461,22 @@ impl NicModel {
                     }
                 }
                 Op::Cas { ptr, .. } | Op::Faa { ptr, .. } => {
-                    let addr = ptr.offset;
-                    let addr_free = mn.addr_free.get(&addr).copied().unwrap_or(0);
-                    let (x, _) = mn
-                        .atomics
-                        .reserve(now, proc.max(t).max(addr_free), self.atomic_nic_gap_ns, 0);
-                    mn.addr_free.insert(addr, x + self.atomic_addr_ns);
-                    t = x + self.atomic_addr_ns;
+                    let word = mn.addr_busy.entry(ptr.offset).or_default();
+                    let (gap, hold) = (self.atomic_nic_gap_ns, self.atomic_addr_ns);
+                    // The first time both have room: each search starts where the
+                    // other's ended, and neither moves back.
+                    let mut x = proc.max(t);
+                    loop {
+                        x = mn.atomics.earliest(now, x, gap, 0);
+                        let y = word.earliest(now, x, hold, 0);
+                        if y == x {
+                            break;
+                        }
+                        x = y;
+                    }
+                    mn.atomics.reserve(now, x, gap, 0);
+                    word.reserve(now, x, hold, 0);
+                    t = x + hold;
                     fence = t;
                 }
                 // FLUSH, and READ/WRITE of no bytes: the unit alone.
@@ -476,13 +485,12 @@ impl NicModel {
         }
         debug_assert_eq!(proc - start, sum.busy_ns);
         let end = t;
-        if mn.addr_free.len() > mn.addr_prune_at {
-            // An entry freed by now can never delay a later batch: none is served
-            // before now. Kept small, the map stays in the L1 cache; the threshold
-            // follows what stays, so pruning is O(1) per insert.
-            let floor = now;
-            mn.addr_free.retain(|_, &mut free| free > floor);
-            mn.addr_prune_at = (2 * mn.addr_free.len()).max(ADDR_FREE_PRUNE_MIN);
+        if mn.addr_busy.len() > mn.addr_prune_at {
+            // An address free from now on can never delay a later batch: none is
+            // served before now. Kept small, the map stays in the L1 cache; the
+            // threshold follows what stays, so pruning is O(1) per insert.
+            mn.addr_busy.retain(|_, word| word.free_from() > now);
+            mn.addr_prune_at = (2 * mn.addr_busy.len()).max(ADDR_PRUNE_MIN);
         }
 
         // 4. Reply: MN tx link, latency, CN rx link, CN PCIe (READ payloads).
@@ -567,7 +575,7 @@ impl NicModel {
 
 /// A responder's per-address map is pruned when it holds more entries than this, or
 /// twice what the last pruning kept.
-const ADDR_FREE_PRUNE_MIN: usize = 64;
+const ADDR_PRUNE_MIN: usize = 64;
 
 /// `bytes` at `fs_per_byte` femtoseconds each, in ns rounded up.
 #[inline]
@@ -776,11 +784,11 @@ pub struct Responder {
     pub pcie: Pcie,
     /// The NIC-wide atomic engine's tokens (one atomic per `atomic_nic_gap_ns`).
     pub atomics: Calendar,
-    /// Per address: when the next atomic on it may run.
-    /// Never iterated in an order that matters (pruning only drops past entries), so a
-    /// hash map keeps runs deterministic.
-    pub addr_free: FxHashMap<u64, u64>,
-    /// `addr_free` is pruned when it holds more entries than this.
+    /// Per address: the atomics on it, one per `atomic_addr_ns`. Never iterated in an
+    /// order that matters (pruning only drops past entries), so a hash map keeps runs
+    /// deterministic.
+    pub addr_busy: FxHashMap<u64, Calendar>,
+    /// `addr_busy` is pruned when it holds more entries than this.
     addr_prune_at: usize,
     /// Its persistent-memory media, when the profile has `[pm]`.
     pub pm: PmState,
@@ -946,9 +954,9 @@ mod tests {
         for word in 1..=8 {
             both(&mut st, at(0, 0), word);
         }
-        st[0].mns[0].addr_prune_at = st[0].mns[0].addr_free.len();
+        st[0].mns[0].addr_prune_at = st[0].mns[0].addr_busy.len();
         both(&mut st, at(1, 100_000), 0);
-        assert_eq!(st[0].mns[0].addr_free.len(), 1, "pruned down to word 0");
+        assert_eq!(st[0].mns[0].addr_busy.len(), 1, "pruned down to word 0");
         both(&mut st, at(2, 100_000), 0);
         // Random doorbells up to 3 µs ahead of the virtual time, 5 M/s, a tenth of them on
         // one hot word (a load the node sustains).
@@ -963,8 +971,8 @@ mod tests {
             };
             both(&mut st, batch, word);
         }
-        assert!(st[1].mns[0].addr_free.len() > 10_000, "the reference kept every word");
-        let n = st[0].mns[0].addr_free.len();
+        assert!(st[1].mns[0].addr_busy.len() > 10_000, "the reference kept every word");
+        let n = st[0].mns[0].addr_busy.len();
         assert!(n < 1_000, "pruned: {n} entries");
     }
 
@@ -1093,6 +1101,34 @@ mod tests {
         let alone = m.time_batch(&mut FabricState::default(), at(0, 0), [read].iter());
         let other = m.time_batch(&mut st, at(99, 0), [read].iter());
         assert!(other.done < alone.done + 1_000, "{other:?} against {alone:?}");
+    }
+
+    /// Goal: an address's atomics backfill: a CAS held far ahead (behind its
+    /// connection's CASes on a hot word) does not hold its word for a CAS on another
+    /// connection, served as on an idle node; one that would overlap it goes after.
+    #[test]
+    fn atomics_backfill_per_address() {
+        let m = NicModel::cx5();
+        let mut st = FabricState::default();
+        for c in 0..10 {
+            m.time_batch(&mut st, at(c, 0), [cas_at(0)].iter());
+        }
+        let held = m.time_batch(&mut st, at(9, 0), [cas_at(64)].iter());
+        assert!(held.end >= 11 * m.atomic_addr_ns, "{held:?}");
+        let alone = m.time_batch(&mut FabricState::default(), at(0, 0), [cas_at(64)].iter());
+        let other = m.time_batch(&mut st, at(99, 0), [cas_at(64)].iter());
+        assert_eq!(
+            other.end - other.arrival,
+            alone.end - alone.arrival,
+            "{other:?} against {alone:?}"
+        );
+        // Ready just before the held one runs: no room for a whole hold, so after it.
+        let late = m.time_batch(
+            &mut st,
+            at(98, held.end - m.atomic_addr_ns - 1_200),
+            [cas_at(64)].iter(),
+        );
+        assert_eq!(late.end, held.end + m.atomic_addr_ns, "{late:?} after {held:?}");
     }
 
     /// Goal: the PM media's write queue backfills like the links: a WRITE held behind
