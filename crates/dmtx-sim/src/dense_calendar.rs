@@ -10,10 +10,10 @@
 //! searches and inserts were a fifth of the simulator's instructions (`docs/sim-model.md`,
 //! "Speed").
 //!
-//! The bits live in a ring of words that covers `[now, the last reservation's end)`: the
-//! words behind `now` are cleared as it moves on (no reservation starts before the
-//! virtual time at which it is made, so they can never matter again) and the ring doubles
-//! when a reservation ends beyond it. Memory is one bit per nanosecond booked ahead:
+//! The bits live in a ring of words that covers `[now, the last reservation's end)`. No
+//! reservation starts before the virtual time at which it is made, so the words behind
+//! `now` can never matter again: they are left unread until a reservation needs the
+//! ring's room, then cleared, and the ring doubles only when that is not enough. Memory is one bit per nanosecond booked ahead:
 //! 2 KiB for 16 µs, what a fabric at its uncontended latency books; a reply reserved a
 //! millisecond ahead (behind the `cx3` atomic engine's queue) takes 128 KiB. The
 //! processing units and the atomic engine, whose jobs can be booked far ahead on every
@@ -56,13 +56,15 @@ impl DenseCalendar {
     #[inline(always)]
     pub fn reserve(&mut self, now: u64, t: u64, len: u64, floor: u64) -> (u64, u64) {
         debug_assert!(t >= now, "a reservation at {t} made at {now}");
-        self.forget_before(now);
         let s = match t >= self.end {
             true => t,
             false => self.find_gap(t, len, floor),
         };
         let e = (s + len).max(floor);
         if e > s {
+            if (e - 1) / 64 >= self.base + self.words.len() as u64 {
+                self.make_room(now, e);
+            }
             self.mark(s, e);
             self.end = self.end.max(e);
         }
@@ -75,9 +77,13 @@ impl DenseCalendar {
         self.end
     }
 
-    /// Clear the words wholly before `now`'s, and let the ring hold from there on.
-    #[inline(always)]
-    fn forget_before(&mut self, now: u64) {
+    /// Let the ring hold `[now, e)`: clear the words wholly before `now`'s (no
+    /// reservation starts before `now`, so they can never matter again: until the ring
+    /// needs their room they are left as they are, unread), then grow it if that is not
+    /// enough.
+    #[cold]
+    #[inline(never)]
+    fn make_room(&mut self, now: u64, e: u64) {
         let w = now / 64;
         if w > self.base {
             // Only words before the last reservation's end can be set.
@@ -87,6 +93,10 @@ impl DenseCalendar {
                 self.words[(a & mask) as usize] = 0;
             }
             self.base = w;
+        }
+        let last = (e - 1) / 64;
+        if last >= self.base + self.words.len() as u64 {
+            self.grow(last);
         }
     }
 
@@ -148,13 +158,10 @@ impl DenseCalendar {
         }
     }
 
-    /// Set the bits of `[s, e)` (free, non-empty, not before the ring's base).
+    /// Set the bits of `[s, e)` (free, non-empty, in the ring).
     #[inline(always)]
     fn mark(&mut self, s: u64, e: u64) {
         let last = (e - 1) / 64;
-        if last >= self.base + self.words.len() as u64 {
-            self.grow(last);
-        }
         let mask = self.mask();
         let first = s / 64;
         let lo = !0u64 << (s % 64);
@@ -171,7 +178,6 @@ impl DenseCalendar {
     }
 
     /// Double the ring until it holds absolute word `last`.
-    #[cold]
     fn grow(&mut self, last: u64) {
         let len = (last - self.base + 1).next_power_of_two() as usize;
         let mut words = vec![0; len];
@@ -230,8 +236,8 @@ mod tests {
         }
     }
 
-    /// Goal: the ring's words behind `now` are cleared as it moves on, so a ring that
-    /// never grew serves an endless stream; words a wrap would reuse start clear.
+    /// Goal: the ring's words behind `now` are cleared when their room is needed, so a
+    /// ring that never grew serves an endless stream; words a wrap reuses start clear.
     #[test]
     fn a_steady_stream_keeps_the_ring_small() {
         let mut c = DenseCalendar::default();
