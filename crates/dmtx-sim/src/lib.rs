@@ -49,9 +49,8 @@
 //!   `dmtx_verbs::conformance::reads_tear_by_word` does not apply: it stalls a region's
 //!   word loop from OS threads, while the simulator applies ops on one thread and tears
 //!   by its model (`tests/physics.rs` checks the shapes).
-//! - Speed: 1.5–5.1 M simulated verbs per real second on bare streams
-//!   (`examples/speed.rs`, `docs/sim-model.md`): only a one-node stream of 4-op posts
-//!   reaches the 5 M aimed at.
+//! - Speed: 1.1–3.8 M simulated verbs per real second on bare streams
+//!   (`examples/speed.rs`, `docs/sim-model.md`), below the 5 M aimed at.
 //!
 //! ```
 //! use std::sync::Arc;
