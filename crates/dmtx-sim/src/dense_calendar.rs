@@ -19,9 +19,16 @@
 //! processing units and the atomic engine, whose jobs can be booked far ahead on every
 //! connection at once, keep interval lists.
 //!
+//! A ring is at most [`WORDS_MAX`] words (8 MiB, 67 ms booked ahead). A resource booked
+//! further ahead than that (a queue of tens of milliseconds: a profile with a link of a
+//! few Mb/s, a transfer of gigabytes) turns into an interval list for good, so memory
+//! stays bounded by the reservations, as the list's is.
+//!
 //! The contract is the interval list's, exactly (a differential test below): the earliest
 //! `s >= t` such that `[s, max(s + len, floor))` is free; a job of no length takes the
 //! first free instant.
+
+use crate::calendar::Calendar;
 
 /// Busy nanoseconds of one serial resource, one bit each, from `now` on.
 #[derive(Clone, Debug)]
@@ -33,22 +40,37 @@ pub struct DenseCalendar {
     base: u64,
     /// The end of the last reservation: every bit from here on is clear.
     end: u64,
+    /// The longest the ring may grow ([`WORDS_MAX`] but in tests).
+    words_max: usize,
+    /// Once a reservation ended beyond what `words_max` words reach: every reservation,
+    /// as an interval list (the ring is then empty).
+    sparse: Option<Box<Calendar>>,
 }
 
 /// Ring words to start with: 16 µs ahead.
 const WORDS_MIN: usize = 256;
 
+/// Ring words at most: 2^20 words, 8 MiB, 67 ms ahead.
+pub const WORDS_MAX: usize = 1 << 20;
+
 impl Default for DenseCalendar {
     fn default() -> Self {
-        Self {
-            words: vec![0; WORDS_MIN],
-            base: 0,
-            end: 0,
-        }
+        Self::with_limit(WORDS_MAX)
     }
 }
 
 impl DenseCalendar {
+    /// An empty calendar whose ring grows to at most `words_max` words.
+    fn with_limit(words_max: usize) -> Self {
+        Self {
+            words: vec![0; WORDS_MIN.min(words_max)],
+            base: 0,
+            end: 0,
+            words_max,
+            sparse: None,
+        }
+    }
+
     /// Reserve the earliest interval `[s, e)` with `s >= t` that is free, where
     /// `e = max(s + len, floor)`, as [`Calendar::reserve`](crate::calendar::Calendar::reserve)
     /// does. `now` is virtual time: `t >= now`, and `now` never goes back. Returns
@@ -56,14 +78,16 @@ impl DenseCalendar {
     #[inline(always)]
     pub fn reserve(&mut self, now: u64, t: u64, len: u64, floor: u64) -> (u64, u64) {
         debug_assert!(t >= now, "a reservation at {t} made at {now}");
+        // A list's calendar (`end` is then `u64::MAX` and the ring empty) goes through
+        // the two out-of-line calls, keeping the common path free of its test.
         let s = match t >= self.end {
             true => t,
-            false => self.find_gap(t, len, floor),
+            false => self.find_gap(now, t, len, floor),
         };
         let e = (s + len).max(floor);
         if e > s {
             if (e - 1) / 64 >= self.base + self.words.len() as u64 {
-                self.make_room(now, e);
+                return self.reserve_beyond(now, s, len, floor);
             }
             self.mark(s, e);
             self.end = self.end.max(e);
@@ -71,19 +95,43 @@ impl DenseCalendar {
         (s, e)
     }
 
+    /// [`DenseCalendar::reserve`] of a job found free at `s` that ends beyond the ring:
+    /// make room, or turn into an interval list when the ring would grow too long (or
+    /// is one already).
+    #[cold]
+    #[inline(never)]
+    fn reserve_beyond(&mut self, now: u64, s: u64, len: u64, floor: u64) -> (u64, u64) {
+        let e = (s + len).max(floor);
+        if self.sparse.is_none() {
+            if self.make_room(now, e) {
+                self.mark(s, e);
+                self.end = self.end.max(e);
+                return (s, e);
+            }
+            self.sparse = Some(Box::new(self.to_list(now)));
+            self.words = Vec::new();
+            self.end = u64::MAX;
+        }
+        let list = self.sparse.as_mut().expect("a list by now");
+        let got = list.reserve(now, s, len, floor);
+        debug_assert_eq!(got, (s, e), "it was free");
+        got
+    }
+
     /// The end of the last reservation: the resource is free from then on.
     #[inline]
     pub fn free_from(&self) -> u64 {
-        self.end
+        match &self.sparse {
+            Some(list) => list.free_from(),
+            None => self.end,
+        }
     }
 
     /// Let the ring hold `[now, e)`: clear the words wholly before `now`'s (no
     /// reservation starts before `now`, so they can never matter again: until the ring
     /// needs their room they are left as they are, unread), then grow it if that is not
-    /// enough.
-    #[cold]
-    #[inline(never)]
-    fn make_room(&mut self, now: u64, e: u64) {
+    /// enough. False when the ring would grow beyond its limit.
+    fn make_room(&mut self, now: u64, e: u64) -> bool {
         let w = now / 64;
         if w > self.base {
             // Only words before the last reservation's end can be set.
@@ -96,8 +144,25 @@ impl DenseCalendar {
         }
         let last = (e - 1) / 64;
         if last >= self.base + self.words.len() as u64 {
+            if last - self.base >= self.words_max as u64 {
+                return false;
+            }
             self.grow(last);
         }
+        true
+    }
+
+    /// The reservations from `now` on, as an interval list.
+    fn to_list(&self, now: u64) -> Calendar {
+        let mut list = Calendar::default();
+        let mut s = now;
+        // Runs of set bits: from a set bit to the next clear one.
+        while let Some(b) = self.next_set(s, self.end) {
+            let e = self.next_clear(b);
+            list.reserve(now, b, e - b, 0);
+            s = e;
+        }
+        list
     }
 
     #[inline]
@@ -105,9 +170,13 @@ impl DenseCalendar {
         self.words.len() as u64 - 1
     }
 
-    /// The earliest fitting start for a request before the last reservation's end.
+    /// The earliest fitting start for a request before the last reservation's end (at
+    /// virtual time `now`).
     #[inline(never)]
-    fn find_gap(&self, t: u64, len: u64, floor: u64) -> u64 {
+    fn find_gap(&mut self, now: u64, t: u64, len: u64, floor: u64) -> u64 {
+        if let Some(list) = &mut self.sparse {
+            return list.earliest(now, t, len, floor);
+        }
         let mut s = t;
         loop {
             s = self.next_clear(s);
@@ -192,7 +261,6 @@ impl DenseCalendar {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::calendar::Calendar;
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
 
@@ -204,7 +272,13 @@ mod tests {
     fn matches_the_interval_list() {
         for seed in 0..20 {
             let mut rng = SmallRng::seed_from_u64(seed);
-            let (mut dense, mut list) = (DenseCalendar::default(), Calendar::default());
+            // Every other seed with a ring limit the requests exceed (they book up to
+            // 2 ms ahead): the calendar turns into a list midway.
+            let mut dense = match seed % 2 {
+                0 => DenseCalendar::default(),
+                _ => DenseCalendar::with_limit(1 << (8 + seed % 5)),
+            };
+            let mut list = Calendar::default();
             let mut now = 0;
             for i in 0..5_000 {
                 now += match rng.random_range(0..100) {
@@ -233,7 +307,31 @@ mod tests {
                 );
                 assert_eq!(dense.free_from().max(now), list.free_from().max(now));
             }
+            assert_eq!(dense.sparse.is_some(), seed % 2 == 1, "seed {seed}");
         }
+    }
+
+    /// Goal: a calendar booked beyond its ring's limit turns into an interval list that
+    /// holds every reservation it had, the first one at `now` included: after the turn,
+    /// each instant is busy or free as in a list that was one all along.
+    #[test]
+    fn turning_into_a_list_keeps_every_reservation() {
+        let (mut dense, mut list) = (DenseCalendar::with_limit(256), Calendar::default());
+        let now = 1_000;
+        let mut both = |t: u64, len: u64| {
+            let got = dense.reserve(now, t, len, 0);
+            assert_eq!(got, list.reserve(now, t, len, 0), "t {t} len {len}");
+            got
+        };
+        for i in 0..40 {
+            both(now + i * 100, 1 + i * 7 % 70);
+        }
+        assert_eq!(both(now + 1_000_000, 10), (now + 1_000_000, now + 1_000_010));
+        // A job of no length is not recorded: it probes the first free instant.
+        for t in now..now + 4_200 {
+            both(t, 0);
+        }
+        assert!(dense.sparse.is_some() && dense.words.is_empty());
     }
 
     /// Goal: the ring's words behind `now` are cleared when their room is needed, so a
