@@ -13,11 +13,11 @@
 //! The bits live in a ring of words that covers `[now, the last reservation's end)`. No
 //! reservation starts before the virtual time at which it is made, so the words behind
 //! `now` can never matter again: they are left unread until a reservation needs the
-//! ring's room, then cleared, and the ring doubles only when that is not enough. Memory is one bit per nanosecond booked ahead:
-//! 2 KiB for 16 µs, what a fabric at its uncontended latency books; a reply reserved a
-//! millisecond ahead (behind the `cx3` atomic engine's queue) takes 128 KiB. The
-//! processing units and the atomic engine, whose jobs can be booked far ahead on every
-//! connection at once, keep interval lists.
+//! ring's room, then cleared, and the ring doubles only when that is not enough. Memory
+//! is one bit per nanosecond booked ahead: 2 KiB for 16 µs, what a fabric at its
+//! uncontended latency books; a reply reserved a millisecond ahead (behind the `cx3`
+//! atomic engine's queue) takes 128 KiB. The processing units and the atomic engine,
+//! whose jobs can be booked far ahead on every connection at once, keep interval lists.
 //!
 //! A ring is at most [`WORDS_MAX`] words (8 MiB, 67 ms booked ahead). A resource booked
 //! further ahead than that (a queue of tens of milliseconds: a profile with a link of a
@@ -78,8 +78,8 @@ impl DenseCalendar {
     #[inline(always)]
     pub fn reserve(&mut self, now: u64, t: u64, len: u64, floor: u64) -> (u64, u64) {
         debug_assert!(t >= now, "a reservation at {t} made at {now}");
-        // A list's calendar (`end` is then `u64::MAX` and the ring empty) goes through
-        // the two out-of-line calls, keeping the common path free of its test.
+        // Once it is a list, `end` is `u64::MAX` and the ring empty: it goes through the
+        // two out-of-line calls, and the common path needs no test for it.
         let s = match t >= self.end {
             true => t,
             false => self.find_gap(now, t, len, floor),
