@@ -134,12 +134,14 @@ impl DenseCalendar {
     fn make_room(&mut self, now: u64, e: u64) -> bool {
         let w = now / 64;
         if w > self.base {
-            // Only words before the last reservation's end can be set.
-            let dirty = self.end.div_ceil(64).min(w);
-            let mask = self.mask();
-            for a in self.base..dirty {
-                self.words[(a & mask) as usize] = 0;
-            }
+            // Only words before the last reservation's end can be set: at most the whole
+            // ring, from `base`'s slot on, wrapping once.
+            let dirty = self.end.div_ceil(64).min(w).saturating_sub(self.base) as usize;
+            let from = (self.base & self.mask()) as usize;
+            let (wrapped, head) = self.words.split_at_mut(from);
+            let in_head = dirty.min(head.len());
+            head[..in_head].fill(0);
+            wrapped[..(dirty - in_head).min(from)].fill(0);
             self.base = w;
         }
         let last = (e - 1) / 64;
