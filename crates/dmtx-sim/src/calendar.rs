@@ -153,6 +153,24 @@ impl Calendar {
     pub fn intervals(&self) -> usize {
         self.busy.len() - self.head
     }
+
+    /// Reserve, for a job that holds two resources from the same instant (an atomic:
+    /// its NIC's engine token and its word), the earliest `s >= t` at which `self`
+    /// holds `len` and `other` holds `other_len`; `now` as for [`Calendar::reserve`].
+    /// Each search starts where the other's ended and neither moves back, so it ends.
+    pub fn reserve_with(&mut self, other: &mut Calendar, now: u64, t: u64, len: u64, other_len: u64) -> u64 {
+        let mut s = t;
+        loop {
+            let (i, x) = self.find(now, s, len, 0);
+            let (j, y) = other.find(now, x, other_len, 0);
+            if y == x {
+                self.insert_at(i, x, len, 0);
+                other.insert_at(j, x, other_len, 0);
+                return x;
+            }
+            s = y;
+        }
+    }
 }
 
 /// `k` interchangeable servers (a NIC's processing units), each serving one job at a
@@ -253,6 +271,43 @@ mod tests {
         // Nothing reserved starts before `now`: what ended by then goes.
         assert_eq!(c.reserve(1_500, 1_500, 0, 0), (2_001, 2_001));
         assert_eq!(c.intervals(), 1);
+    }
+
+    /// Goal: a job that holds two resources from one instant gets the earliest instant
+    /// at which both are free for its two lengths, against two brute-force timelines,
+    /// over random out-of-order requests.
+    #[test]
+    fn reserve_with_matches_two_brute_force_timelines() {
+        let mut rng = SmallRng::seed_from_u64(13);
+        let (mut a, mut b) = (Calendar::default(), Calendar::default());
+        let (mut taken_a, mut taken_b) = (vec![false; 400_000], vec![false; 400_000]);
+        let free = |taken: &[bool], s: u64, len: u64| (s..s + len).all(|x| !taken[x as usize]);
+        let mut now = 0;
+        for _ in 0..3_000 {
+            now += rng.random_range(0..200);
+            let t = now + rng.random_range(0..2_000);
+            let (len_a, len_b) = (rng.random_range(1..30), rng.random_range(1..150));
+            // Some jobs on one resource alone, so that the two differ.
+            match rng.random_range(0..4) {
+                0 => {
+                    let (s, e) = a.reserve(now, t, len_a, 0);
+                    taken_a[s as usize..e as usize].fill(true);
+                }
+                1 => {
+                    let (s, e) = b.reserve(now, t, len_b, 0);
+                    taken_b[s as usize..e as usize].fill(true);
+                }
+                _ => {
+                    let s = a.reserve_with(&mut b, now, t, len_a, len_b);
+                    let want = (t..)
+                        .find(|&s| free(&taken_a, s, len_a) && free(&taken_b, s, len_b))
+                        .unwrap();
+                    assert_eq!(s, want, "t {t} lengths {len_a} {len_b}");
+                    taken_a[s as usize..(s + len_a) as usize].fill(true);
+                    taken_b[s as usize..(s + len_b) as usize].fill(true);
+                }
+            }
+        }
     }
 
     /// Goal: in time order, servers are the "earliest-free unit" rule: a job starts at

@@ -463,19 +463,7 @@ impl NicModel {
                 Op::Cas { ptr, .. } | Op::Faa { ptr, .. } => {
                     let word = mn.addr_busy.entry(ptr.offset).or_default();
                     let (gap, hold) = (self.atomic_nic_gap_ns, self.atomic_addr_ns);
-                    // The first time both have room: each search starts where the
-                    // other's ended, and neither moves back.
-                    let mut x = proc.max(t);
-                    loop {
-                        x = mn.atomics.earliest(now, x, gap, 0);
-                        let y = word.earliest(now, x, hold, 0);
-                        if y == x {
-                            break;
-                        }
-                        x = y;
-                    }
-                    mn.atomics.reserve(now, x, gap, 0);
-                    word.reserve(now, x, hold, 0);
+                    let x = mn.atomics.reserve_with(word, now, proc.max(t), gap, hold);
                     t = x + hold;
                     fence = t;
                 }
