@@ -281,24 +281,31 @@ impl Sim {
         matches!(self.step_until(u64::MAX), Step::Took | Step::CpuFree(_))
     }
 
-    /// Take the next event if it is due no later than `deadline` (one lock for the look
-    /// and the work: the executor calls this once per event).
+    /// Take the next event if it is due no later than `deadline`, and the ones after it
+    /// while they wake nothing (a batch's `Apply`, a reply its task is not waiting for
+    /// yet): the executor would only call again, so one lock serves them all.
     pub(crate) fn step_until(&self, deadline: u64) -> Step {
         let mut wake = None;
         let mut delivery = None;
-        {
-            let mut st = self.lock();
+        let mut st = self.lock();
+        let mut took = false;
+        loop {
             let Some((at, event)) = st.queue.pop_until(deadline) else {
-                return match st.queue.is_empty() {
-                    true => Step::Empty,
-                    false => Step::Later,
+                return match (took, st.queue.is_empty()) {
+                    (true, _) => Step::Took,
+                    (false, true) => Step::Empty,
+                    (false, false) => Step::Later,
                 };
             };
+            took = true;
             self.shared.time.advance_to(at.max(self.now()));
             st.stats.events += 1;
             match event {
                 Event::Apply { slot, mn } if st.faults.active.is_some() => self.apply_faulty(&mut st, slot, mn),
-                Event::Apply { slot, mn } => self.apply(&mut st, slot, mn),
+                Event::Apply { slot, mn } => {
+                    self.apply(&mut st, slot, mn);
+                    continue;
+                }
                 // Only a fault script holds replies back, and once installed one stays
                 // (installing replaces it): without one, the post's fault bookkeeping
                 // (a cache line of its own) is not read.
@@ -325,15 +332,19 @@ impl Sim {
                             if let Some(w) = &p.waker {
                                 w.wake_by_ref();
                             }
+                            break;
                         }
                     }
+                    continue;
                 }
                 Event::Wake(w) => wake = Some(w),
                 Event::CpuFree(c) => return Step::CpuFree(c),
                 // Handled below: it looks at crashed nodes, which may lock the state.
                 Event::Msg(d) => delivery = Some(d),
             }
+            break;
         }
+        drop(st);
         if let Some(d) = delivery {
             d.arrive(self);
         }
