@@ -8,6 +8,12 @@
 //! (default 10: the slabs, queues and regions' pages grow then) on each case
 //! (`DMTX_SPEED_CASE=k` runs case k alone, `DMTX_SPEED_OPS=n` sets the batch size of the
 //! multi-op cases).
+//!
+//! On a shared machine one run says little: the same build varies by a third from one
+//! minute to the next as neighbours come and go (`docs/sim-model.md`, "Speed").
+//! `DMTX_SPEED_RUNS=n` runs each case `n` times in a row and ends with a line per case
+//! giving the median and the best; compare builds by alternating them, not by runs an
+//! hour apart.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -43,7 +49,7 @@ fn run(
     ops: usize,
     (warmup_ns, virtual_ns): (u64, u64),
     cpu: CpuMode,
-) {
+) -> f64 {
     let regions: Vec<Arc<Region>> = (0..mns).map(|_| Arc::new(Region::new(*REGION_BYTES))).collect();
     let mut config = SimConfig::new(1);
     config.cpu.mode = cpu;
@@ -100,6 +106,7 @@ fn run(
         st.ops as f64 / real / 1e6,
         real / (virtual_ns as f64 / 1e9)
     );
+    st.ops as f64 / real / 1e6
 }
 
 fn main() {
@@ -113,16 +120,37 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(4);
+    let runs: usize = std::env::var("DMTX_SPEED_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    let mut summary = Vec::new();
     let mut case = 0;
     for cpu in [CpuMode::Off, CpuMode::Model] {
         // 1 CN, 64 coordinators; then LOTUS-sized: 3 MNs, 9 CNs, 540 coordinators.
         for (cns, threads, coroutines, mns) in [(1, 8, 8, 2), (9, 10, 6, 3)] {
             for ops in [1, wide] {
                 if only.is_none_or(|k| k == case) {
-                    run(cns, threads, coroutines, mns, ops, window, cpu);
+                    let mut rates: Vec<f64> = (0..runs)
+                        .map(|_| run(cns, threads, coroutines, mns, ops, window, cpu))
+                        .collect();
+                    rates.sort_by(f64::total_cmp);
+                    summary.push((case, rates));
                 }
                 case += 1;
             }
+        }
+    }
+    if runs > 1 {
+        for (case, rates) in summary {
+            let shown: Vec<String> = rates.iter().map(|r| format!("{r:.2}")).collect();
+            println!(
+                "case {case}: median {:.2}, best {:.2} M verb completions/s over {runs} runs ({})",
+                rates[rates.len() / 2],
+                rates[rates.len() - 1],
+                shown.join(" ")
+            );
         }
     }
 }
