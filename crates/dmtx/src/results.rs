@@ -44,9 +44,10 @@
 //! | `ops_per_commit` | {`read`,`write`,`cas`,`faa`,`flush`}: verbs of committed attempts / committed |
 //! | `bytes_per_commit` | {`out` (to memory nodes), `in` (from them)} / committed |
 //! | `background_posts_per_commit` | posts never waited for (background release) / committed |
+//! | `ts_per_commit`, `ts_rtts_per_commit` | timestamps committed attempts asked of the timestamp service / committed, and of those the ones waited a round trip for (an RPC to the oracle's host, a FAA); never in `rtt_per_commit` or `ops_per_commit` (DESIGN §4) |
 //! | `wasted_rtts_per_commit` | round trips of *aborted* attempts / committed |
 //! | `latency_us` | as above, for this type, or null |
-//! | `committed_counters`, `aborted_counters` | raw sums: `rtts`, `background_posts`, `ops` {…}, `bytes_out`, `bytes_in` (for re-aggregating runs) |
+//! | `committed_counters`, `aborted_counters` | raw sums: `rtts`, `background_posts`, `ops` {…}, `bytes_out`, `bytes_in`, `ts_requests`, `ts_rtts` (for re-aggregating runs) |
 //!
 //! Latency is measured per attempt (from before the workload picks a transaction to
 //! its outcome); an aborted attempt is not retried with the same parameters, the
@@ -260,6 +261,13 @@ pub struct Counters {
     pub bytes_out: u64,
     /// Bytes returned by memory nodes.
     pub bytes_in: u64,
+    /// Timestamps asked of the timestamp service (absent from records before they were
+    /// counted: 0).
+    #[serde(default)]
+    pub ts_requests: u64,
+    /// Of those, the ones waited a round trip for.
+    #[serde(default)]
+    pub ts_rtts: u64,
 }
 
 impl From<&PostCounters> for Counters {
@@ -270,6 +278,8 @@ impl From<&PostCounters> for Counters {
             ops: Ops::from_array(c.ops),
             bytes_out: c.bytes_out,
             bytes_in: c.bytes_in,
+            ts_requests: c.ts_requests,
+            ts_rtts: c.ts_rtts,
         }
     }
 }
@@ -301,6 +311,12 @@ pub struct TxnTypeResult {
     pub background_posts_per_commit: Option<f64>,
     /// Round trips of aborted attempts per commit.
     pub wasted_rtts_per_commit: Option<f64>,
+    /// Timestamps asked by committed attempts per commit.
+    #[serde(default)]
+    pub ts_per_commit: Option<f64>,
+    /// Of those, the ones waited a round trip for, per commit.
+    #[serde(default)]
+    pub ts_rtts_per_commit: Option<f64>,
     /// Latency of committed attempts.
     pub latency_us: Option<Latency>,
     /// Raw sums over committed attempts.
@@ -338,6 +354,8 @@ impl TxnTypeResult {
             }),
             background_posts_per_commit: per(c.background_posts),
             wasted_rtts_per_commit: per(t.aborted_counters.rtts),
+            ts_per_commit: per(c.ts_requests),
+            ts_rtts_per_commit: per(c.ts_rtts),
             latency_us: Latency::of(&t.latency_ns),
             committed_counters: Counters::from(c),
             aborted_counters: Counters::from(&t.aborted_counters),
@@ -909,6 +927,13 @@ impl BenchResult {
             );
         }
         let _ = writeln!(o);
+        if let Some(ts) = self.total.ts_per_commit.filter(|&n| n > 0.0) {
+            let waited = self.total.ts_rtts_per_commit.unwrap_or_default();
+            let _ = writeln!(
+                o,
+                "  timestamps  {ts:.2} per commit, {waited:.2} of them waited a round trip for (not in rtt/c)"
+            );
+        }
         let _ = writeln!(
             o,
             "  invariant   {}: {}",
@@ -1052,6 +1077,8 @@ mod tests {
             rtts: 3,
             bytes_out: 100,
             bytes_in: 50,
+            ts_requests: 2,
+            ts_rtts: 1,
             ..Default::default()
         };
         c.ops[OpKind::Cas as usize] = 2;
@@ -1070,6 +1097,8 @@ mod tests {
         assert_eq!(t.ops_per_commit.unwrap().cas, 2.0);
         assert_eq!(t.bytes_per_commit.unwrap().r#in, 50.0);
         assert_eq!(t.wasted_rtts_per_commit, Some(0.5));
+        assert_eq!((t.ts_per_commit, t.ts_rtts_per_commit), (Some(2.0), Some(1.0)));
+        assert_eq!((t.committed_counters.ts_requests, t.committed_counters.ts_rtts), (4, 2));
         assert_eq!(t.abort_rate, round(1.0 / 3.0, 6));
         assert_eq!(t.abort_reasons["lock_conflict"], 1);
         let l = t.latency_us.unwrap();
@@ -1079,5 +1108,14 @@ mod tests {
         assert_eq!(empty.latency_us, None);
         let v = serde_json::to_value(&t).unwrap();
         assert!(v["bytes_per_commit"]["in"].is_number(), "{v}");
+        assert_eq!(v["ts_rtts_per_commit"], 1.0, "{v}");
+        // A record written before timestamps were counted still reads.
+        let mut old = v.clone();
+        let o = old.as_object_mut().unwrap();
+        o.remove("ts_per_commit");
+        o.remove("ts_rtts_per_commit");
+        o["committed_counters"].as_object_mut().unwrap().remove("ts_requests");
+        let back: TxnTypeResult = serde_json::from_value(old).unwrap();
+        assert_eq!((back.ts_per_commit, back.committed_counters.ts_requests), (None, 0));
     }
 }
