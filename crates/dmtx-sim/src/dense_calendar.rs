@@ -313,6 +313,34 @@ mod tests {
         }
     }
 
+    /// Goal: behind a deep queue (a resource booked solid for hundreds of microseconds
+    /// with a few holes, as a responder's PCIe under hundreds of coordinators), the
+    /// search finds the gap the list finds, as the ring grows, wraps and clears old
+    /// words.
+    #[test]
+    fn a_deep_queue_is_searched_like_the_list() {
+        for seed in 0..4 {
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let (mut dense, mut list) = (DenseCalendar::default(), Calendar::default());
+            let mut now = 0;
+            for i in 0..10_000 {
+                now += rng.random_range(0..30);
+                // Most jobs queue at once behind the others; some land in the queue.
+                let t = match rng.random_range(0..4) {
+                    0 => now + rng.random_range(0..40_000),
+                    _ => now,
+                };
+                let len = rng.random_range(1..120);
+                assert_eq!(
+                    dense.reserve(now, t, len, 0),
+                    list.reserve(now, t, len, 0),
+                    "seed {seed} request {i}: now {now} t {t} len {len}"
+                );
+            }
+            assert!(dense.free_from() > now + 100_000, "the queue stayed deep");
+        }
+    }
+
     /// Goal: a calendar booked beyond its ring's limit turns into an interval list that
     /// holds every reservation it had, the first one at `now` included: after the turn,
     /// each instant is busy or free as in a list that was one all along.
