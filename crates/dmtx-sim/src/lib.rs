@@ -49,8 +49,9 @@
 //!   `dmtx_verbs::conformance::reads_tear_by_word` does not apply: it stalls a region's
 //!   word loop from OS threads, while the simulator applies ops on one thread and tears
 //!   by its model (`tests/physics.rs` checks the shapes).
-//! - Speed: 1.1–3.8 M simulated verbs per real second on bare streams
-//!   (`examples/speed.rs`, `docs/sim-model.md`), below the 5 M aimed at.
+//! - Speed: 1.1–6.3 M simulated verbs per real second on bare streams
+//!   (`examples/speed.rs`, `docs/sim-model.md`): the 5 M aimed at is reached by 1-CN
+//!   4-op streams on a core of their own, not on a shared one nor by LOTUS-sized ones.
 //!
 //! ```
 //! use std::sync::Arc;
