@@ -27,6 +27,7 @@
 //! | `lose-response` | (needs `on=`) | the matched ops apply, but their post fails after the timeout (the CN never saw the reply) |
 //! | `delay` | `by=DUR` (needs `on=`) | the matched ops' posts complete `by` later |
 //! | `delay` | `by=DUR path=cnA->cnB [for=DUR]` | every CN↔CN message sent from `cnA` to `cnB` from the firing on, for `for` (forever without), is delivered `by` later; the other direction is a second clause |
+//! | `delay` | `by=DUR node=NODE [for=DUR]` | from the firing on, for `for` (forever without), everything the node sends or receives arrives `by` later: its CN↔CN messages both ways, the replies of its posts (a compute node) or of the posts to it (a memory node), and its lease requests and acks (so a live node whose delay passes its lease is expelled; `ms` delays every member's) |
 //! | `membership` | `lease=DUR [renew=DUR] members=NODE,..` | starts the lease-based membership node (see [`membership`](crate::membership)) |
 //!
 //! Triggers (any fault but `membership`; at least one of `at`, `point`, `on`):
@@ -211,6 +212,17 @@ pub enum FaultAction {
         /// How long (forever if `None`).
         for_ns: Option<u64>,
     },
+    /// Everything a node sends or receives arrives later while the fault lasts (`delay`
+    /// with `node=`): its CN↔CN messages, its posts' replies (a compute node's posts, or
+    /// the posts to a memory node) and its lease messages.
+    DelayNode {
+        /// The node (`cnN`, `mnN` or `ms`).
+        node: Node,
+        /// How much later.
+        by_ns: u64,
+        /// How long (forever if `None`).
+        for_ns: Option<u64>,
+    },
 }
 
 impl FaultAction {
@@ -229,7 +241,7 @@ impl FaultAction {
             FaultAction::ClockJump { .. } => "clock-jump",
             FaultAction::ClockDrift { .. } => "clock-drift",
             FaultAction::LoseResponse => "lose-response",
-            FaultAction::Delay { .. } | FaultAction::DelayMessages { .. } => "delay",
+            FaultAction::Delay { .. } | FaultAction::DelayMessages { .. } | FaultAction::DelayNode { .. } => "delay",
         }
     }
 }
@@ -574,7 +586,19 @@ impl Clause {
                 let by_ns = self
                     .duration("by")?
                     .ok_or_else(|| self.err("field `by` is missing; add e.g. by=50us".into()))?;
+                let node = self.field("node", node)?;
                 match self.field("path", parse_path)? {
+                    Some(_) if node.is_some() => {
+                        return Err(self.err(
+                            "`path` delays one message path, `node` everything a node sends or receives; keep one"
+                                .into(),
+                        ));
+                    }
+                    None if node.is_some() => FaultAction::DelayNode {
+                        node: node.expect("checked"),
+                        by_ns,
+                        for_ns: self.duration("for")?,
+                    },
                     Some((from, to)) => FaultAction::DelayMessages {
                         from,
                         to,
@@ -583,7 +607,7 @@ impl Clause {
                     },
                     None if self.fields.contains_key("for") => {
                         return Err(self.err(
-                            "`for` bounds a message delay; add path=cnA->cnB, or drop `for` (an op delay strikes `count` ops)"
+                            "`for` bounds a message or node delay; add path=cnA->cnB or node=NODE, or drop `for` (an op delay strikes `count` ops)"
                                 .into(),
                         ));
                     }
@@ -614,6 +638,7 @@ impl Clause {
             FaultAction::LoseResponse => &[],
             FaultAction::Delay { .. } => &["by", "path"],
             FaultAction::DelayMessages { .. } => &["by", "path", "for"],
+            FaultAction::DelayNode { .. } => &["by", "node", "for"],
         };
         self.finish(keys)?;
         let t = &trigger;
@@ -910,6 +935,8 @@ pub(crate) struct FaultState {
     slow: BTreeMap<Node, (u32, u64, NicModel)>,
     /// CN↔CN message delays: (from, to, by ns, until), in firing order.
     msg_delays: Vec<(u32, u32, u64, u64)>,
+    /// Node-wide delays: (node, by ns, until), in firing order.
+    node_delays: Vec<(Node, u64, u64)>,
     /// Per memory node, when the script has a PM crash.
     persist: Option<Vec<Persist>>,
     log: Vec<FaultRecord>,
@@ -985,10 +1012,24 @@ impl FaultState {
     /// How much later a CN↔CN message sent now from compute node `from` to `to` is
     /// delivered: the largest `delay path=` in effect on that path (0: none).
     pub(crate) fn msg_delay_ns(&self, from: u32, to: u32, now: u64) -> u64 {
-        self.msg_delays
+        let path = self
+            .msg_delays
             .iter()
             .filter(|&&(f, t, _, until)| f == from && t == to && until > now)
             .map(|&(_, _, by, _)| by)
+            .max()
+            .unwrap_or(0);
+        path.max(self.node_delay_ns(Node::Cn(from), now))
+            .max(self.node_delay_ns(Node::Cn(to), now))
+    }
+
+    /// How much later what `node` sends or receives now arrives: the largest `delay
+    /// node=` in effect on it (0: none).
+    pub(crate) fn node_delay_ns(&self, node: Node, now: u64) -> u64 {
+        self.node_delays
+            .iter()
+            .filter(|&&(n, _, until)| n == node && until > now)
+            .map(|&(_, by, _)| by)
             .max()
             .unwrap_or(0)
     }
@@ -1122,6 +1163,7 @@ impl Sim {
             partitions: Vec::new(),
             slow: BTreeMap::new(),
             msg_delays: Vec::new(),
+            node_delays: Vec::new(),
             persist: script
                 .has_pm_crash()
                 .then(|| (0..mn_count).map(|_| Persist::default()).collect()),
@@ -1137,6 +1179,7 @@ impl Sim {
             fs.partitions = o.partitions;
             fs.slow = o.slow;
             fs.msg_delays = o.msg_delays;
+            fs.node_delays = o.node_delays;
             fs.log = o.log;
             fs.lost_background = o.lost_background;
         }
@@ -1333,7 +1376,8 @@ impl Sim {
         if !p.fx.lose.is_empty() {
             p.fx.hold_until = now + fs.timeout_ns;
         }
-        p.fx.delay_ns = delay;
+        // A delayed compute node's replies land late, whatever they answer.
+        p.fx.delay_ns = delay.max(fs.node_delay_ns(Node::Cn(cn), now));
         for k in fire {
             self.trigger(st, k, Some(cn));
         }
@@ -1378,9 +1422,14 @@ impl Sim {
 
     /// A batch was timed: remember when its reply lands, and apply a scripted delay.
     pub(crate) fn fault_batch(&self, st: &mut State, slot: usize, mn: MnId, tm: &BatchTiming) {
+        let now = self.now();
+        let fs = st.faults.active.as_deref().expect("called with a script installed");
+        // So do the replies of a delayed memory node.
+        let delay = fs.node_delay_ns(Node::Mn(mn.0), now);
         let p = &mut st.posts[slot];
-        if p.fx.delay_ns > 0 {
-            p.fx.hold_until = p.fx.hold_until.max(tm.done + p.fx.delay_ns);
+        let delay = p.fx.delay_ns.max(delay);
+        if delay > 0 {
+            p.fx.hold_until = p.fx.hold_until.max(tm.done + delay);
         }
         p.fx.batches.push((mn.0, tm.done));
     }
@@ -1604,6 +1653,15 @@ impl Sim {
                 fs.record(
                     now,
                     format!("messages cn{from}->cn{to} delayed {by_ns} ns until {until} ns"),
+                );
+            }
+            FaultAction::DelayNode { node, by_ns, for_ns } => {
+                let fs = st.faults.active.as_deref_mut().expect("installed");
+                let until = for_ns.map_or(u64::MAX, |d| now + d);
+                fs.node_delays.push((node, by_ns, until));
+                fs.record(
+                    now,
+                    format!("everything {node} sends or receives delayed {by_ns} ns until {until} ns"),
                 );
             }
             FaultAction::LoseResponse | FaultAction::Delay { .. } => {

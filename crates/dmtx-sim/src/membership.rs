@@ -12,8 +12,9 @@
 //! - Every member renews every [`MembershipConfig::renew_ns`] of **its own clock**
 //!   ([`Sim::node_clock`]; exact when none was registered) by a message that crosses the
 //!   fabric: one-way latency plus a 64-byte message on the link, scaled by a slow NIC,
-//!   lost when the member crashed or a link-down or partition cuts it from `ms` at the
-//!   moment it is sent.
+//!   plus a `delay node=` on the member or on `ms`, lost when the member crashed or a
+//!   link-down or partition cuts it from `ms` at the moment it is sent. The ack takes
+//!   the same way back.
 //! - `ms` grants a member that is in the view a lease of [`MembershipConfig::lease_ns`]
 //!   from the request's arrival (its own clock is virtual time) and acks; it rejects a
 //!   member it expelled. A member's lease expiring removes it and bumps the epoch.
@@ -249,7 +250,8 @@ impl Sim {
                     return None;
                 }
                 let k = fs.slow_factor(node, now).max(fs.slow_factor(Node::Membership, now));
-                Some(base * k)
+                let delay = fs.node_delay_ns(node, now).max(fs.node_delay_ns(Node::Membership, now));
+                Some(base * k + delay)
             }
         }
     }

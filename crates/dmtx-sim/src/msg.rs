@@ -90,9 +90,10 @@
 //! `k·latency + link_k(b') + recv_service_ns`.
 //!
 //! A `delay by=D path=cnA->cnB` fault in effect at `now` delivers a message from `cnA`
-//! to `cnB` `D` later (the largest `D` if several apply); the other direction and other
-//! pairs are untouched. Messages within one compute node cross no NIC and see neither
-//! fault.
+//! to `cnB` `D` later; the other direction and other pairs are untouched. A `delay by=D
+//! node=cnN` fault delivers every message cnN sends or receives `D` later. The largest
+//! `D` in effect on the message applies. Messages within one compute node cross no NIC
+//! and see none of these faults.
 //!
 //! FIFO per pair survives both: a message is never delivered before the previous one of
 //! its pair (a delayed or slowed message holds back the later ones of its pair, as one

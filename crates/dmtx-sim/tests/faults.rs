@@ -337,6 +337,71 @@ fn delay_postpones_matched_completions() {
     assert_eq!(read_latency(Some("delay by=5us on=kind:write nth=1")), base);
 }
 
+/// Latencies of lone READs (8 B at offset 64), each posted by compute node `cn` to the
+/// memory nodes `mns` at virtual time `at`, in turn, on a 2-CN 2-MN simulation with
+/// `faults` installed.
+fn lone_read_latencies(faults: &str, posts: &[(u32, &[u16], u64)]) -> Vec<u64> {
+    let sim = sim(1, 2);
+    sim.install_faults(script(faults)).unwrap();
+    let ts: Vec<Rc<SimTransport>> = (0..2).map(|cn| Rc::new(SimFabric::new(&sim, cn).transport())).collect();
+    let out = Rc::new(RefCell::new(Vec::new()));
+    let mut ex = SimExecutor::new(&sim);
+    let (s, o) = (sim.clone(), out.clone());
+    let posts: Vec<(u32, Vec<u16>, u64)> = posts.iter().map(|&(c, m, at)| (c, m.to_vec(), at)).collect();
+    ex.spawn(async move {
+        for (cn, mns, at) in posts {
+            s.sleep(at.saturating_sub(s.now())).await;
+            let mut p = Post::new();
+            for &mn in &mns {
+                p.read(ptr(mn, 64), 8);
+            }
+            let start = s.now();
+            let (r, end) = post(&s, &ts[cn as usize], &mut p).await;
+            r.unwrap();
+            o.borrow_mut().push(end - start);
+        }
+    });
+    ex.run().unwrap();
+    let v = out.borrow().clone();
+    v
+}
+
+/// Goal: `delay by=D node=NODE` holds back the replies of everything the node is part
+/// of while it lasts: the posts of a delayed compute node, the posts to a delayed
+/// memory node (a post to two nodes waits for the delayed one), and nothing else; after
+/// `for`, nothing.
+#[test]
+fn a_node_delay_postpones_its_posts() {
+    let d = 5_000;
+    // The same posts with the fault armed after the run: undelayed latencies.
+    let check = |node: &str, posts: &[(u32, &[u16], u64)], delayed: &[bool]| {
+        let base = lone_read_latencies(&format!("delay by=5us node={node} at=1s"), posts);
+        let got = lone_read_latencies(&format!("delay by=5us node={node} at=10us for=100us"), posts);
+        let want: Vec<u64> = base
+            .iter()
+            .zip(delayed)
+            .map(|(&b, &x)| b + if x { d } else { 0 })
+            .collect();
+        assert_eq!(got, want, "delay node={node} (undelayed {base:?})");
+    };
+    let mn: &[(u32, &[u16], u64)] = &[
+        (0, &[1], 0),         // before the window
+        (0, &[1], 20_000),    // in it
+        (0, &[0], 40_000),    // another memory node
+        (1, &[0, 1], 60_000), // both: it waits for the delayed one
+        (0, &[1], 200_000),   // after it
+    ];
+    check("mn1", mn, &[false, true, false, true, false]);
+    let cn: &[(u32, &[u16], u64)] = &[
+        (0, &[0], 0),
+        (1, &[0], 20_000),
+        (1, &[1], 40_000),
+        (0, &[1], 60_000),
+        (1, &[0], 200_000),
+    ];
+    check("cn1", cn, &[false, true, true, false, false]);
+}
+
 /// Goal: a slow NIC stretches its node's batches (here: factor 3 on the memory node
 /// gives at least 2.5x the fault-free READ latency) and no other node's.
 #[test]
@@ -582,6 +647,33 @@ fn mn_crash_is_detected_within_lease_plus_renewal() {
     let v = sim.view();
     assert!(v.contains(Node::Mn(1)) && v.epoch == 3, "{v:?}");
     assert_eq!(sim.view_history()[1].change, Change::Joined);
+}
+
+/// Goal: a live node whose lease messages are delayed past what its lease allows is
+/// expelled, with no crash and no cut: renewals sent every third of a lease arrive a
+/// third of a lease apart, so once a delay starts the membership node waits a renewal
+/// interval plus the delay; a delay of a lease expels the node, half a lease does not.
+#[test]
+fn a_delayed_node_is_expelled_though_alive() {
+    for (by, expelled) in [(LEASE_NS, true), (LEASE_NS / 2, false)] {
+        let sim = sim(1, 1);
+        sim.install_faults(script(&format!(
+            "membership lease={LEASE_NS}ns members=cn0,cn1,mn0; delay by={by}ns node=cn1 at=500us"
+        )))
+        .unwrap();
+        step_until(&sim, 3_000_000);
+        let v = sim.view();
+        assert_eq!(v.contains(Node::Cn(1)), !expelled, "delay {by} ns: {v:?}");
+        assert!(v.contains(Node::Cn(0)) && v.contains(Node::Mn(0)));
+        if expelled {
+            let h = sim.view_history();
+            assert_eq!((h[0].node, h[0].change), (Node::Cn(1), Change::Expelled), "{h:?}");
+            assert!(
+                h[0].at_ns > 500_000 && h[0].at_ns <= 500_000 + LEASE_NS + LEASE_NS / 3,
+                "{h:?}"
+            );
+        }
+    }
 }
 
 /// Goal: a compute node cut off from the membership node by a partition can no longer

@@ -825,6 +825,26 @@ fn a_delay_fault_delays_its_path_during_its_window() {
     assert_eq!(s.delayed, 0);
 }
 
+/// Goal: `delay by=30us node=cn1` (in effect 20..120 µs) delays every message cn1
+/// sends or receives inside its window by 30 µs, and no other.
+#[test]
+fn a_node_delay_delays_everything_it_sends_or_receives() {
+    let m = SimConfig::new(0).nic;
+    let (by, len) = (30_000, 8);
+    let base = m.time_send(&mut FabricState::default(), 0, 1, (ENTRY_HEADER_BYTES + len) as u64, 0);
+    let sends = [
+        (0, 0, 1, len),       // before the window
+        (50_000, 0, 1, len),  // to cn1
+        (50_000, 1, 0, len),  // from cn1
+        (60_000, 2, 3, len),  // between two others
+        (70_000, 2, 1, len),  // to cn1 from another
+        (300_000, 0, 1, len), // after it
+    ];
+    let (t, s) = one_way_times(&format!("delay by={by}ns node=cn1 at=20us for=100us"), 4, &sends);
+    assert_eq!(t, vec![base, base + by, base + by, base, base + by, base]);
+    assert_eq!((s.delivered, s.delayed), (6, 3), "{s:?}");
+}
+
 /// One call's round-trip time, CPU costs off, with `script` installed (if any).
 fn rpc_rtt_under(script: Option<&str>, req_len: usize, reply_len: usize) -> u64 {
     round_trip_under(script, CpuMode::Off, false, req_len, reply_len).1
@@ -895,6 +915,17 @@ fn delay_path_parses() {
     assert!(err("delay by=1us for=1ms on=kind:cas").contains("add path=cnA->cnB"));
     assert!(err("delay by=1us path=cn0->cn1 at=0 count=2").contains("`count` applies to"));
     assert!(err("delay path=cn0->cn1 at=0").contains("field `by` is missing"));
+    let node: FaultScript = "delay by=5us node=mn1 for=1ms at=2ms".parse().unwrap();
+    assert_eq!(
+        node.faults[0].action,
+        FaultAction::DelayNode {
+            node: dmtx_sim::Node::Mn(1),
+            by_ns: 5_000,
+            for_ns: Some(1_000_000)
+        }
+    );
+    assert!(err("delay by=1us node=cn0 path=cn0->cn1 at=0").contains("keep one"));
+    assert!(err("delay by=1us node=xx0 at=0").contains("node"));
 }
 
 /// Goal: the LOTUS-style lock service stays correct (no lost increment, every call
