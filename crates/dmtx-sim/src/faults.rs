@@ -1010,7 +1010,8 @@ impl FaultState {
     }
 
     /// How much later a CN↔CN message sent now from compute node `from` to `to` is
-    /// delivered: the largest `delay path=` in effect on that path (0: none).
+    /// delivered: the largest `delay path=` on that path or `delay node=` on either end
+    /// in effect (0: none).
     pub(crate) fn msg_delay_ns(&self, from: u32, to: u32, now: u64) -> u64 {
         let path = self
             .msg_delays
