@@ -18,6 +18,7 @@
 //! | kind | fields | what happens |
 //! | --- | --- | --- |
 //! | `crash-mn` | `mn=N mode=dram\|pm [restart=DUR]` | the node stops serving; `dram`: its region is zeroed; `pm`: each cacheline keeps a seed-chosen prefix of its unflushed writes ([`persist`](crate::persist)); after `restart` it serves again and transports count a restart ([`Transport::restarts`](dmtx_verbs::Transport::restarts)) |
+//! | `crash-ms` | `[restart=DUR]` | the membership node stops: lease requests and acks are lost and no lease expires at it, so members' own leases run out ([`Sim::lease_held`]) while the view stands; after `restart` it serves again with its view (a coordination service keeps it durable) and a fresh lease for every member. Needs the `membership` clause |
 //! | `crash-cn` | `[cn=N]` | the compute node stops: [`Sim::cn_down`] turns true, its later posts never apply or complete, and on each of its connections a seed-chosen prefix of its in-flight ops applies (the next one possibly torn at a word). Without `cn`, the node whose op or fault point fired the trigger |
 //! | `link-down` | `node=NODE for=DUR` | every op in flight over the node's link and every op posted over it while down fails after the timeout (ops that reached the memory node stay applied) |
 //! | `partition` | `side=NODE,NODE.. [for=DUR]` | the nodes of `side` cannot reach the others (as `link-down` for every path across); forever without `for` |
@@ -193,6 +194,13 @@ pub enum FaultAction {
         /// Extra drift.
         ppm: i64,
     },
+    /// The membership node stops: lease requests and acks are lost and no lease expires
+    /// at it until it restarts, if it does, with its view (a coordination service keeps
+    /// its state durable) and a fresh lease for every member.
+    CrashMs {
+        /// Restart after this long (never if `None`).
+        restart_ns: Option<u64>,
+    },
     /// The matched ops apply but their replies are lost.
     LoseResponse,
     /// The matched ops' posts complete later.
@@ -235,6 +243,7 @@ impl FaultAction {
         match self {
             FaultAction::CrashMn { .. } => "crash-mn",
             FaultAction::CrashCn { .. } => "crash-cn",
+            FaultAction::CrashMs { .. } => "crash-ms",
             FaultAction::LinkDown { .. } => "link-down",
             FaultAction::Partition { .. } => "partition",
             FaultAction::SlowNic { .. } => "slow-nic",
@@ -339,6 +348,7 @@ pub enum FaultError {
 const KINDS: &[&str] = &[
     "crash-mn",
     "crash-cn",
+    "crash-ms",
     "link-down",
     "partition",
     "slow-nic",
@@ -547,6 +557,9 @@ impl Clause {
                 )?,
                 restart_ns: self.duration("restart")?,
             },
+            "crash-ms" => FaultAction::CrashMs {
+                restart_ns: self.duration("restart")?,
+            },
             "crash-cn" => FaultAction::CrashCn {
                 cn: self.field("cn", |s| s.parse().map_err(|_| format!("`{s}` is not a node number")))?,
             },
@@ -630,6 +643,7 @@ impl Clause {
         let keys: &[&str] = match &action {
             FaultAction::CrashMn { .. } => &["mn", "mode", "restart"],
             FaultAction::CrashCn { .. } => &["cn"],
+            FaultAction::CrashMs { .. } => &["restart"],
             FaultAction::LinkDown { .. } => &["node", "for"],
             FaultAction::Partition { .. } => &["side", "for"],
             FaultAction::SlowNic { .. } => &["node", "factor", "for"],
@@ -916,6 +930,8 @@ pub(crate) enum FaultEvent {
     Restart(u16),
     /// The membership service.
     Ms(MsEvent),
+    /// The crashed membership node serves again.
+    MsRestart,
 }
 
 /// What an installed script changes while the run goes on.
@@ -927,6 +943,8 @@ pub(crate) struct FaultState {
     post_seq: u64,
     mn_down: Vec<bool>,
     cn_down: BTreeSet<u32>,
+    /// The membership node is down.
+    ms_down: bool,
     /// Per node: its link is down until then.
     link_down: BTreeMap<Node, u64>,
     /// Cut-off sides and until when.
@@ -991,7 +1009,7 @@ impl FaultState {
         match node {
             Node::Cn(c) => self.cn_down.contains(&c),
             Node::Mn(m) => self.mn_down.get(m as usize).copied().unwrap_or(false),
-            Node::Membership => false,
+            Node::Membership => self.ms_down,
         }
     }
 
@@ -1152,6 +1170,16 @@ impl Sim {
         let now = self.now();
         let mut guard = self.lock();
         let st = &mut *guard;
+        let crashes_ms = script
+            .faults
+            .iter()
+            .position(|f| matches!(f.action, FaultAction::CrashMs { .. }));
+        if let Some(i) = crashes_ms.filter(|_| script.membership.is_none() && st.faults.membership.is_none()) {
+            return Err(FaultError::Invalid {
+                clause: format!("fault {} (`crash-ms`)", i + 1),
+                message: "there is no membership node to crash; add e.g. `membership lease=1ms members=cn0,mn0`".into(),
+            });
+        }
         let old = st.faults.active.take();
         let mut fs = Box::new(FaultState {
             timeout_ns: script.timeout_ns,
@@ -1160,6 +1188,7 @@ impl Sim {
             post_seq: 0,
             mn_down: vec![false; mn_count],
             cn_down: BTreeSet::new(),
+            ms_down: false,
             link_down: BTreeMap::new(),
             partitions: Vec::new(),
             slow: BTreeMap::new(),
@@ -1176,6 +1205,7 @@ impl Sim {
             fs.post_seq = o.post_seq;
             fs.mn_down = o.mn_down;
             fs.cn_down = o.cn_down;
+            fs.ms_down = o.ms_down;
             fs.link_down = o.link_down;
             fs.partitions = o.partitions;
             fs.slow = o.slow;
@@ -1504,6 +1534,15 @@ impl Sim {
                 self.membership_join(st, Node::Mn(mn));
             }
             FaultEvent::Ms(e) => self.membership_event(st, e),
+            FaultEvent::MsRestart => {
+                let now = self.now();
+                let Some(fs) = st.faults.active.as_deref_mut() else {
+                    return;
+                };
+                fs.ms_down = false;
+                fs.record(now, "restart ms (view kept, every member's lease renewed)".into());
+                self.membership_restart(st);
+            }
         }
     }
 
@@ -1593,6 +1632,20 @@ impl Sim {
                     st.queue.push(now + d, Event::Fault(FaultEvent::Restart(mn)));
                 }
                 self.fail_in_flight(st, now, "the memory node crashed", |_, m| m == mn);
+            }
+            FaultAction::CrashMs { restart_ns } => {
+                let fs = st.faults.active.as_deref_mut().expect("installed");
+                if fs.ms_down {
+                    return;
+                }
+                fs.ms_down = true;
+                fs.record(
+                    now,
+                    "crash ms (no lease is granted or expires until it restarts)".into(),
+                );
+                if let Some(d) = restart_ns {
+                    st.queue.push(now + d, Event::Fault(FaultEvent::MsRestart));
+                }
             }
             FaultAction::CrashCn { cn } => {
                 let cn = cn

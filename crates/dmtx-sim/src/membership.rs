@@ -25,6 +25,11 @@
 //!   stale-lease hazard that protocols must fence against.
 //! - A restarted memory node rejoins at once (new epoch); a compute node once expelled
 //!   stays out (recovering it is a later issue).
+//! - `ms` is one node, not a replicated service. A `crash-ms` fault stops it: requests
+//!   and acks are lost and no lease expires at it, so members' own leases run out while
+//!   the view stands (nobody can be expelled, and nobody holds a lease). A restart keeps
+//!   the view (a coordination service's state is durable) and grants every member a
+//!   fresh lease from then; a member that died meanwhile is expelled when it runs out.
 //!
 //! Every view change is kept with its virtual time ([`Sim::view_history`]).
 
@@ -274,6 +279,15 @@ impl Sim {
                     push(st, now + next.max(1), MsEvent::Renew(node));
                 }
             }
+            MsEvent::Request { .. } | MsEvent::Check(_)
+                if st
+                    .faults
+                    .active
+                    .as_deref()
+                    .is_some_and(|f| f.node_down(Node::Membership)) =>
+            {
+                // A crashed membership node neither grants nor expires leases.
+            }
             MsEvent::Request { node, sent_local } => {
                 let ms = st.faults.membership.as_mut().expect("running");
                 let Some(m) = ms.members.get_mut(&node) else { return };
@@ -306,6 +320,26 @@ impl Sim {
                     ms.change(now, node, Change::Expelled);
                 }
             }
+        }
+    }
+
+    /// The membership node restarted: with its view as it was, every member gets a fresh
+    /// lease from now, as a coordination service grants on a new leader; members whose
+    /// renewals still fail are expelled when it runs out.
+    pub(crate) fn membership_restart(&self, st: &mut State) {
+        let now = self.now();
+        let Some(ms) = st.faults.membership.as_mut() else {
+            return;
+        };
+        let lease = ms.cfg.lease_ns;
+        let mut checks = Vec::new();
+        for (&node, m) in ms.members.iter_mut().filter(|(_, m)| m.in_view) {
+            m.granted_until = m.granted_until.max(now + lease);
+            checks.push(node);
+        }
+        for node in checks {
+            st.queue
+                .push(now + lease, Event::Fault(FaultEvent::Ms(MsEvent::Check(node))));
         }
     }
 

@@ -676,6 +676,55 @@ fn a_delayed_node_is_expelled_though_alive() {
     }
 }
 
+/// Goal: a crashed membership node stops failure detection, not the members: while it
+/// is down no lease is granted or expires at it, so the view stands (a compute node
+/// that crashes meanwhile stays in it) while every member's own lease runs out; after
+/// its restart the members hold leases again in the same epoch, and the dead node is
+/// expelled within a lease (plus a renewal) of the restart.
+#[test]
+fn a_crashed_membership_node_stops_detection_until_it_restarts() {
+    let sim = sim(1, 1);
+    let (crash, restart) = (500_000u64, 2_500_000u64);
+    sim.install_faults(script(&format!(
+        "membership lease={LEASE_NS}ns members=cn0,cn1,mn0; crash-ms at={crash}ns restart={}ns; \
+         crash-cn cn=1 at=1ms",
+        restart - crash
+    )))
+    .unwrap();
+    step_until(&sim, restart - 10_000);
+    let v = sim.view();
+    assert_eq!((v.epoch, v.members.len()), (1, 3), "no change while ms is down: {v:?}");
+    assert!(
+        !sim.lease_held(Node::Cn(0)) && !sim.lease_held(Node::Mn(0)),
+        "their leases ran out"
+    );
+    step_until(&sim, restart + LEASE_NS / 3 + 20_000);
+    assert!(
+        sim.lease_held(Node::Cn(0)) && sim.lease_held(Node::Mn(0)),
+        "renewed after the restart"
+    );
+    assert_eq!(sim.view().epoch, 1);
+    step_until(&sim, restart + 2 * LEASE_NS);
+    let h = sim.view_history();
+    assert_eq!(h.len(), 1, "{h:?}");
+    assert_eq!((h[0].node, h[0].change, h[0].epoch), (Node::Cn(1), Change::Expelled, 2));
+    assert!(
+        h[0].at_ns >= restart + LEASE_NS && h[0].at_ns <= restart + LEASE_NS + LEASE_NS / 3,
+        "{h:?}"
+    );
+    assert!(sim.view().contains(Node::Cn(0)));
+    // There is no membership node to crash without the service.
+    let err = sim_without_ms_crash();
+    assert!(err.contains("no membership node to crash"), "{err}");
+}
+
+fn sim_without_ms_crash() -> String {
+    sim(1, 1)
+        .install_faults(script("crash-ms at=1ms"))
+        .unwrap_err()
+        .to_string()
+}
+
 /// Goal: a compute node cut off from the membership node by a partition can no longer
 /// renew and is expelled (and stays out when the partition heals), while the others stay.
 #[test]
