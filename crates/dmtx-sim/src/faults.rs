@@ -18,7 +18,7 @@
 //! | kind | fields | what happens |
 //! | --- | --- | --- |
 //! | `crash-mn` | `mn=N mode=dram\|pm [restart=DUR]` | the node stops serving; `dram`: its region is zeroed; `pm`: each cacheline keeps a seed-chosen prefix of its unflushed writes ([`persist`](crate::persist)); after `restart` it serves again and transports count a restart ([`Transport::restarts`](dmtx_verbs::Transport::restarts)) |
-//! | `crash-ms` | `[restart=DUR]` | the membership node stops: lease requests and acks are lost and no lease expires at it, so members' own leases run out ([`Sim::lease_held`]) while the view stands; after `restart` it serves again with its view (a coordination service keeps it durable) and a fresh lease for every member. Needs the `membership` clause |
+//! | `crash-ms` | `[restart=DUR]` | the membership node stops: lease requests that reach it are lost (no ack comes back) and no lease expires at it, so members' own leases run out ([`Sim::lease_held`]) while the view stands; after `restart` it serves again with its view (a coordination service keeps it durable) and a fresh lease for every member. Needs the `membership` clause |
 //! | `crash-cn` | `[cn=N]` | the compute node stops: [`Sim::cn_down`] turns true, its later posts never apply or complete, and on each of its connections a seed-chosen prefix of its in-flight ops applies (the next one possibly torn at a word). Without `cn`, the node whose op or fault point fired the trigger |
 //! | `link-down` | `node=NODE for=DUR` | every op in flight over the node's link and every op posted over it while down fails after the timeout (ops that reached the memory node stay applied) |
 //! | `partition` | `side=NODE,NODE.. [for=DUR]` | the nodes of `side` cannot reach the others (as `link-down` for every path across); forever without `for` |
@@ -194,8 +194,8 @@ pub enum FaultAction {
         /// Extra drift.
         ppm: i64,
     },
-    /// The membership node stops: lease requests and acks are lost and no lease expires
-    /// at it until it restarts, if it does, with its view (a coordination service keeps
+    /// The membership node stops: lease requests that reach it are lost and no lease
+    /// expires at it until it restarts, if it does, with its view (a coordination service keeps
     /// its state durable) and a fresh lease for every member.
     CrashMs {
         /// Restart after this long (never if `None`).

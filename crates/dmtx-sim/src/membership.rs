@@ -26,7 +26,7 @@
 //! - A restarted memory node rejoins at once (new epoch); a compute node once expelled
 //!   stays out (recovering it is a later issue).
 //! - `ms` is one node, not a replicated service. A `crash-ms` fault stops it: requests
-//!   and acks are lost and no lease expires at it, so members' own leases run out while
+//!   that reach it are lost (no ack comes back) and no lease expires at it, so members' own leases run out while
 //!   the view stands (nobody can be expelled, and nobody holds a lease). A restart keeps
 //!   the view (a coordination service's state is durable) and grants every member a
 //!   fresh lease from then; a member that died meanwhile is expelled when it runs out.
