@@ -1451,9 +1451,10 @@ impl Sim {
         }
     }
 
-    /// A batch was timed: remember when its reply lands, and apply a scripted delay.
-    pub(crate) fn fault_batch(&self, st: &mut State, slot: usize, mn: MnId, tm: &BatchTiming) {
-        let now = self.now();
+    /// A batch of a post submitted at `now` was timed: remember when its reply lands,
+    /// and apply a scripted delay (as [`Sim::fault_admit`] and [`Sim::fault_gate`], at
+    /// the post's `now`).
+    pub(crate) fn fault_batch(&self, st: &mut State, slot: usize, mn: MnId, tm: &BatchTiming, now: u64) {
         let fs = st.faults.active.as_deref().expect("called with a script installed");
         // So do the replies of a delayed memory node.
         let delay = fs.node_delay_ns(Node::Mn(mn.0), now);

@@ -313,7 +313,7 @@ impl SimTransport {
             queue.push(tm.end, Event::Apply { slot, mn });
             if faulty {
                 queue.push(tm.done, Event::Complete { slot });
-                sim.fault_batch(st, slot, mn, &tm);
+                sim.fault_batch(st, slot, mn, &tm, now);
             } else {
                 done = done.max(tm.done);
             }

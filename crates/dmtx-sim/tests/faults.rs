@@ -714,15 +714,11 @@ fn a_crashed_membership_node_stops_detection_until_it_restarts() {
     );
     assert!(sim.view().contains(Node::Cn(0)));
     // There is no membership node to crash without the service.
-    let err = sim_without_ms_crash();
-    assert!(err.contains("no membership node to crash"), "{err}");
-}
-
-fn sim_without_ms_crash() -> String {
-    sim(1, 1)
+    let err = crate::sim(1, 1)
         .install_faults(script("crash-ms at=1ms"))
         .unwrap_err()
-        .to_string()
+        .to_string();
+    assert!(err.contains("no membership node to crash"), "{err}");
 }
 
 /// Goal: a compute node cut off from the membership node by a partition can no longer
