@@ -18,6 +18,11 @@
 //! A run ends when every task finished ([`SimExecutor::run`]), when the next event lies
 //! beyond a deadline ([`SimExecutor::run_until`]; the tasks still pending are dropped),
 //! or with [`SimError::Deadlock`] when tasks wait but no event is left to wake them.
+//!
+//! The tasks of a compute node that crashed ([`Sim::cn_down`]) are dropped as soon as the
+//! executor is about to move time after the crash: they wait for posts and messages that
+//! never complete, and periodic events (the membership service's renewals) would keep
+//! time moving for ever while they wait.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
@@ -198,6 +203,8 @@ impl<'a> SimExecutor<'a> {
         let mut spins = 0u32;
         let mut idle_passes = 0u64;
         let spin_max = sim.config().spin_passes_max.max(1);
+        // Compute-node crashes already handled (`Sim::cn_crashes`).
+        let mut cn_crashes_seen = 0u64;
         let report = |sim: &Sim, live: usize, polls: u64, crashed: usize| RunReport {
             end_ns: sim.now(),
             finished: n - live - crashed,
@@ -301,6 +308,18 @@ impl<'a> SimExecutor<'a> {
                 }
             }
             spins = 0;
+            // Before time moves: a crashed node's tasks never finish, so drop them now
+            // (not when the queue runs dry, which periodic events may never let happen).
+            let cn_crashes = sim.cn_crashes();
+            if cn_crashes != cn_crashes_seen {
+                cn_crashes_seen = cn_crashes;
+                let n = drop_crashed(&sim, &mut slots, &cpu_list);
+                live -= n;
+                crashed += n;
+                if live == 0 {
+                    return Ok(report(&sim, live, polls, crashed));
+                }
+            }
             match sim.step_until(deadline_ns) {
                 Step::Took => idle_passes = 0,
                 Step::CpuFree(c) => {
@@ -322,18 +341,8 @@ impl<'a> SimExecutor<'a> {
                     }
                 }
                 Step::Empty => {
-                    // Coordinators of a crashed compute node wait for posts that never
-                    // complete: they are not a deadlock.
-                    for t in &mut slots {
-                        let down = t.cpu.is_some_and(|c| sim.cn_down(cpu_list[c as usize].cn));
-                        if down && t.task.take().is_some() {
-                            live -= 1;
-                            crashed += 1;
-                        }
-                    }
-                    if live == 0 {
-                        return Ok(report(&sim, live, polls, crashed));
-                    }
+                    // A crashed node's tasks were dropped above: these wait on live nodes.
+                    debug_assert!(live > 0);
                     return Err(SimError::Deadlock {
                         pending: live,
                         now_ns: sim.now(),
@@ -350,4 +359,18 @@ impl<'a> SimExecutor<'a> {
             }
         }
     }
+}
+
+/// Drop the tasks on the CPUs of crashed compute nodes; returns how many were live.
+/// Their coordinators stop where they are, as the node did.
+#[cold]
+fn drop_crashed(sim: &Sim, slots: &mut [TaskRun<'_>], cpu_list: &[CpuRun]) -> usize {
+    let down: Vec<bool> = cpu_list.iter().map(|c| sim.cn_down(c.cn)).collect();
+    let mut dropped = 0;
+    for t in slots {
+        if t.cpu.is_some_and(|c| down[c as usize]) && t.task.take().is_some() {
+            dropped += 1;
+        }
+    }
+    dropped
 }

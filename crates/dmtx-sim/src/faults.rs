@@ -19,7 +19,7 @@
 //! | --- | --- | --- |
 //! | `crash-mn` | `mn=N mode=dram\|pm [restart=DUR]` | the node stops serving; `dram`: its region is zeroed; `pm`: each cacheline keeps a seed-chosen prefix of its unflushed writes ([`persist`](crate::persist)); after `restart` it serves again and transports count a restart ([`Transport::restarts`](dmtx_verbs::Transport::restarts)) |
 //! | `crash-ms` | `[restart=DUR]` | the membership node stops: lease requests that reach it are lost (no ack comes back) and no lease expires at it, so members' own leases run out ([`Sim::lease_held`]) while the view stands; after `restart` it serves again with its view (a coordination service keeps it durable) and a fresh lease for every member. Needs the `membership` clause |
-//! | `crash-cn` | `[cn=N]` | the compute node stops: [`Sim::cn_down`] turns true, its later posts never apply or complete, and on each of its connections a seed-chosen prefix of its in-flight ops applies (the next one possibly torn at a word). Without `cn`, the node whose op or fault point fired the trigger |
+//! | `crash-cn` | `[cn=N]` | the compute node stops: [`Sim::cn_down`] turns true, its later posts never apply or complete, and on each of its connections a seed-chosen prefix of its in-flight ops applies (the next one possibly torn at a word). The executor drops its tasks at once. Without `cn`, the node whose op or fault point fired the trigger |
 //! | `link-down` | `node=NODE for=DUR` | every op in flight over the node's link and every op posted over it while down fails after the timeout (ops that reached the memory node stay applied) |
 //! | `partition` | `side=NODE,NODE.. [for=DUR]` | the nodes of `side` cannot reach the others (as `link-down` for every path across); forever without `for` |
 //! | `slow-nic` | `node=NODE factor=K [for=DUR]` | batches to or from the node are timed with every service, link, PCIe and atomic time multiplied by `K` (latency too); so are the CN↔CN messages a slow compute node sends or receives (its links, the latency and its RECV service: [`msg`](crate::msg), "Slow NICs and delays") |
@@ -871,6 +871,8 @@ impl FromStr for FaultScript {
 pub(crate) struct Flags {
     /// Some compute node crashed ([`Sim::cn_down`] takes the lock only then).
     pub cn_down_any: AtomicBool,
+    /// Compute-node crashes so far ([`Sim::cn_crashes`]).
+    pub cn_crashes: AtomicU64,
     /// Memory-node restarts so far ([`Transport::restarts`](dmtx_verbs::Transport::restarts)).
     pub restarts: AtomicU64,
 }
@@ -1290,6 +1292,13 @@ impl Sim {
             .active
             .as_ref()
             .is_some_and(|f| f.cn_down.contains(&cn))
+    }
+
+    /// Compute-node crashes so far, without the lock: the executor drops a crashed
+    /// node's tasks when this changes.
+    #[inline]
+    pub(crate) fn cn_crashes(&self) -> u64 {
+        self.shared.flags.cn_crashes.load(Ordering::Relaxed)
     }
 
     /// True when memory node `mn` is down (crashed and not restarted).
@@ -1737,6 +1746,7 @@ impl Sim {
             return;
         }
         self.shared.flags.cn_down_any.store(true, Ordering::Relaxed);
+        self.shared.flags.cn_crashes.fetch_add(1, Ordering::Relaxed);
         // (conn, mn) -> [(post seq, slot)], in post order.
         let mut conns: BTreeMap<(u32, u16), Vec<(u64, usize)>> = BTreeMap::new();
         for (slot, p) in posts.iter().enumerate() {

@@ -25,6 +25,9 @@
 //!   stale-lease hazard that protocols must fence against.
 //! - A restarted memory node rejoins at once (new epoch); a compute node once expelled
 //!   stays out (recovering it is a later issue).
+//! - Renewals are periodic events, so while the service runs the event queue never runs
+//!   dry: a run ends when its tasks do (the executor drops a crashed compute node's
+//!   tasks at the crash, [`SimExecutor`](crate::SimExecutor)) or at its deadline.
 //! - `ms` is one node, not a replicated service. A `crash-ms` fault stops it: requests
 //!   that reach it are lost (no ack comes back) and no lease expires at it, so members' own leases run out while
 //!   the view stands (nobody can be expelled, and nobody holds a lease). A restart keeps

@@ -781,3 +781,39 @@ fn drifting_clock_shows_the_stale_lease_hazard() {
         LEASE_NS / 3
     );
 }
+
+/// Goal: a crashed compute node's tasks end with it, even while the membership service's
+/// renewals keep virtual time moving (`dmtx bench` with `membership` and `crash-cn` ran
+/// for ever: the executor dropped them only once no event was left). Method: three tasks
+/// on each node's CPU post in a loop, cn1 crashes mid-post, cn0's stop at 200 µs; a run
+/// with a deadline of 1 s ends when cn0's do, cn1's counted as crashed.
+#[test]
+fn crashed_cn_tasks_end_a_run_under_membership() {
+    let sim = sim(1, 1);
+    sim.install_faults(script(&format!(
+        "membership lease={LEASE_NS}ns members=cn0,cn1,mn0; crash-cn cn=1 at=50us"
+    )))
+    .unwrap();
+    let fabrics = [SimFabric::new(&sim, 0), SimFabric::new(&sim, 1)];
+    let mut ex = SimExecutor::new(&sim);
+    for (cn, fabric) in fabrics.iter().enumerate() {
+        for k in 0..3u64 {
+            let (s, t) = (sim.clone(), fabric.transport_of(0));
+            ex.spawn_on(sim.cpu_of(cn as u32, 0), async move {
+                while s.now() < 200_000 {
+                    let mut p = Post::new();
+                    p.faa(ptr(0, 64 * k), 1);
+                    post(&s, &t, &mut p).await.0.unwrap();
+                }
+            });
+        }
+    }
+    let r = ex.run_until(1_000_000_000).unwrap();
+    assert!(sim.cn_down(1));
+    assert_eq!((r.pending, r.crashed, r.finished), (0, 3, 3), "{r:?}");
+    assert!(
+        r.end_ns < 250_000,
+        "the run ended at {} ns, not with cn0's tasks",
+        r.end_ns
+    );
+}
