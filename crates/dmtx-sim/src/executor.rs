@@ -17,7 +17,8 @@
 //!
 //! A run ends when every task finished ([`SimExecutor::run`]), when the next event lies
 //! beyond a deadline ([`SimExecutor::run_until`]; the tasks still pending are dropped),
-//! or with [`SimError::Deadlock`] when tasks wait but no event is left to wake them.
+//! a grace after an interrupt ([`SimExecutor::interrupt_on`]), or with
+//! [`SimError::Deadlock`] when tasks wait but no event is left to wake them.
 //!
 //! The tasks of a compute node that crashed ([`Sim::cn_down`]) are dropped as soon as the
 //! executor is about to move time after the crash: they wait for posts and messages that
@@ -115,6 +116,14 @@ pub struct SimExecutor<'a> {
     tasks: Vec<Task<'a>>,
     /// The virtual CPU each task runs on (`None`: free, e.g. a timer).
     cpus: Vec<Option<CpuId>>,
+    interrupt: Option<Interrupt<'a>>,
+}
+
+/// A flag that ends a run early ([`SimExecutor::interrupt_on`]).
+struct Interrupt<'a> {
+    flag: &'a AtomicBool,
+    grace_ns: u64,
+    on_set: Box<dyn FnOnce() + 'a>,
 }
 
 /// Passes over spinning tasks, with no event left to move time, before giving up.
@@ -127,7 +136,22 @@ impl<'a> SimExecutor<'a> {
             sim: sim.clone(),
             tasks: Vec::new(),
             cpus: Vec::new(),
+            interrupt: None,
         }
+    }
+
+    /// End the run early once `flag` is set (from another thread, e.g. a Ctrl-C
+    /// handler). The executor looks at it whenever it is about to move virtual time, so
+    /// a run whose tasks never finish is reached too. The first time it is set,
+    /// `on_set` runs on the executor's thread (to ask the tasks to finish), and the
+    /// tasks still pending `grace_ns` of virtual time later are dropped, as at a
+    /// deadline (but virtual time stays at the last event).
+    pub fn interrupt_on(&mut self, flag: &'a AtomicBool, grace_ns: u64, on_set: impl FnOnce() + 'a) {
+        self.interrupt = Some(Interrupt {
+            flag,
+            grace_ns,
+            on_set: Box::new(on_set),
+        });
     }
 
     /// Add a task that costs no CPU (a timer, a test's driver); tasks are polled in the
@@ -154,7 +178,12 @@ impl<'a> SimExecutor<'a> {
     /// Run until every task finished or the next event lies after `deadline_ns`
     /// (virtual time then stops at the deadline and pending tasks are dropped).
     pub fn run_until(self, deadline_ns: u64) -> Result<RunReport, SimError> {
-        let SimExecutor { sim, tasks, cpus } = self;
+        let SimExecutor {
+            sim,
+            tasks,
+            cpus,
+            mut interrupt,
+        } = self;
         let n = tasks.len();
         let cpu_model = sim.config().cpu.clone();
         let poll_ns = cpu_model.scaled(cpu_model.poll_ns);
@@ -205,6 +234,8 @@ impl<'a> SimExecutor<'a> {
         let spin_max = sim.config().spin_passes_max.max(1);
         // Compute-node crashes already handled (`Sim::cn_crashes`).
         let mut cn_crashes_seen = 0u64;
+        // Where this run stops: the deadline, or a grace after an interrupt.
+        let mut stop_ns = deadline_ns;
         let report = |sim: &Sim, live: usize, polls: u64, crashed: usize| RunReport {
             end_ns: sim.now(),
             finished: n - live - crashed,
@@ -320,7 +351,12 @@ impl<'a> SimExecutor<'a> {
                     return Ok(report(&sim, live, polls, crashed));
                 }
             }
-            match sim.step_until(deadline_ns) {
+            if interrupt.as_ref().is_some_and(|i| i.flag.load(Ordering::Relaxed)) {
+                let i = interrupt.take().expect("checked");
+                stop_ns = stop_ns.min(sim.now().saturating_add(i.grace_ns));
+                (i.on_set)();
+            }
+            match sim.step_until(stop_ns) {
                 Step::Took => idle_passes = 0,
                 Step::CpuFree(c) => {
                     idle_passes = 0;
@@ -349,7 +385,8 @@ impl<'a> SimExecutor<'a> {
                     });
                 }
                 Step::Later => {
-                    if deadline_ns > sim.now() {
+                    // An interrupt's grace ends where the last event left time.
+                    if stop_ns == deadline_ns && deadline_ns > sim.now() {
                         sim.shared.time.advance_to(deadline_ns);
                     }
                     let r = report(&sim, live, polls, crashed);

@@ -817,3 +817,43 @@ fn crashed_cn_tasks_end_a_run_under_membership() {
         r.end_ns
     );
 }
+
+/// Goal: an interrupt stops a run whose tasks never end, while periodic events keep time
+/// moving: `on_set` runs once, and the tasks still pending a grace later are dropped.
+/// Method: membership renewals, a task that waits for ever and one that stops when asked.
+#[test]
+fn an_interrupt_ends_a_run_that_never_finishes() {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let sim = sim(1, 1);
+    sim.install_faults(script(&format!("membership lease={LEASE_NS}ns members=cn0,mn0")))
+        .unwrap();
+    let (flag, asked, calls) = (AtomicBool::new(false), Cell::new(false), Cell::new(0));
+    let mut ex = SimExecutor::new(&sim);
+    ex.spawn(std::future::pending());
+    let (s, asked_ref) = (sim.clone(), &asked);
+    ex.spawn(async move {
+        while !asked_ref.get() {
+            s.sleep(1_000).await;
+        }
+    });
+    // The interrupt arrives at 1 ms (virtual): a Ctrl-C handler would set it from its thread.
+    let (s, flag_ref) = (sim.clone(), &flag);
+    ex.spawn(async move {
+        s.sleep(1_000_000).await;
+        flag_ref.store(true, Ordering::Relaxed);
+    });
+    ex.interrupt_on(&flag, 50_000, || {
+        calls.set(calls.get() + 1);
+        asked.set(true);
+    });
+    // A deadline far beyond the grace, so that a run the interrupt misses fails, not hangs.
+    let r = ex.run_until(1_000_000_000).unwrap();
+    assert_eq!(calls.get(), 1);
+    assert_eq!((r.pending, r.finished), (1, 2), "{r:?}");
+    assert!(
+        (1_000_000..=1_050_000).contains(&r.end_ns),
+        "ended at {} ns, within the grace",
+        r.end_ns
+    );
+}

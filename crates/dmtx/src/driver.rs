@@ -52,6 +52,10 @@ use crate::stats::RunStats;
 pub const CREDIT_BATCH_MAX: u64 = 256;
 /// How often the main thread checks the deadline and reports progress.
 pub const TICK: Duration = Duration::from_millis(50);
+/// Virtual time a simulated run gets after an interrupt for its coordinators to finish
+/// the transactions in hand; any still running then are dropped (a healthy run needs
+/// microseconds).
+pub const INTERRUPT_GRACE_NS: u64 = 10_000_000;
 /// Headroom over the measured memory need when `--mn-bytes` is not given: need × 5/4 +
 /// this many bytes (untouched region pages cost no memory).
 pub const MN_HEADROOM_BYTES: u64 = 16 << 20;
@@ -339,7 +343,7 @@ pub fn run<P: Protocol, W: Workload>(
         shared.measure_from_ns.store(start_ns + warmup_ns, Ordering::Relaxed);
         hooks.monitor.phase("simulating");
         real_started = std::time::Instant::now();
-        let (outcomes, reason, base) = run_simulated(&shared, sim)?;
+        let (outcomes, reason, base) = run_simulated(&shared, sim, hooks.stop)?;
         stop_reason = reason;
         sim_baseline = base;
         outcomes
@@ -801,11 +805,13 @@ fn worker_thread<P: Protocol, W: Workload>(
 }
 
 /// `--transport sim`: every thread's coordinators on one deterministic executor, on
-/// virtual time; `--duration` is virtual time.
+/// virtual time; `--duration` is virtual time. `interrupt` (Ctrl-C) sets the stop flag,
+/// and coordinators still running [`INTERRUPT_GRACE_NS`] later are dropped.
 #[allow(clippy::type_complexity)]
 fn run_simulated<P: Protocol, W: Workload>(
     shared: &Shared<'_, P, W>,
     sim: &Sim,
+    interrupt: &AtomicBool,
 ) -> Result<
     (
         Vec<Result<ThreadOutcome<W::Local>, RunError>>,
@@ -821,8 +827,15 @@ fn run_simulated<P: Protocol, W: Workload>(
         threads.push(setup_thread(g, shared)?);
     }
     let ths: Vec<ThreadCtx<'_>> = (0..n).map(|g| thread_ctx(g, shared)).collect();
+    let interrupted = Cell::new(false);
     {
         let mut ex = SimExecutor::new(sim);
+        // The executor looks at the flag whenever it moves time, so a simulation whose
+        // coordinators never end is stopped too.
+        ex.interrupt_on(interrupt, INTERRUPT_GRACE_NS, || {
+            interrupted.set(true);
+            shared.stop.store(true, Ordering::Relaxed);
+        });
         for ((worker, coords, locals, _), th) in threads.iter_mut().zip(&ths) {
             let cpu = sim.cpu_of(worker.cn().id as u32, worker.thread());
             for (coord, local) in coords.iter_mut().zip(locals.iter_mut()) {
@@ -848,6 +861,7 @@ fn run_simulated<P: Protocol, W: Workload>(
             .map_err(|e| RunError::Unsupported(format!("the simulation stopped: {e}")))?;
     }
     let reason = match shared.cfg.stop {
+        _ if interrupted.get() => StopReason::Interrupt,
         StopRule::Txns(_) => StopReason::Txns,
         StopRule::Duration(_) => StopReason::Duration,
     };
