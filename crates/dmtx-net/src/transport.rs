@@ -890,7 +890,7 @@ impl Transport for TcpTransport {
         g.replied_since_progress = false;
     }
 
-    /// Sleep in `poll(2)` until a reply can be read (at most [`PROGRESS_WAIT_MAX`]), then
+    /// Sleep in `poll(2)` until a reply can be read (at most `PROGRESS_WAIT_MAX`), then
     /// read it; unless a reply already came in during this pass, so some coordinator can
     /// run now. Per lone request this makes the client's syscalls `sendto` (submit),
     /// `poll`, `recvfrom`: a read is only issued when `poll` said there is data.

@@ -1,4 +1,4 @@
-//! A [`Calendar`](crate::calendar::Calendar) of one bit per nanosecond, for the resources
+//! A [`Calendar`] of one bit per nanosecond, for the resources
 //! whose jobs are short and many: link directions and PCIe directions.
 //!
 //! Those get a reservation per batch and per op (a responder's PCIe), most of them a few

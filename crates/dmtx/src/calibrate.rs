@@ -95,7 +95,7 @@ pub struct Sample {
     pub ns_per_attempt: f64,
     /// Of which the `mem` transport's own cost.
     pub mem_ns_per_attempt: f64,
-    /// Step counts per attempt (polls under [`POLL`]).
+    /// Step counts per attempt (polls under `POLL`).
     pub steps: BTreeMap<String, f64>,
 }
 
@@ -183,7 +183,7 @@ pub fn sample(workload: &str, duration: &str, mem: MemCost, extra: &[String]) ->
     })
 }
 
-/// The fitted costs (ns) by step name ([`POLL`] for `cpu.poll_ns`).
+/// The fitted costs (ns) by step name (`POLL` for `cpu.poll_ns`).
 pub fn fit(samples: &[Sample], prior: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
     let names: Vec<&String> = prior.keys().collect();
     let k = names.len();

@@ -10,7 +10,7 @@
 //!    [`LocalCluster`] and ships the tables to their replicas;
 //! 3. connects compute node 0 with a [`RealClock`] and starts `threads` OS threads.
 //!    Each sets up its worker and `coroutines` coordinators, reports ready, waits for
-//!    the common start, and runs its coordinators on one [`LocalExecutor`] until the
+//!    the common start, and runs its coordinators on one [`LocalExecutor`](dmtx_runtime::LocalExecutor) until the
 //!    stop flag (deadline, Ctrl-C, a failed thread) or the `--txns` budget ends them;
 //! 4. merges the threads' counters, reads every table back from its primary into a
 //!    [`Snapshot`] and calls [`Workload::check`] on it with every coordinator's local

@@ -21,10 +21,10 @@
 //! - **Opening** never blocks the worker: the first push to a peer starts a nonblocking
 //!   connect and PEER_HELLO, advanced at every flush; entries pushed meanwhile wait and
 //!   leave once the peer accepts. A connect that fails or does not finish within
-//!   [`TcpConfig::connect_timeout`] reports [`Event::PeerLost`] (its waiting entries are
+//!   [`TcpConfig::connect_timeout`] reports [`Event::PeerLost`](dmtx_verbs::msg::Event::PeerLost) (its waiting entries are
 //!   lost), and no new attempt starts before [`RECONNECT_BACKOFF`].
 //! - **Loss**: a write or read error, an end of stream or a malformed frame closes the
-//!   connection and reports [`Event::PeerLost`] once; the next push reopens it. Every
+//!   connection and reports [`Event::PeerLost`](dmtx_verbs::msg::Event::PeerLost) once; the next push reopens it. Every
 //!   socket has `TCP_USER_TIMEOUT` from [`TcpConfig::op_deadline`]; the RPC layer's
 //!   deadlines bound every call anyway.
 //! - **Self-sends** never touch a socket: they are queued in the mailbox.
