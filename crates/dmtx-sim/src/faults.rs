@@ -71,7 +71,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use dmtx_verbs::{MnId, Op, OpKind, Region, VerbError};
@@ -869,9 +869,8 @@ impl FromStr for FaultScript {
 /// Flags read without the state lock on hot paths.
 #[derive(Debug, Default)]
 pub(crate) struct Flags {
-    /// Some compute node crashed ([`Sim::cn_down`] takes the lock only then).
-    pub cn_down_any: AtomicBool,
-    /// Compute-node crashes so far ([`Sim::cn_crashes`]).
+    /// Compute-node crashes so far ([`Sim::cn_crashes`]; [`Sim::cn_down`] takes the
+    /// lock only once there was one).
     pub cn_crashes: AtomicU64,
     /// Memory-node restarts so far ([`Transport::restarts`](dmtx_verbs::Transport::restarts)).
     pub restarts: AtomicU64,
@@ -1284,7 +1283,7 @@ impl Sim {
     /// True when compute node `cn` crashed: its tasks are never polled again.
     #[inline]
     pub fn cn_down(&self, cn: u32) -> bool {
-        if !self.shared.flags.cn_down_any.load(Ordering::Relaxed) {
+        if self.cn_crashes() == 0 {
             return false;
         }
         self.lock()
@@ -1745,7 +1744,6 @@ impl Sim {
         if !fs.cn_down.insert(cn) {
             return;
         }
-        self.shared.flags.cn_down_any.store(true, Ordering::Relaxed);
         self.shared.flags.cn_crashes.fetch_add(1, Ordering::Relaxed);
         // (conn, mn) -> [(post seq, slot)], in post order.
         let mut conns: BTreeMap<(u32, u16), Vec<(u64, usize)>> = BTreeMap::new();
