@@ -20,6 +20,10 @@
 //! a grace after an interrupt ([`SimExecutor::interrupt_on`]), or with
 //! [`SimError::Deadlock`] when tasks wait but no event is left to wake them.
 //!
+//! A progress callback ([`SimExecutor::on_progress`], the driver's progress bar)
+//! watches virtual time where it is about to move; it schedules no event, so a run gives
+//! the same results with it and without it.
+//!
 //! The tasks of a compute node that crashed ([`Sim::cn_down`]) are dropped as soon as the
 //! executor is about to move time after the crash: they wait for posts and messages that
 //! never complete, and periodic events (the membership service's renewals) would keep
@@ -117,6 +121,14 @@ pub struct SimExecutor<'a> {
     /// The virtual CPU each task runs on (`None`: free, e.g. a timer).
     cpus: Vec<Option<CpuId>>,
     interrupt: Option<Interrupt<'a>>,
+    progress: Option<Progress<'a>>,
+}
+
+/// A callback on virtual time's progress ([`SimExecutor::on_progress`]).
+struct Progress<'a> {
+    every_ns: u64,
+    next_ns: u64,
+    f: Box<dyn FnMut(u64) + 'a>,
 }
 
 /// A flag that ends a run early ([`SimExecutor::interrupt_on`]).
@@ -137,7 +149,20 @@ impl<'a> SimExecutor<'a> {
             tasks: Vec::new(),
             cpus: Vec::new(),
             interrupt: None,
+            progress: None,
         }
+    }
+
+    /// Call `f(now)` whenever virtual time is about to move and at least `every_ns` of
+    /// it passed since the last call (and once at the start): a progress bar. It is an
+    /// observer, not a task: it schedules no event, so a run with it gives the results
+    /// of a run without it.
+    pub fn on_progress(&mut self, every_ns: u64, f: impl FnMut(u64) + 'a) {
+        self.progress = Some(Progress {
+            every_ns: every_ns.max(1),
+            next_ns: 0,
+            f: Box::new(f),
+        });
     }
 
     /// End the run early once `flag` is set (from another thread, e.g. a Ctrl-C
@@ -183,6 +208,7 @@ impl<'a> SimExecutor<'a> {
             tasks,
             cpus,
             mut interrupt,
+            mut progress,
         } = self;
         let n = tasks.len();
         let cpu_model = sim.config().cpu.clone();
@@ -355,6 +381,11 @@ impl<'a> SimExecutor<'a> {
                 let i = interrupt.take().expect("checked");
                 stop_ns = stop_ns.min(sim.now().saturating_add(i.grace_ns));
                 (i.on_set)();
+            }
+            if let Some(p) = progress.as_mut().filter(|p| sim.now() >= p.next_ns) {
+                let now = sim.now();
+                (p.f)(now);
+                p.next_ns = now.saturating_add(p.every_ns);
             }
             match sim.step_until(stop_ns) {
                 Step::Took => idle_passes = 0,

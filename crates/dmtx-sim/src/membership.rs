@@ -24,7 +24,8 @@
 //!   the bound (OOCC §VII-B) believes it holds a lease `ms` has already revoked: the
 //!   stale-lease hazard that protocols must fence against.
 //! - A restarted memory node rejoins at once (new epoch); a compute node once expelled
-//!   stays out (recovering it is a later issue).
+//!   stays out (recovering it is a later issue). A crashed compute node's renewal timer
+//!   stops at its next tick (a crashed memory node's goes on, for its restart).
 //! - Renewals are periodic events, so while the service runs the event queue never runs
 //!   dry: a run ends when its tasks do (the executor drops a crashed compute node's
 //!   tasks at the crash, [`SimExecutor`](crate::SimExecutor)) or at its deadline.
@@ -271,6 +272,10 @@ impl Sim {
         };
         let push = |st: &mut State, at: u64, e: MsEvent| st.queue.push(at, Event::Fault(FaultEvent::Ms(e)));
         match e {
+            MsEvent::Renew(Node::Cn(cn)) if st.faults.active.as_deref().is_some_and(|f| f.node_down(Node::Cn(cn))) => {
+                // A crashed compute node never comes back (`crash-cn` has no restart):
+                // its timer stops with it.
+            }
             MsEvent::Renew(node) => {
                 let clock = self.clock_of(st, node);
                 if let Some(lat) = self.lease_msg_ns(st, node) {

@@ -857,3 +857,65 @@ fn an_interrupt_ends_a_run_that_never_finishes() {
         r.end_ns
     );
 }
+
+/// Goal: a crashed compute node stops renewing its lease (its timer kept firing, sending
+/// nothing, for the rest of the run). Method: the events of 10 ms long after `cn1`
+/// crashed and was expelled, against a run in which `cn1` was never a member: the same
+/// count, so nothing of `cn1` is left in the queue.
+#[test]
+fn a_crashed_cn_stops_renewing_its_lease() {
+    let window_events = |members: &str, crash: &str| {
+        let sim = sim(1, 1);
+        sim.install_faults(script(&format!(
+            "membership lease={LEASE_NS}ns members={members}{crash}"
+        )))
+        .unwrap();
+        step_until(&sim, 2_000_000);
+        let before = sim.stats().events;
+        step_until(&sim, 12_000_000);
+        sim.stats().events - before
+    };
+    let crashed = window_events("cn0,cn1,mn0", "; crash-cn cn=1 at=50us");
+    let never = window_events("cn0,mn0", "");
+    assert!(never > 0, "renewals of the live members run");
+    assert_eq!(crashed, never, "events of a crashed node's timer remain");
+}
+
+/// Goal: a progress callback observes virtual time without changing the run (no event
+/// of its own): the same memory, events and end as without it, and calls at least
+/// `every` apart, the first at the start. Method: posting tasks under membership, run
+/// with and without a callback every 7 µs.
+#[test]
+fn progress_calls_observe_without_changing_the_run() {
+    let run = |every: Option<u64>| {
+        let sim = sim(3, 1);
+        sim.install_faults(script(&format!("membership lease={LEASE_NS}ns members=cn0,mn0")))
+            .unwrap();
+        let fabric = SimFabric::new(&sim, 0);
+        let calls = RefCell::new(Vec::new());
+        let mut ex = SimExecutor::new(&sim);
+        for k in 0..4u64 {
+            let (s, t) = (sim.clone(), fabric.transport_of(0));
+            ex.spawn_on(sim.cpu_of(0, 0), async move {
+                while s.now() < 300_000 {
+                    let mut p = Post::new();
+                    p.faa(ptr(0, 64 * k), 1);
+                    post(&s, &t, &mut p).await.0.unwrap();
+                }
+            });
+        }
+        if let Some(every) = every {
+            ex.on_progress(every, |now| calls.borrow_mut().push(now));
+        }
+        let r = ex.run_until(1_000_000).unwrap();
+        let words: Vec<u64> = (0..4).map(|k| word(&sim, 0, 64 * k)).collect();
+        ((words, sim.stats().events, r.end_ns), calls.into_inner())
+    };
+    let (plain, none) = run(None);
+    let (watched, calls) = run(Some(7_000));
+    assert!(none.is_empty());
+    assert_eq!(plain, watched, "the callback changed the run");
+    assert_eq!(calls.first(), Some(&0));
+    assert!(calls.len() > 30, "{} calls over 300 µs", calls.len());
+    assert!(calls.windows(2).all(|w| w[1] >= w[0] + 7_000), "{calls:?}");
+}
