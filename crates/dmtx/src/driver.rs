@@ -56,6 +56,13 @@ pub const TICK: Duration = Duration::from_millis(50);
 /// the transactions in hand; any still running then are dropped (a healthy run needs
 /// microseconds).
 pub const INTERRUPT_GRACE_NS: u64 = 10_000_000;
+/// Virtual time a simulated `--duration` run gives its coordinators after the deadline
+/// to finish the transactions in hand (a healthy run needs microseconds); any still
+/// running then, held by a `delay` or by a peer that will never answer, are dropped
+/// there and reported as stranded.
+pub const DRAIN_MAX_NS: u64 = 1_000_000_000;
+/// How often a simulated run reports progress: virtual time.
+pub const SIM_TICK_NS: u64 = 1_000_000;
 /// Headroom over the measured memory need when `--mn-bytes` is not given: need × 5/4 +
 /// this many bytes (untouched region pages cost no memory).
 pub const MN_HEADROOM_BYTES: u64 = 16 << 20;
@@ -329,24 +336,36 @@ pub fn run<P: Protocol, W: Workload>(
         types: types.len(),
         fault: Mutex::new(None),
         measure_from_ns: AtomicU64::new(0),
+        measure_until_ns: AtomicU64::new(u64::MAX),
     };
     let warmup_ns = cfg.warmup.as_nanos() as u64;
+    // The measured window: from the end of the warm-up to the deadline.
+    let open_window = |start_ns: u64| {
+        shared.measure_from_ns.store(start_ns + warmup_ns, Ordering::Relaxed);
+        if let StopRule::Duration(d) = cfg.stop {
+            let until = start_ns + warmup_ns + d.as_nanos() as u64;
+            shared.measure_until_ns.store(until, Ordering::Relaxed);
+        }
+    };
 
     let mut started_at_unix_s = 0.0;
     let mut start_ns = 0;
     let mut stop_reason = StopReason::Interrupt;
     let mut real_started = std::time::Instant::now();
-    let mut sim_baseline: Option<SimBaseline> = None;
+    let mut sim_window: (Option<SimCounters>, Option<SimCounters>) = (None, None);
+    let mut stranded = 0;
     let outcomes: Vec<Result<ThreadOutcome<W::Local>, RunError>> = if let Some(sim) = &sim {
         started_at_unix_s = crate::results::wall_clock_unix_s();
         start_ns = clock.now_ns();
-        shared.measure_from_ns.store(start_ns + warmup_ns, Ordering::Relaxed);
+        open_window(start_ns);
         hooks.monitor.phase("simulating");
+        hooks.monitor.running(cfg.stop);
         real_started = std::time::Instant::now();
-        let (outcomes, reason, base) = run_simulated(&shared, sim, hooks.stop)?;
-        stop_reason = reason;
-        sim_baseline = base;
-        outcomes
+        let run = run_simulated(&shared, sim, start_ns, hooks)?;
+        stop_reason = run.reason;
+        sim_window = (run.baseline, run.window_end);
+        stranded = run.stranded;
+        run.outcomes
     } else {
         std::thread::scope(|s| {
             let handles: Vec<_> = (0..cfg.threads)
@@ -368,7 +387,7 @@ pub fn run<P: Protocol, W: Workload>(
             }
             started_at_unix_s = crate::results::wall_clock_unix_s();
             start_ns = clock.now_ns();
-            shared.measure_from_ns.store(start_ns + warmup_ns, Ordering::Relaxed);
+            open_window(start_ns);
             real_started = std::time::Instant::now();
             shared.go.store(true, Ordering::Release);
             hooks.monitor.running(cfg.stop);
@@ -448,6 +467,9 @@ pub fn run<P: Protocol, W: Workload>(
         end_ns = end_ns.max(o.end_ns);
         last_fault = last_fault.or(o.last_fault);
     }
+    // Transactions in hand at the deadline finish after it, uncounted: the window ends
+    // there.
+    end_ns = end_ns.min(shared.measure_until_ns.load(Ordering::Relaxed));
     if let Some((why, at_ns)) = shared.fault.lock().unwrap().take() {
         // The lost node cannot be scanned for the invariant check: report the fault.
         return Err(RunError::Fault {
@@ -521,8 +543,13 @@ pub fn run<P: Protocol, W: Workload>(
             (Some(sim), Some(setup)) => {
                 // The series counts from virtual 0; the run started at `start_ns`.
                 let skip = (start_ns / 1_000_000) as usize;
-                let (mut load, mut cpus, mut stats) = (sim.load(), sim.cpu_busy(), sim.stats());
-                if let Some((l0, c0, s0)) = &sim_baseline {
+                // The fabric's and CPUs' counters over the window: at the deadline (or the
+                // end) less those at the end of the warm-up.
+                let (mut load, mut cpus, mut stats) = match sim_window.1.take() {
+                    Some(at_deadline) => at_deadline,
+                    None => (sim.load(), sim.cpu_busy(), sim.stats()),
+                };
+                if let Some((l0, c0, s0)) = &sim_window.0 {
                     load = load.since(l0);
                     for (c, b) in cpus.iter_mut().zip(c0) {
                         c.busy_ns -= b.busy_ns;
@@ -543,6 +570,8 @@ pub fn run<P: Protocol, W: Workload>(
                         .map(|f| format!("{:.6} ms: {}", f.at_ns as f64 / 1e6, f.what))
                         .collect(),
                     tears: sim.tear_stats(),
+                    stranded,
+                    simulated_ns: sim.now().saturating_sub(start_ns - warmup_ns),
                 })
             }
             _ => None,
@@ -652,6 +681,9 @@ struct Shared<'a, P: Protocol, W: Workload> {
     /// Clock time when measuring starts (the end of `--warmup`); attempts that start
     /// earlier are run but not counted.
     measure_from_ns: AtomicU64,
+    /// Clock time when measuring ends (`--duration`'s deadline; `u64::MAX` for
+    /// `--txns`): attempts that end later are finished but not counted.
+    measure_until_ns: AtomicU64,
 }
 
 impl<P: Protocol, W: Workload> Shared<'_, P, W> {
@@ -742,6 +774,7 @@ fn thread_ctx<'a, P: Protocol, W: Workload>(t: u16, shared: &'a Shared<'a, P, W>
         stop_on_fault: (shared.cfg.on_fault == OnFault::Stop).then_some(&shared.fault),
         series: shared.cfg.sim.is_some().then(|| RefCell::new(Vec::new())),
         measure_from_ns: &shared.measure_from_ns,
+        measure_until_ns: &shared.measure_until_ns,
     }
 }
 
@@ -805,22 +838,18 @@ fn worker_thread<P: Protocol, W: Workload>(
 }
 
 /// `--transport sim`: every thread's coordinators on one deterministic executor, on
-/// virtual time; `--duration` is virtual time. `interrupt` (Ctrl-C) sets the stop flag,
-/// and coordinators still running [`INTERRUPT_GRACE_NS`] later are dropped.
-#[allow(clippy::type_complexity)]
+/// virtual time; `--duration` is virtual time and the run started at `start_ns`.
+/// `hooks.stop` (Ctrl-C) sets the stop flag, and coordinators still running
+/// [`INTERRUPT_GRACE_NS`] later are dropped; after a deadline they get
+/// [`DRAIN_MAX_NS`]. Progress goes to `hooks.monitor` every [`SIM_TICK_NS`].
 fn run_simulated<P: Protocol, W: Workload>(
     shared: &Shared<'_, P, W>,
     sim: &Sim,
-    interrupt: &AtomicBool,
-) -> Result<
-    (
-        Vec<Result<ThreadOutcome<W::Local>, RunError>>,
-        StopReason,
-        Option<SimBaseline>,
-    ),
-    RunError,
-> {
-    let baseline: RefCell<Option<SimBaseline>> = RefCell::new(None);
+    start_ns: u64,
+    hooks: &RunHooks<'_>,
+) -> Result<SimRun<W::Local>, RunError> {
+    let baseline: RefCell<Option<SimCounters>> = RefCell::new(None);
+    let window_end: RefCell<Option<SimCounters>> = RefCell::new(None);
     let n = shared.cfg.worker_threads() as u16;
     let mut threads = Vec::with_capacity(n as usize);
     for g in 0..n {
@@ -828,13 +857,18 @@ fn run_simulated<P: Protocol, W: Workload>(
     }
     let ths: Vec<ThreadCtx<'_>> = (0..n).map(|g| thread_ctx(g, shared)).collect();
     let interrupted = Cell::new(false);
-    {
+    let counters = |s: &Sim| (s.load(), s.cpu_busy(), s.stats());
+    let report = {
         let mut ex = SimExecutor::new(sim);
         // The executor looks at the flag whenever it moves time, so a simulation whose
         // coordinators never end is stopped too.
-        ex.interrupt_on(interrupt, INTERRUPT_GRACE_NS, || {
+        ex.interrupt_on(hooks.stop, INTERRUPT_GRACE_NS, || {
             interrupted.set(true);
             shared.stop.store(true, Ordering::Relaxed);
+        });
+        ex.on_progress(SIM_TICK_NS, |now| {
+            let elapsed = Duration::from_nanos(now.saturating_sub(start_ns));
+            hooks.monitor.tick(&shared.progress_now(elapsed));
         });
         for ((worker, coords, locals, _), th) in threads.iter_mut().zip(&ths) {
             let cpu = sim.cpu_of(worker.cn().id as u32, worker.thread());
@@ -842,24 +876,27 @@ fn run_simulated<P: Protocol, W: Workload>(
                 ex.spawn_on(cpu, drive(shared.workload, coord, local, th));
             }
         }
+        let mut until = u64::MAX;
         if let StopRule::Duration(d) = shared.cfg.stop {
-            let (stop, nap) = (&shared.stop, sim.sleep((d + shared.cfg.warmup).as_nanos() as u64));
+            let deadline = (d + shared.cfg.warmup).as_nanos() as u64;
+            until = deadline.saturating_add(DRAIN_MAX_NS);
+            let (stop, nap, s, snap) = (&shared.stop, sim.sleep(deadline), sim.clone(), &window_end);
             ex.spawn(async move {
                 nap.await;
                 stop.store(true, Ordering::Relaxed);
+                *snap.borrow_mut() = Some(counters(&s));
             });
         }
         if !shared.cfg.warmup.is_zero() {
-            // The fabric's and CPUs' counters at the end of the warm-up, to subtract.
             let (snap, nap, s) = (&baseline, sim.sleep(shared.cfg.warmup.as_nanos() as u64), sim.clone());
             ex.spawn(async move {
                 nap.await;
-                *snap.borrow_mut() = Some((s.load(), s.cpu_busy(), s.stats()));
+                *snap.borrow_mut() = Some(counters(&s));
             });
         }
-        ex.run()
-            .map_err(|e| RunError::Unsupported(format!("the simulation stopped: {e}")))?;
-    }
+        ex.run_until(until)
+            .map_err(|e| RunError::Unsupported(format!("the simulation stopped: {e}")))?
+    };
     let reason = match shared.cfg.stop {
         _ if interrupted.get() => StopReason::Interrupt,
         StopRule::Txns(_) => StopReason::Txns,
@@ -871,11 +908,30 @@ fn run_simulated<P: Protocol, W: Workload>(
         .zip(ths)
         .map(|(setup, th)| Ok(finish_thread(setup, th, shared.cfg.memory_nodes as usize, end_ns)))
         .collect();
-    Ok((outcomes, reason, baseline.into_inner()))
+    Ok(SimRun {
+        outcomes,
+        reason,
+        baseline: baseline.into_inner(),
+        window_end: window_end.into_inner(),
+        // Only coordinators can be pending: the timers above end by the deadline.
+        stranded: report.pending as u64,
+    })
 }
 
-/// The simulator's counters at the end of the warm-up.
-type SimBaseline = (dmtx_sim::FabricLoad, Vec<dmtx_sim::CpuBusy>, dmtx_sim::SimStats);
+/// The simulator's counters at one instant: fabric load, CPU busy times, event counts.
+type SimCounters = (dmtx_sim::FabricLoad, Vec<dmtx_sim::CpuBusy>, dmtx_sim::SimStats);
+
+/// What [`run_simulated`] hands back.
+struct SimRun<L> {
+    outcomes: Vec<Result<ThreadOutcome<L>, RunError>>,
+    reason: StopReason,
+    /// The counters at the end of the warm-up (none without one).
+    baseline: Option<SimCounters>,
+    /// The counters at the deadline (none for `--txns`, or when interrupted before it).
+    window_end: Option<SimCounters>,
+    /// Coordinators still in a transaction when the run stopped, dropped there.
+    stranded: u64,
+}
 
 /// What the coordinators of one thread share; single-threaded, so `Cell`s suffice.
 struct ThreadCtx<'a> {
@@ -894,6 +950,8 @@ struct ThreadCtx<'a> {
     series: Option<RefCell<Vec<u64>>>,
     /// When measuring starts (clock ns).
     measure_from_ns: &'a AtomicU64,
+    /// When measuring ends (clock ns).
+    measure_until_ns: &'a AtomicU64,
 }
 
 impl ThreadCtx<'_> {
@@ -982,10 +1040,13 @@ async fn drive<P: Protocol, W: Workload>(
         let end_ns = coord.ctx.clock.now_ns();
         let latency_ns = end_ns.saturating_sub(start_ns);
         let counters = coord.ctx.txn_counters;
+        // Attempts of the warm-up, and those that end after the deadline (the
+        // transactions in hand when it came), are run, not counted.
+        let counted = measuring && end_ns <= th.measure_until_ns.load(Ordering::Relaxed);
         match outcome {
-            // A warm-up attempt is run, not counted (a fault still stops the run below).
-            Ok(_) if !measuring => {}
-            Err(abort) if !measuring => {
+            // A fault still stops the run below.
+            Ok(_) if !counted => {}
+            Err(abort) if !counted => {
                 th.return_credit();
                 th.stop_on(abort.reason, coord);
             }
@@ -1059,7 +1120,7 @@ mod tests {
     #[test]
     fn test_credits_hand_out_exactly_the_budget() {
         let budget = AtomicU64::new(10);
-        let measure_from = AtomicU64::new(0);
+        let (measure_from, measure_until) = (AtomicU64::new(0), AtomicU64::new(u64::MAX));
         let progress = ThreadProgress::default();
         let stop = AtomicBool::new(false);
         let th = ThreadCtx {
@@ -1074,6 +1135,7 @@ mod tests {
             stop_on_fault: None,
             series: None,
             measure_from_ns: &measure_from,
+            measure_until_ns: &measure_until,
         };
         let (mut committed, mut aborted) = (0, 0);
         while th.take_credit() {

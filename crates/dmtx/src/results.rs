@@ -17,7 +17,7 @@
 //! | `transport` | string | `mem` (in-process memory nodes), `tcp` (`--cluster`) or `sim` (the simulator: every time is virtual) |
 //! | `config` | object | `threads`, `coroutines`, `duration_s` *or* `txns`, `seed`, `memory_nodes`, `replicas`, `mn_bytes`, `warmup_s` (run before measuring, not counted), `knobs` (every knob of the protocol and workload with its effective value, defaults included, as strings), `preset` (when `--preset` was given) |
 //! | `stop_reason` | string | `duration`, `txns` or `interrupt` (Ctrl-C: results so far) |
-//! | `elapsed_s` | float | measured run time |
+//! | `elapsed_s` | float | the measured window: from the end of `--warmup` to the deadline (`--duration`), or to when the last coordinator stopped if that came sooner (`--txns`, an interrupt); the transactions in hand at the deadline finish after it and are not counted |
 //! | `committed`, `aborted`, `attempted` | int | transaction attempts by outcome (`attempted = committed + aborted + rolled_back`) |
 //! | `successful` | int | committed attempts the workload's spec counts as successful (TATP: not "not found" or "duplicate"); equals `committed` for most workloads |
 //! | `rolled_back` | int | attempts the workload rolled back on purpose (TPC-C NewOrder's 1%): neither commits nor aborts |
@@ -31,8 +31,8 @@
 //! | `invariant` | object | `ok` (bool), `detail` (what was checked, or what broke) |
 //! | `check` | object or null | with `--check`: `level` checked, `txns`, `committed`, `clean` (bool), `summary` (one line), `findings` (each anomaly with its smallest cycle) |
 //! | `last_fault` | string or null | the last verb error a coordinator saw, if any |
-//! | `sim` | object or null | `--transport sim` only: `note` (the numbers are simulated), `profile`, `cpu_mode`, `compute_nodes`, `verbs` (completed), `events`, `nics` (per node `node` (`mn0`, `cn0`, ...), `ops` {…}, `tx_bytes`, `rx_bytes` (wire bytes, headers included), `link_utilisation` (busier direction's share of the run)), `waits_us` (per op kind: `ops`, `admission_mean` (waiting for the connection's outstanding-READ bound), `responder_mean` (queued at the responder NIC), `latency_mean` (doorbell to reply)), `cpus` (per worker thread `cn`, `thread`, `utilisation` of its virtual CPU), `timeseries_ms` (commits per 1 ms of virtual time), `faults` (each fault fired by `--faults`, with its virtual time), `tears` (`overlaps`: READ/WRITE pairs in service together on common words; `torn`: READs that saw old and new words) |
-//! | `run_info` | object | what no two runs repeat: `host`, `started_at` (RFC 3339, UTC), `started_at_unix_s`, `dmtx_version`, `cpus`, `load_s` (building and loading the tables, real time), `real_s` (the measured run's real time), `real_s_per_sim_s` (`sim` only: real seconds per simulated second) |
+//! | `sim` | object or null | `--transport sim` only: `note` (the numbers are simulated), `profile`, `cpu_mode`, `compute_nodes`, `verbs` (completed), `events`, `nics` (per node `node` (`mn0`, `cn0`, ...), `ops` {…}, `tx_bytes`, `rx_bytes` (wire bytes, headers included), `link_utilisation` (busier direction's share of the run)), `waits_us` (per op kind: `ops`, `admission_mean` (waiting for the connection's outstanding-READ bound), `responder_mean` (queued at the responder NIC), `latency_mean` (doorbell to reply)), `cpus` (per worker thread `cn`, `thread`, `utilisation` of its virtual CPU), `timeseries_ms` (commits per 1 ms of virtual time), `faults` (each fault fired by `--faults`, with its virtual time), `tears` (`overlaps`: READ/WRITE pairs in service together on common words; `torn`: READs that saw old and new words), `stranded` (coordinators still in a transaction a grace after an interrupt or 1 s of virtual time after the deadline, dropped there: their locks and writes stay) |
+//! | `run_info` | object | what no two runs repeat: `host`, `started_at` (RFC 3339, UTC), `started_at_unix_s`, `dmtx_version`, `cpus`, `load_s` (building and loading the tables, real time), `real_s` (the measured run's real time), `real_s_per_sim_s` (`sim` only: real seconds per simulated second, over all the virtual time the run simulated, warm-up and drain included) |
 //!
 //! A txn-type object:
 //!
@@ -466,6 +466,11 @@ pub struct SimResult {
     /// READs that saw a mixture of old and new words (DESIGN §2).
     #[serde(default)]
     pub tears: TearResult,
+    /// Coordinators still in a transaction when the run stopped (a grace after an
+    /// interrupt, a second of virtual time after the deadline), dropped there: a `delay`
+    /// or a peer that never answers held them. Their locks and writes stay.
+    #[serde(default)]
+    pub stranded: u64,
 }
 
 /// Tears the simulator produced.
@@ -536,15 +541,22 @@ pub struct SimRaw {
     pub faults: Vec<String>,
     /// Tears over the whole run (warm-up included).
     pub tears: dmtx_sim::TearStats,
+    /// Coordinators dropped in a transaction when the run stopped.
+    pub stranded: u64,
+    /// Virtual time the real time simulated: the warm-up, the window and what ran after
+    /// the deadline.
+    pub simulated_ns: u64,
 }
 
 impl SimResult {
     fn of(raw: SimRaw, elapsed_ns: u64) -> Self {
+        // Counters are read at the deadline, and work booked by then (a CPU step, a
+        // transfer reserved at submit) may end just after it: a share is at most 1.
         let share = |ns: u64| {
             if elapsed_ns == 0 {
                 0.0
             } else {
-                round(ns as f64 / elapsed_ns as f64, 4)
+                round((ns as f64 / elapsed_ns as f64).min(1.0), 4)
             }
         };
         let node = |name: String, l: &dmtx_sim::NodeLoad| NicResult {
@@ -552,7 +564,7 @@ impl SimResult {
             ops: Ops::from_array(l.ops),
             tx_bytes: l.tx_bytes,
             rx_bytes: l.rx_bytes,
-            link_utilisation: round(l.link_utilisation(elapsed_ns), 4),
+            link_utilisation: round(l.link_utilisation(elapsed_ns).min(1.0), 4),
         };
         let mut nics: Vec<NicResult> = raw
             .load
@@ -617,6 +629,7 @@ impl SimResult {
                 overlaps: raw.tears.overlaps,
                 torn: raw.tears.torn,
             },
+            stranded: raw.stranded,
         }
     }
 }
@@ -742,8 +755,8 @@ impl BenchResult {
                 real_s: round(raw.real.as_secs_f64(), 3),
                 real_s_per_sim_s: raw
                     .sim
-                    .is_some()
-                    .then(|| round(raw.real.as_secs_f64() / elapsed_s.max(1e-9), 2)),
+                    .as_ref()
+                    .map(|s| round(raw.real.as_secs_f64() / (s.simulated_ns as f64 / 1e9).max(1e-9), 2)),
             },
             sim: raw.sim.map(|s| SimResult::of(s, raw.elapsed.as_nanos() as u64)),
         }
@@ -765,7 +778,8 @@ impl BenchResult {
             sim.compute_nodes,
             sim.verbs,
             self.run_info.real_s_per_sim_s.unwrap_or(0.0),
-            sim.verbs as f64 / self.run_info.real_s.max(1e-9) / 1e6
+            // The window's verbs over the real time its share of the run took.
+            sim.verbs as f64 / (self.run_info.real_s_per_sim_s.unwrap_or(0.0) * self.elapsed_s).max(1e-9) / 1e6
         );
         let links: Vec<String> = sim
             .nics
@@ -800,6 +814,13 @@ impl BenchResult {
             "  waits us    {}   (admission+responder queueing / latency, per op)",
             waits.join(", ")
         );
+        if sim.stranded > 0 {
+            let _ = writeln!(
+                o,
+                "  stranded    {} coordinator(s) still in a transaction when the run stopped were dropped there (a delay or a peer that never answers held them); their locks and writes stay",
+                sim.stranded
+            );
+        }
     }
 
     /// The fixed-width human summary; `saved` is where the JSON went, if anywhere.

@@ -420,7 +420,7 @@ fn simulated_runs_are_checked_and_deterministic() {
     assert!(a.committed > 0);
     assert!(a.invariant.ok, "{}", a.invariant.detail);
     assert!(a.check.as_ref().unwrap().clean);
-    assert!((a.elapsed_s - 0.002).abs() < 0.001, "virtual time: {}", a.elapsed_s);
+    assert_eq!(a.elapsed_s, 0.002, "the window is the virtual duration");
     // Everything but `run_info` (host, wall-clock times) is bit-identical.
     let same = |r: &BenchResult| {
         let mut v = serde_json::to_value(r).unwrap();
@@ -436,8 +436,8 @@ fn simulated_runs_are_checked_and_deterministic() {
         a.committed,
         "the series counts every commit"
     );
-    // 2 ms of virtual time in 1 ms buckets, and the attempts in flight at the deadline
-    // finish in a third.
+    // 2 ms of virtual time in 1 ms buckets (a commit at the deadline itself opens a
+    // third); the attempts in flight at the deadline finish after it, uncounted.
     assert!((2..=3).contains(&sim.timeseries_ms.len()), "{:?}", sim.timeseries_ms);
     assert!(
         sim.cpus.iter().all(|c| c.utilisation > 0.0 && c.utilisation <= 1.0),
@@ -620,4 +620,84 @@ fn simulated_run_stops_on_the_stop_flag() {
     assert_eq!(r.stop_reason, StopReason::Interrupt);
     assert!(r.elapsed_s < 0.001, "virtual time: {}", r.elapsed_s);
     assert!(r.invariant.ok, "{}", r.invariant.detail);
+}
+
+/// Goal: a transaction held past the deadline neither stretches a simulated run's
+/// window nor keeps it going. One CAS delayed by an hour (3600 s) made `elapsed_s` an hour (and
+/// throughput a millionth of the truth), and under the membership service the run
+/// simulated that hour of renewals. Now the window is the duration, the series stops at
+/// the deadline, and the held coordinator is dropped a second of virtual time later
+/// and reported as stranded.
+#[test]
+fn a_straggler_neither_stretches_nor_holds_a_simulated_run() {
+    let r = run_within(
+        simulated(
+            "2ms",
+            Some("membership lease=300us members=cn0,cn1,mn0,mn1; delay by=3600s on=kind:cas at=1ms"),
+        ),
+        false,
+        Duration::from_secs(60),
+    );
+    assert_eq!(r.stop_reason, StopReason::Duration);
+    assert_eq!(r.elapsed_s, 0.002, "the window is the duration");
+    assert!(r.committed > 100);
+    assert!(
+        (r.committed_tps - r.committed as f64 / 0.002).abs() < 1.0,
+        "{}",
+        r.committed_tps
+    );
+    let sim = r.sim.as_ref().unwrap();
+    assert_eq!(sim.stranded, 1, "the coordinator whose CAS is delayed");
+    assert!(sim.timeseries_ms.len() <= 3, "{:?}", sim.timeseries_ms);
+    assert!(r.summary(None).contains("stranded    1 coordinator"));
+    // Its lock stays, but nothing it did was partial: the money is all there.
+    assert!(r.invariant.ok, "{}", r.invariant.detail);
+}
+
+/// A monitor that keeps what it is told.
+#[derive(Default)]
+struct Recording {
+    ticks: std::sync::Mutex<Vec<driver::Progress>>,
+    running: AtomicBool,
+}
+
+impl driver::Monitor for Recording {
+    fn running(&self, _stop: StopRule) {
+        self.running.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    fn tick(&self, p: &driver::Progress) {
+        self.ticks.lock().unwrap().push(*p);
+    }
+}
+
+/// Goal: a simulated run reports progress (the bar stood still: the driver never
+/// ticked it on the simulator), in virtual time, and watching does not change the run.
+/// Method: 5 ms with a recording monitor and without one.
+#[test]
+fn a_simulated_run_reports_progress_in_virtual_time() {
+    let cfg = BenchConfig::from_args(&simulated("5ms", None)).unwrap();
+    let stop = AtomicBool::new(false);
+    let seen = Recording::default();
+    let run = |monitor: &dyn driver::Monitor| {
+        let hooks = RunHooks {
+            stop: &stop,
+            monitor,
+            probes: None,
+        };
+        let mut v = serde_json::to_value(registry::run(&cfg, &hooks).unwrap()).unwrap();
+        v.as_object_mut().unwrap().remove("run_info");
+        v
+    };
+    assert_eq!(run(&seen), run(&Silent), "watching changed the run");
+    assert!(seen.running.load(std::sync::atomic::Ordering::Relaxed));
+    let ticks = seen.ticks.into_inner().unwrap();
+    assert!(ticks.len() >= 5, "{} ticks over 5 ms (one per ms)", ticks.len());
+    assert!(ticks
+        .windows(2)
+        .all(|w| w[1].elapsed > w[0].elapsed && w[1].committed >= w[0].committed));
+    let last = ticks.last().unwrap();
+    assert!(
+        last.elapsed >= Duration::from_millis(4) && last.committed > 0,
+        "{last:?}"
+    );
 }
