@@ -119,6 +119,15 @@ impl CoordCtx {
         }
     }
 
+    /// An attempt of transaction type `txn_type` ended (the driver calls it; see
+    /// [`Probe::attempt_end`]).
+    #[inline]
+    pub fn attempt_end(&self, txn_type: usize) {
+        if let Some(p) = &self.probe {
+            p.attempt_end(txn_type);
+        }
+    }
+
     /// The named fault point (see [`Probe`]); nothing happens unless a fault script
     /// names it.
     #[inline]

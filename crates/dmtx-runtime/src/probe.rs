@@ -20,6 +20,11 @@ pub trait Probe {
     fn step(&self, name: &'static str, n: u32);
     /// Control passed the fault point `name`.
     fn point(&self, name: &'static str);
+    /// An attempt of the workload's transaction type `txn_type` (an index into
+    /// `Workload::txn_types`) ended, whatever its outcome; the driver says so. Steps
+    /// since the previous call belong to it: `dmtx sim calibrate` counts them, and the
+    /// time, per type.
+    fn attempt_end(&self, _txn_type: usize) {}
 }
 
 /// Hands each worker thread of a compute node its probe.

@@ -35,6 +35,11 @@ pub trait Workload: Send + Sync + Sized + 'static {
     const ABOUT: &'static str;
     /// Knobs accepted with `--set`.
     const KNOBS: &'static [KnobSpec];
+    /// The CPU step the driver charges once per attempt: the workload's choice of
+    /// transaction and its inputs, and the driver's accounting. Its cost differs from
+    /// workload to workload (TATP's non-uniform keys, TPC-C's order lines), so each
+    /// names its own (`kvs.txn`); `dmtx sim calibrate` fits each.
+    const TXN_STEP: &'static str = "workload.txn";
 
     /// Build from `--set` values (unknown keys are refused before this is called).
     fn from_knobs(knobs: &Knobs) -> Result<Self, KnobError>;

