@@ -858,6 +858,8 @@ fn run_simulated<P: Protocol, W: Workload>(
     let ths: Vec<ThreadCtx<'_>> = (0..n).map(|g| thread_ctx(g, shared)).collect();
     let interrupted = Cell::new(false);
     let counters = |s: &Sim| (s.load(), s.cpu_busy(), s.stats());
+    // Timer tasks not yet done (an interrupt can drop them with the coordinators).
+    let timers = Cell::new(0usize);
     let report = {
         let mut ex = SimExecutor::new(sim);
         // The executor looks at the flag whenever it moves time, so a simulation whose
@@ -880,18 +882,27 @@ fn run_simulated<P: Protocol, W: Workload>(
         if let StopRule::Duration(d) = shared.cfg.stop {
             let deadline = (d + shared.cfg.warmup).as_nanos() as u64;
             until = deadline.saturating_add(DRAIN_MAX_NS);
-            let (stop, nap, s, snap) = (&shared.stop, sim.sleep(deadline), sim.clone(), &window_end);
+            let (stop, nap, s, snap, timers) = (&shared.stop, sim.sleep(deadline), sim.clone(), &window_end, &timers);
+            timers.set(timers.get() + 1);
             ex.spawn(async move {
                 nap.await;
                 stop.store(true, Ordering::Relaxed);
                 *snap.borrow_mut() = Some(counters(&s));
+                timers.set(timers.get() - 1);
             });
         }
         if !shared.cfg.warmup.is_zero() {
-            let (snap, nap, s) = (&baseline, sim.sleep(shared.cfg.warmup.as_nanos() as u64), sim.clone());
+            let (snap, nap, s, timers) = (
+                &baseline,
+                sim.sleep(shared.cfg.warmup.as_nanos() as u64),
+                sim.clone(),
+                &timers,
+            );
+            timers.set(timers.get() + 1);
             ex.spawn(async move {
                 nap.await;
                 *snap.borrow_mut() = Some(counters(&s));
+                timers.set(timers.get() - 1);
             });
         }
         ex.run_until(until)
@@ -913,8 +924,7 @@ fn run_simulated<P: Protocol, W: Workload>(
         reason,
         baseline: baseline.into_inner(),
         window_end: window_end.into_inner(),
-        // Only coordinators can be pending: the timers above end by the deadline.
-        stranded: report.pending as u64,
+        stranded: (report.pending - timers.get()) as u64,
     })
 }
 

@@ -620,6 +620,8 @@ fn simulated_run_stops_on_the_stop_flag() {
     assert_eq!(r.stop_reason, StopReason::Interrupt);
     assert!(r.elapsed_s < 0.001, "virtual time: {}", r.elapsed_s);
     assert!(r.invariant.ok, "{}", r.invariant.detail);
+    // The deadline's timer, dropped with the run, is no coordinator.
+    assert_eq!(r.sim.as_ref().unwrap().stranded, 0);
 }
 
 /// Goal: a transaction held past the deadline neither stretches a simulated run's
