@@ -323,6 +323,31 @@ pub fn fit(samples: &[Sample], prior: &BTreeMap<String, f64>) -> BTreeMap<String
     names.into_iter().cloned().zip(nnls(&m, &rhs)).collect()
 }
 
+/// Per transaction type, the round whose time per attempt is the median (the order of
+/// the first round is kept; a type missing from a round has fewer to choose from).
+pub fn median_rows(rounds: Vec<Vec<Sample>>) -> Vec<Sample> {
+    let mut rounds = rounds.into_iter();
+    let Some(first) = rounds.next() else { return Vec::new() };
+    let mut by_type: Vec<Vec<Sample>> = first.into_iter().map(|s| vec![s]).collect();
+    for round in rounds {
+        for s in round {
+            if let Some(v) = by_type
+                .iter_mut()
+                .find(|v| v[0].workload == s.workload && v[0].txn_type == s.txn_type)
+            {
+                v.push(s);
+            }
+        }
+    }
+    by_type
+        .into_iter()
+        .map(|mut v| {
+            v.sort_by(|a, b| a.ns_per_attempt.total_cmp(&b.ns_per_attempt));
+            v.swap_remove(v.len() / 2)
+        })
+        .collect()
+}
+
 /// The workloads of `samples`, in order of first appearance.
 fn workloads_of(samples: &[Sample]) -> Vec<&str> {
     let mut out: Vec<&str> = Vec::new();
@@ -495,19 +520,31 @@ fn fit_report(
 
 /// Run the calibration: sample every workload, fit, and return the profile TOML and a
 /// report of the fit.
-pub fn calibrate(base: &str, workloads: &[String], duration: &str) -> Result<(String, String), RunError> {
+pub fn calibrate(
+    base: &str,
+    workloads: &[String],
+    duration: &str,
+    repeat: usize,
+) -> Result<(String, String), RunError> {
     let mut profile = dmtx_sim::Profile::load(base).map_err(|e| RunError::Unsupported(e.to_string()))?;
     let mem = measure_mem_cost();
-    let mut samples = Vec::new();
-    for w in workloads {
-        let rows = sample(w, duration, mem, &[])?;
-        if rows.is_empty() {
-            return Err(RunError::Unsupported(format!(
-                "calibration: no transaction type of `{w}` ran {MIN_ATTEMPTS} attempts in {duration}; give a longer --duration"
-            )));
+    // Rounds over all workloads, so that a noisy stretch of the host hits each about
+    // equally.
+    let mut rounds = Vec::new();
+    for _ in 0..repeat.max(1) {
+        let mut round = Vec::new();
+        for w in workloads {
+            let rows = sample(w, duration, mem, &[])?;
+            if rows.is_empty() {
+                return Err(RunError::Unsupported(format!(
+                    "calibration: no transaction type of `{w}` ran {MIN_ATTEMPTS} attempts in {duration}; give a longer --duration"
+                )));
+            }
+            round.extend(rows);
         }
-        samples.extend(rows);
+        rounds.push(round);
     }
+    let samples = median_rows(rounds);
     let cpu = &profile.cpu;
     let mut prior: BTreeMap<String, f64> = BTreeMap::new();
     prior.insert(POLL.into(), cpu.poll_ns as f64);
@@ -580,6 +617,30 @@ mod tests {
         for (k, v) in &truth {
             assert!((got[k] - v).abs() / v < 0.05, "{k}: fitted {} vs {v}", got[k]);
         }
+    }
+
+    /// Goal: with several rounds each type keeps its median round, whole (its steps
+    /// with its time), in the first round's order.
+    #[test]
+    fn median_rows_keeps_each_types_median_round() {
+        let row = |ty: &str, ns: f64| Sample {
+            workload: "w".into(),
+            txn_type: ty.into(),
+            attempts: ns as u64,
+            ns_per_attempt: ns,
+            mem_ns_per_attempt: 0.0,
+            steps: BTreeMap::new(),
+        };
+        let rounds = vec![
+            vec![row("a", 300.0), row("b", 10.0)],
+            vec![row("b", 30.0), row("a", 100.0)],
+            vec![row("a", 200.0), row("b", 20.0)],
+        ];
+        let got: Vec<(String, f64, u64)> = median_rows(rounds)
+            .into_iter()
+            .map(|s| (s.txn_type, s.ns_per_attempt, s.attempts))
+            .collect();
+        assert_eq!(got, [("a".to_string(), 200.0, 200), ("b".to_string(), 20.0, 20)]);
     }
 
     /// `½ xᵀMx − qᵀx`.

@@ -86,6 +86,10 @@ enum SimCommand {
         /// Run length per workload.
         #[arg(long, default_value = "2s")]
         duration: String,
+        /// Rounds over the workloads; each transaction type keeps its median round (on a
+        /// shared host single rounds differ by tens of percent).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=9))]
+        repeat: u16,
         /// Write the profile here instead of to stdout.
         #[arg(long, short = 'o', value_name = "FILE")]
         out: Option<std::path::PathBuf>,
@@ -217,13 +221,14 @@ fn sim(cmd: SimCommand) -> anyhow::Result<i32> {
             base,
             workloads,
             duration,
+            repeat,
             out,
         } => {
             eprintln!(
-                "calibrating: {} workload(s) x {duration} on mem, one thread, one coroutine",
+                "calibrating: {} workload(s) x {duration} x {repeat} round(s) on mem, one thread, one coroutine",
                 workloads.len()
             );
-            let (toml, report) = dmtx::calibrate::calibrate(&base, &workloads, &duration)?;
+            let (toml, report) = dmtx::calibrate::calibrate(&base, &workloads, &duration, repeat as usize)?;
             eprint!("{report}");
             match out {
                 Some(path) => {

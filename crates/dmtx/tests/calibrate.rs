@@ -31,7 +31,7 @@ fn rows_are_per_transaction_type() {
 /// Goal: the written profile is the base profile with the fitted costs, and loads.
 #[test]
 fn the_calibrated_profile_loads() {
-    let (toml, report) = calibrate("cx5", &["smallbank".to_string()], "200ms").unwrap();
+    let (toml, report) = calibrate("cx5", &["smallbank".to_string()], "100ms", 3).unwrap();
     assert!(
         report.contains("send_payment") && report.contains("per workload"),
         "{report}"
