@@ -84,11 +84,11 @@ enum SimCommand {
         #[arg(long, value_delimiter = ',', default_value = "kvs,smallbank,tatp,tpcc,ycsb")]
         workloads: Vec<String>,
         /// Run length per workload.
-        #[arg(long, default_value = "2s")]
+        #[arg(long, default_value = "1s")]
         duration: String,
         /// Rounds over the workloads; each transaction type keeps its median round (on a
         /// shared host single rounds differ by tens of percent).
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=9))]
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=9))]
         repeat: u16,
         /// Write the profile here instead of to stdout.
         #[arg(long, short = 'o', value_name = "FILE")]
