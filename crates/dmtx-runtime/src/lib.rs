@@ -44,7 +44,7 @@ pub use ctx::{CoordCtx, CoordId};
 pub use error::{Result, RuntimeError};
 pub use executor::{block_on, yield_now, LocalExecutor};
 pub use knobs::{did_you_mean, KnobError, KnobSpec, Knobs};
-pub use probe::{Probe, ProbeSource};
+pub use probe::{Probe, ProbeSource, GENERIC_TXN_STEP};
 pub use protocol::{Isolation, Protocol};
 pub use rpc::{Handled, Request, Rpc, RpcConfig, RpcError};
 pub use scan::scan_table;

@@ -14,6 +14,10 @@
 use std::rc::Rc;
 use std::sync::Arc;
 
+/// The step the driver charges per attempt for a workload that names none of its own
+/// (`Workload::TXN_STEP`); a profile that lists no `<workload>.txn` prices one with it.
+pub const GENERIC_TXN_STEP: &str = "workload.txn";
+
 /// Receives a worker thread's named steps and fault points.
 pub trait Probe {
     /// `n` units of the CPU work named `name` happened.

@@ -27,6 +27,7 @@
 
 use std::collections::BTreeMap;
 
+use dmtx_runtime::GENERIC_TXN_STEP;
 use serde::{Deserialize, Serialize};
 
 use crate::Sim;
@@ -71,9 +72,6 @@ pub struct CpuModel {
     /// Named steps (`ford.validate`, `txn.add`, `workload.txn`, ...) and their cost.
     pub steps: BTreeMap<String, u64>,
 }
-
-/// The per-attempt step of a workload that names none of its own.
-pub const GENERIC_TXN_STEP: &str = "workload.txn";
 
 /// Named steps of the default model: fitted by `dmtx sim calibrate --duration 3s` on
 /// the project's 2-vCPU build machine (2026-11-24; FORD on KVS, SmallBank, TATP, TPC-C
@@ -270,5 +268,28 @@ mod tests {
             ..CpuModel::default()
         };
         assert_eq!(off.scaled(276), 0);
+    }
+
+    /// Goal: a workload's own per-attempt step costs its entry; one a profile does not
+    /// list costs `workload.txn` (profiles written before workloads named their own),
+    /// and any other unlisted step `step_default_ns`.
+    #[test]
+    fn an_unlisted_workload_step_costs_the_generic_one() {
+        let model = CpuModel {
+            steps: [(GENERIC_TXN_STEP, 50), ("kvs.txn", 7)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            step_default_ns: 20,
+            ..CpuModel::default()
+        };
+        assert_eq!(model.unscaled_step_ns("kvs.txn"), 7);
+        assert_eq!(model.unscaled_step_ns("tatp.txn"), 50);
+        assert_eq!(model.unscaled_step_ns("ford.validate"), 20);
+        let bare = CpuModel {
+            steps: BTreeMap::new(),
+            ..model
+        };
+        assert_eq!(bare.unscaled_step_ns("tatp.txn"), 20);
     }
 }

@@ -39,7 +39,7 @@ pub trait Workload: Send + Sync + Sized + 'static {
     /// transaction and its inputs, and the driver's accounting. Its cost differs from
     /// workload to workload (TATP's non-uniform keys, TPC-C's order lines), so each
     /// names its own (`kvs.txn`); `dmtx sim calibrate` fits each.
-    const TXN_STEP: &'static str = "workload.txn";
+    const TXN_STEP: &'static str = dmtx_runtime::GENERIC_TXN_STEP;
 
     /// Build from `--set` values (unknown keys are refused before this is called).
     fn from_knobs(knobs: &Knobs) -> Result<Self, KnobError>;
