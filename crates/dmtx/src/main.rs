@@ -54,6 +54,10 @@ enum Command {
         /// JSON files or directories.
         #[arg(required = true)]
         paths: Vec<std::path::PathBuf>,
+        /// Also draw the simulated runs' throughput per 1 ms of virtual time, with the
+        /// faults they fired, as an SVG file.
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<std::path::PathBuf>,
     },
     /// Serve one memory node over TCP (verbs and the init-time control RPC only).
     Memnode(MemnodeArgs),
@@ -199,8 +203,13 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Memnode(args) => memnode(&args),
         Command::Cluster(ClusterCommand::Up(args)) => cluster_up(&args),
         Command::Sim(cmd) => sim(cmd),
-        Command::Report { paths } => {
+        Command::Report { paths, plot } => {
             let runs = dmtx::report::load(&paths)?;
+            if let Some(path) = plot {
+                let svg = dmtx::plot::throughput_svg(&runs)?;
+                std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
+                eprintln!("plot: {}", path.display());
+            }
             let mut out = std::io::stdout().lock();
             out.write_all(dmtx::report::render(&runs).as_bytes())?;
             out.flush()?;

@@ -181,3 +181,60 @@ fn check_reads_histories_with_the_documented_exit_codes() {
     assert_one_line_error(&dmtx(&["check", dir.join("missing").to_str().unwrap()]), "missing");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Goal: `dmtx report --plot` draws simulated runs' throughput over virtual time with
+/// their faults marked, still prints the table, and refuses records that hold no series
+/// (a `mem` run) on one line with exit 2. Method: a 4 ms simulated run with a slow NIC
+/// from 2 ms, then the SVG's line (one point per 1 ms bucket), label and fault text.
+#[test]
+fn report_plots_simulated_throughput_with_faults() {
+    let dir: PathBuf = std::env::temp_dir().join(format!("dmtx-cli-plot-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let at = |f: &str| dir.join(f).to_str().unwrap().to_string();
+    let sim = dmtx(&[
+        "bench",
+        "--transport",
+        "sim",
+        "-d",
+        "4ms",
+        "--set",
+        "accounts=500",
+        "--set",
+        "fault=slow-nic node=mn0 factor=4 for=1ms at=2ms",
+        "--quiet",
+        "--out",
+        &at("sim.json"),
+    ]);
+    assert_eq!(sim.status.code(), Some(0), "{}", text(&sim.stderr));
+    let out = dmtx(&["report", "--plot", &at("t.svg"), &at("sim.json")]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("sim.json"), "the table too");
+    let svg = std::fs::read_to_string(at("t.svg")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(at("sim.json")).unwrap()).unwrap();
+    let buckets = v["sim"]["timeseries_ms"].as_array().unwrap().len();
+    assert!(buckets >= 4, "{buckets}");
+    let line = svg
+        .lines()
+        .find(|l| l.starts_with("<polyline") && l.contains("stroke-width=\"2\""))
+        .expect("the run's line");
+    let points = line.split("points=\"").nth(1).unwrap().split('"').next().unwrap();
+    assert_eq!(points.split_whitespace().count(), buckets, "{line}");
+    assert!(svg.contains("ford smallbank (sim)"), "legend");
+    assert!(svg.contains("mn0 NIC 4x slower"), "fault marker");
+
+    let mem = dmtx(&[
+        "bench",
+        "--txns",
+        "200",
+        "--set",
+        "accounts=500",
+        "--quiet",
+        "--out",
+        &at("mem.json"),
+    ]);
+    assert_eq!(mem.status.code(), Some(0), "{}", text(&mem.stderr));
+    let out = dmtx(&["report", "--plot", &at("m.svg"), &at("mem.json")]);
+    assert_one_line_error(&out, "only `--transport sim` runs record");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
