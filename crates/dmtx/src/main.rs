@@ -58,6 +58,10 @@ enum Command {
         /// faults they fired, as an SVG file.
         #[arg(long, value_name = "FILE.svg")]
         plot: Option<std::path::PathBuf>,
+        /// With --plot: draw throughput and median latency against this setting instead
+        /// (threads, coroutines, compute-nodes, memory-nodes, replicas or a numeric knob).
+        #[arg(long, value_name = "FIELD", requires = "plot")]
+        plot_vs: Option<String>,
     },
     /// Serve one memory node over TCP (verbs and the init-time control RPC only).
     Memnode(MemnodeArgs),
@@ -203,10 +207,13 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Memnode(args) => memnode(&args),
         Command::Cluster(ClusterCommand::Up(args)) => cluster_up(&args),
         Command::Sim(cmd) => sim(cmd),
-        Command::Report { paths, plot } => {
+        Command::Report { paths, plot, plot_vs } => {
             let runs = dmtx::report::load(&paths)?;
             if let Some(path) = plot {
-                let svg = dmtx::plot::throughput_svg(&runs)?;
+                let svg = match plot_vs {
+                    Some(field) => dmtx::plot::sweep_svg(&runs, &field)?,
+                    None => dmtx::plot::throughput_svg(&runs)?,
+                };
                 std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
                 eprintln!("plot: {}", path.display());
             }

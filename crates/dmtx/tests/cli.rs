@@ -238,3 +238,60 @@ fn report_plots_simulated_throughput_with_faults() {
     assert_one_line_error(&out, "only `--transport sim` runs record");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Goal: `dmtx report --plot FILE --plot-vs FIELD` draws throughput and median latency
+/// against a setting (FORD Fig. 22 against coroutines): one point per run, in the
+/// setting's order whatever the files' order; a field the records lack is a one-line
+/// error, and `--plot-vs` alone is refused.
+#[test]
+fn report_plots_a_sweep_against_a_setting() {
+    let dir: PathBuf = std::env::temp_dir().join(format!("dmtx-cli-sweep-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let at = |f: &str| dir.join(f).to_str().unwrap().to_string();
+    // Names that sort against the coroutine counts: the plot must order by the setting.
+    for (name, c) in [("a", "4"), ("b", "1"), ("c", "2")] {
+        let out = dmtx(&[
+            "bench",
+            "--transport",
+            "sim",
+            "-d",
+            "2ms",
+            "-t",
+            "1",
+            "-c",
+            c,
+            "--set",
+            "accounts=500",
+            "--quiet",
+            "--out",
+            &at(&format!("{name}.json")),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+    let d = dir.to_str().unwrap();
+    let out = dmtx(&["report", "--plot", &at("s.svg"), "--plot-vs", "coroutines", d]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let svg = std::fs::read_to_string(at("s.svg")).unwrap();
+    assert!(svg.contains("against coroutines") && svg.contains("ford smallbank sim"));
+    let lines: Vec<&str> = svg
+        .lines()
+        .filter(|l| l.starts_with("<polyline") && l.contains("stroke-width=\"2\""))
+        .collect();
+    // Per panel the line, then its legend sample.
+    let xs = |l: &str| -> Vec<f64> {
+        let pts = l.split("points=\"").nth(1).unwrap().split('"').next().unwrap();
+        pts.split_whitespace()
+            .map(|p| p.split(',').next().unwrap().parse().unwrap())
+            .collect()
+    };
+    let first = xs(lines[0]);
+    assert_eq!(first.len(), 3, "{}", lines[0]);
+    assert!(first.windows(2).all(|w| w[0] < w[1]), "in coroutine order: {first:?}");
+
+    let out = dmtx(&["report", "--plot", &at("x.svg"), "--plot-vs", "nosuch", d]);
+    assert_one_line_error(&out, "--plot-vs nosuch");
+    let out = dmtx(&["report", "--plot-vs", "coroutines", d]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
