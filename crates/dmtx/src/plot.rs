@@ -21,6 +21,9 @@ use crate::results::BenchResult;
 /// Why no plot was drawn.
 #[derive(Debug, thiserror::Error)]
 pub enum PlotError {
+    /// No record was given (an empty directory).
+    #[error("no run records to plot; give the JSON files `dmtx bench --out` wrote")]
+    Empty,
     /// No record has a time series.
     #[error("no simulated run among the records: only `--transport sim` runs record `sim.timeseries_ms`")]
     NoSeries,
@@ -92,6 +95,9 @@ fn draw_legend<'a>(chart: &mut Chart<'a, 'a>) -> Result<(), PlotError> {
 
 /// The SVG of the throughput of every simulated run in `runs`.
 pub fn throughput_svg(runs: &[(PathBuf, BenchResult)]) -> Result<String, PlotError> {
+    if runs.is_empty() {
+        return Err(PlotError::Empty);
+    }
     let lines: Vec<Line> = runs.iter().filter_map(|(p, r)| line(p, r)).collect();
     if lines.is_empty() {
         return Err(PlotError::NoSeries);
@@ -197,10 +203,7 @@ pub fn sweep_svg(runs: &[(PathBuf, BenchResult)], field: &str) -> Result<String,
         }
     }
     if sweeps.is_empty() {
-        return Err(PlotError::NoField {
-            field: field.to_string(),
-            path: PathBuf::from("(no record)"),
-        });
+        return Err(PlotError::Empty);
     }
     for s in &mut sweeps {
         s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
