@@ -28,7 +28,7 @@
 //!    step (`kvs.txn`, `tatp.txn`: their logic differs), and the solve is non-negative
 //!    least squares (Lawson–Hanson): clipping the unconstrained solution's negative
 //!    costs, as this did before, left the others where the negative ones had pushed
-//!    them (KVS and SmallBank came out 45–54% high on this host, now within 3%).
+//!    them (KVS and SmallBank came out 44–54% high on this host, now within 3%).
 //!
 //! The output is the starting profile with a refitted `[cpu]` table, as TOML, and a table
 //! of the fit per transaction type and per workload, with the starting profile's error
@@ -70,6 +70,17 @@ struct TypeTally {
     steps: BTreeMap<&'static str, u64>,
 }
 
+impl TypeTally {
+    /// Count `attempts` more, taking `ns` and running `steps`.
+    fn add<'s>(&mut self, attempts: u64, ns: u128, steps: impl IntoIterator<Item = (&'s &'static str, &'s u64)>) {
+        self.attempts += attempts;
+        self.ns += ns;
+        for (k, v) in steps {
+            *self.steps.entry(k).or_default() += v;
+        }
+    }
+}
+
 /// Counts every named step and times every attempt, per transaction type and thread,
 /// merged when the thread's probe is dropped.
 #[derive(Default)]
@@ -97,12 +108,10 @@ impl Probe for ThreadCounts {
         // The first attempt has no start to time it from: it is dropped.
         if let Some(prev) = self.last.replace(Some(now)) {
             let mut per_type = self.per_type.borrow_mut();
-            let t = per_type.entry(txn_type).or_default();
-            t.attempts += 1;
-            t.ns += (now - prev).as_nanos();
-            for (k, v) in current.iter() {
-                *t.steps.entry(k).or_default() += v;
-            }
+            per_type
+                .entry(txn_type)
+                .or_default()
+                .add(1, (now - prev).as_nanos(), current.iter());
         }
         current.clear();
     }
@@ -112,12 +121,7 @@ impl Drop for ThreadCounts {
     fn drop(&mut self) {
         let mut all = self.sink.per_type.lock().unwrap_or_else(|e| e.into_inner());
         for (ty, t) in self.per_type.borrow().iter() {
-            let a = all.entry(*ty).or_default();
-            a.attempts += t.attempts;
-            a.ns += t.ns;
-            for (k, v) in &t.steps {
-                *a.steps.entry(k).or_default() += v;
-            }
+            all.entry(*ty).or_default().add(t.attempts, t.ns, &t.steps);
         }
     }
 }
@@ -298,22 +302,13 @@ pub fn fit(samples: &[Sample], prior: &BTreeMap<String, f64>) -> BTreeMap<String
             }
         }
     };
-    for w in workloads_of(samples) {
-        let rows: Vec<&Sample> = samples.iter().filter(|s| s.workload == w).collect();
-        let all = rows.iter().map(|s| s.attempts).sum::<u64>().max(1) as f64;
-        // The workload's mean attempt, as a row of its own: throughput follows it.
-        let mut mean: BTreeMap<String, f64> = BTreeMap::new();
-        let mut t_mean = 0.0;
-        for s in &rows {
-            let share = s.attempts as f64 / all;
-            // A type weighs its share of the workload's attempts.
-            row(&s.steps, s.target_ns(), share);
-            for (n, c) in &s.steps {
-                *mean.entry(n.clone()).or_default() += share * c;
-            }
-            t_mean += share * s.target_ns();
+    for mean in workload_means(samples) {
+        // A type weighs its share of the workload's attempts; the workload's mean
+        // attempt is a row of its own (throughput follows it).
+        for s in samples.iter().filter(|s| s.workload == mean.workload) {
+            row(&s.steps, s.target_ns(), s.attempts as f64 / mean.attempts.max(1) as f64);
         }
-        row(&mean, t_mean, 1.0);
+        row(&mean.steps, mean.target_ns(), 1.0);
     }
     for (i, n) in names.iter().enumerate() {
         let p = prior[*n].max(1.0);
@@ -348,15 +343,37 @@ pub fn median_rows(rounds: Vec<Vec<Sample>>) -> Vec<Sample> {
         .collect()
 }
 
-/// The workloads of `samples`, in order of first appearance.
-fn workloads_of(samples: &[Sample]) -> Vec<&str> {
-    let mut out: Vec<&str> = Vec::new();
+/// Each workload's mean attempt, its types weighted by their attempts, in order of
+/// first appearance: a row of the fit, and the report's line per workload.
+fn workload_means(samples: &[Sample]) -> Vec<Sample> {
+    let mut means: Vec<Sample> = Vec::new();
     for s in samples {
-        if !out.contains(&s.workload.as_str()) {
-            out.push(&s.workload);
+        if !means.iter().any(|m| m.workload == s.workload) {
+            means.push(Sample {
+                workload: s.workload.clone(),
+                txn_type: "(mean)".into(),
+                attempts: samples
+                    .iter()
+                    .filter(|r| r.workload == s.workload)
+                    .map(|r| r.attempts)
+                    .sum(),
+                ns_per_attempt: 0.0,
+                mem_ns_per_attempt: 0.0,
+                steps: BTreeMap::new(),
+            });
         }
     }
-    out
+    for m in &mut means {
+        for s in samples.iter().filter(|s| s.workload == m.workload) {
+            let share = s.attempts as f64 / m.attempts.max(1) as f64;
+            m.ns_per_attempt += share * s.ns_per_attempt;
+            m.mem_ns_per_attempt += share * s.mem_ns_per_attempt;
+            for (n, c) in &s.steps {
+                *m.steps.entry(n.clone()).or_default() += share * c;
+            }
+        }
+    }
+    means
 }
 
 /// Minimise `½ xᵀMx − qᵀx` over `x ≥ 0`, for a positive definite `M` (the normal
@@ -470,10 +487,8 @@ fn fit_report(
         "workload", "txn type", "attempts", "ns/attempt", "mem ns", "fitted ns", "error"
     );
     let error = |fit: f64, target: f64| (fit - target) / target.max(1.0) * 100.0;
-    // Per workload: (attempts, Σ target, Σ fitted, Σ base).
-    let mut totals: Vec<(&str, u64, f64, f64, f64)> = Vec::new();
     for s in samples {
-        let (t, f, b) = (s.target_ns(), s.model_ns(fitted), s.model_ns(base));
+        let (t, f) = (s.target_ns(), s.model_ns(fitted));
         let _ = writeln!(
             report,
             "{:<10} {:<22} {:>9} {:>11.0} {:>8.0} {:>10.0} {:>6.1}%",
@@ -485,28 +500,20 @@ fn fit_report(
             f,
             error(f, t)
         );
-        let n = s.attempts as f64;
-        match totals.last_mut() {
-            Some(w) if w.0 == s.workload => {
-                w.1 += s.attempts;
-                w.2 += t * n;
-                w.3 += f * n;
-                w.4 += b * n;
-            }
-            _ => totals.push((&s.workload, s.attempts, t * n, f * n, b * n)),
-        }
     }
     let _ = writeln!(
         report,
         "per workload (its measured types, weighted by attempts; `base`: the starting profile's costs):"
     );
-    for (w, n, t, f, b) in totals {
+    for m in workload_means(samples) {
+        let (t, f, b) = (m.target_ns(), m.model_ns(fitted), m.model_ns(base));
         let _ = writeln!(
             report,
-            "  {w:<10} {:>9} attempts  {:>7.0} ns/attempt to fit  {:>7.0} fitted {:>6.1}%  (base {:>6.1}%)",
-            n,
-            t / n as f64,
-            f / n as f64,
+            "  {:<10} {:>9} attempts  {:>7.0} ns/attempt to fit  {:>7.0} fitted {:>6.1}%  (base {:>6.1}%)",
+            m.workload,
+            m.attempts,
+            t,
+            f,
             error(f, t),
             error(b, t)
         );
