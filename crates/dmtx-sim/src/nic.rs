@@ -394,17 +394,8 @@ impl NicModel {
         } = st;
 
         // 1. Admission: at most `outstanding_rd_atomic_max` READ/atomic ops in flight.
-        let conn = &mut conns[batch.conn as usize][batch.mn as usize];
-        let mut issue = batch.t;
-        while conn.outstanding.front().is_some_and(|&(done, _)| done <= issue) {
-            let (_, n) = conn.outstanding.pop_front().expect("front exists");
-            conn.in_flight -= n;
-        }
-        while conn.in_flight > 0 && conn.in_flight + rd_atomic > self.outstanding_rd_atomic_max {
-            let (done, n) = conn.outstanding.pop_front().expect("in flight ops are queued");
-            issue = issue.max(done);
-            conn.in_flight -= n;
-        }
+        let conn = conns.get_mut(batch.conn, batch.mn);
+        let issue = conn.admit(batch.t, rd_atomic, self.outstanding_rd_atomic_max);
         let served_until = conn.served_until;
 
         // 2. Request: CN PCIe (WRITE payloads), CN tx link, latency, MN rx link.
@@ -493,8 +484,7 @@ impl NicModel {
 
         conn.served_until = end;
         if rd_atomic > 0 {
-            conn.outstanding.push_back((done, rd_atomic));
-            conn.in_flight += rd_atomic;
+            conn.push(done, rd_atomic);
         }
         BatchTiming {
             issue,
@@ -782,15 +772,137 @@ pub struct Responder {
     pub pm: PmState,
 }
 
-/// One connection to one memory node.
+/// One connection to one memory node: one cache line, since each batch reads and updates
+/// it while the host's caches hold little else of its connection (on the LOTUS-sized
+/// stream of `examples/speed.rs`, 540 coordinators take turns).
 #[derive(Clone, Debug, Default)]
+#[repr(C, align(64))]
 pub struct ConnState {
     /// The previous batch's service end.
     pub served_until: u64,
-    /// READ/atomic ops in flight: (completion time, count), completion times ascending.
-    pub outstanding: VecDeque<(u64, usize)>,
-    /// Sum of the counts in `outstanding`.
-    pub in_flight: usize,
+    /// READ/atomic ops in flight: the sum of the counts queued below.
+    in_flight: usize,
+    /// The oldest batches with READ/atomic ops in flight, `len` of them in a ring from
+    /// `head`: their completion times (ascending: a connection serves in order) and
+    /// counts.
+    done: [u64; NEAR],
+    count: [u32; NEAR],
+    head: u8,
+    len: u8,
+    /// Batches queued behind a full ring, all newer than its own; kept once allocated.
+    /// Boxed: a deque in place would push the state past one line.
+    #[allow(clippy::box_collection)]
+    more: Option<Box<VecDeque<(u64, u32)>>>,
+}
+
+/// Batches of one connection whose completions [`ConnState`] holds in its own line.
+const NEAR: usize = 3;
+const _: () = assert!(std::mem::size_of::<ConnState>() == 64);
+
+impl ConnState {
+    /// READ/atomic ops of the connection in flight.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// When a batch ready at `t` with `n` READ/atomic ops may issue, so that at most
+    /// `max` are in flight (one batch always may). Batches completed by `t` leave the
+    /// queue first; then the oldest leave, one by one, until the batch fits.
+    #[inline]
+    fn admit(&mut self, t: u64, n: usize, max: usize) -> u64 {
+        while let Some((done, k)) = self.front() {
+            if done > t {
+                break;
+            }
+            self.pop(k);
+        }
+        let mut issue = t;
+        while self.in_flight > 0 && self.in_flight + n > max {
+            let (done, k) = self.front().expect("in flight ops are queued");
+            issue = issue.max(done);
+            self.pop(k);
+        }
+        issue
+    }
+
+    #[inline]
+    fn front(&self) -> Option<(u64, u32)> {
+        let h = self.head as usize;
+        (self.len > 0).then(|| (self.done[h], self.count[h]))
+    }
+
+    /// Drop the front batch, of `k` ops; the ring refills from the overflow.
+    #[inline]
+    fn pop(&mut self, k: u32) {
+        self.in_flight -= k as usize;
+        self.head = ((self.head as usize + 1) % NEAR) as u8;
+        self.len -= 1;
+        if let Some((done, k)) = self.more.as_mut().and_then(|m| m.pop_front()) {
+            self.put(done, k);
+        }
+    }
+
+    #[inline]
+    fn put(&mut self, done: u64, k: u32) {
+        let i = (self.head as usize + self.len as usize) % NEAR;
+        (self.done[i], self.count[i]) = (done, k);
+        self.len += 1;
+    }
+
+    /// Queue a batch with `n` READ/atomic ops completing at `done` (no earlier than
+    /// those queued).
+    #[inline]
+    fn push(&mut self, done: u64, n: usize) {
+        self.in_flight += n;
+        let k = u32::try_from(n).expect("fewer than 2^32 ops in a batch");
+        match self.more.as_mut() {
+            Some(m) if !m.is_empty() => m.push_back((done, k)),
+            _ if (self.len as usize) < NEAR => self.put(done, k),
+            _ => self.more.get_or_insert_with(Default::default).push_back((done, k)),
+        }
+    }
+}
+
+/// Every connection's [`ConnState`] per memory node in one array, a connection's row
+/// of `mns` together: finding one is a single load.
+#[derive(Clone, Debug, Default)]
+pub struct Conns {
+    states: Vec<ConnState>,
+    /// Memory nodes per row.
+    mns: usize,
+}
+
+impl Conns {
+    /// The state of connection `conn` to memory node `mn`.
+    #[inline]
+    pub fn get_mut(&mut self, conn: u32, mn: u16) -> &mut ConnState {
+        &mut self.states[conn as usize * self.mns + mn as usize]
+    }
+
+    /// True when connection `conn` to `mn` has a state.
+    #[inline]
+    fn holds(&self, conn: u32, mn: u16) -> bool {
+        (mn as usize) < self.mns && (conn as usize + 1) * self.mns <= self.states.len()
+    }
+
+    /// Make room for connection `conn` to `mn`; rows widen when a node beyond them
+    /// appears.
+    #[cold]
+    fn grow(&mut self, conn: u32, mn: u16) {
+        let (conn, mn) = (conn as usize, mn as usize);
+        let mns = self.mns.max(mn + 1);
+        if mns != self.mns && self.mns > 0 {
+            let old = std::mem::take(&mut self.states);
+            for row in old.chunks(self.mns) {
+                self.states.extend_from_slice(row);
+                self.states
+                    .resize_with(self.states.len() + mns - self.mns, ConnState::default);
+            }
+        }
+        self.mns = mns;
+        let rows = (self.states.len() / mns).max(conn + 1);
+        self.states.resize_with(rows * mns, ConnState::default);
+    }
 }
 
 /// Every resource of the fabric the model reserves; grows as nodes and connections
@@ -807,7 +919,7 @@ pub struct FabricState {
     /// READ and WRITE ops in service, for tears.
     pub(crate) tears: Tears,
     /// Per connection, per memory node.
-    pub conns: Vec<Vec<ConnState>>,
+    pub conns: Conns,
     /// The last PCIe rate computed: (generation, lanes, efficiency) and its fs/B, so
     /// that a batch does not redo the division.
     pcie_fs: Option<((u8, u8, u8), u64)>,
@@ -844,11 +956,8 @@ impl FabricState {
     /// growing is out of line).
     #[inline]
     fn ensure(&mut self, cn: u32, conn: u32, mn: u16, units: usize) {
-        let (c, k, m) = (cn as usize, conn as usize, mn as usize);
-        let ready = c < self.cns.len()
-            && c < self.cn_pcie.len()
-            && m < self.mns.len()
-            && self.conns.get(k).is_some_and(|v| m < v.len());
+        let (c, m) = (cn as usize, mn as usize);
+        let ready = c < self.cns.len() && c < self.cn_pcie.len() && m < self.mns.len() && self.conns.holds(conn, mn);
         if !ready {
             self.grow(cn, conn, mn, units);
         }
@@ -874,12 +983,8 @@ impl FabricState {
                 ..Responder::default()
             });
         }
-        if self.conns.len() <= conn {
-            self.conns.resize_with(conn + 1, Vec::new);
-        }
-        let c = &mut self.conns[conn];
-        if c.len() <= mn {
-            c.resize_with(mn + 1, ConnState::default);
+        if !self.conns.holds(conn as u32, mn as u16) {
+            self.conns.grow(conn as u32, mn as u16);
         }
     }
 }
@@ -1178,5 +1283,52 @@ mod tests {
         assert_eq!(late.issue, first.done);
         // Another connection is not held back.
         assert_eq!(m.time_batch(&mut st, at(1, 0), [op].iter()).issue, 0);
+    }
+
+    /// Goal: a connection's queue of READ/atomic batches (three in its own line, the
+    /// rest behind) admits every batch when the plain deque it replaced did, across
+    /// rings that fill, spill and drain, and rows that widen as memory nodes appear.
+    #[test]
+    fn connection_queue_matches_a_deque() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+        for case in 0..200 {
+            let max = rng.random_range(1..24usize);
+            let mut conns = Conns::default();
+            let mut model: Vec<(VecDeque<(u64, usize)>, usize)> = Vec::new();
+            let mut t = 0u64;
+            for _ in 0..400 {
+                let (conn, mn) = (rng.random_range(0..3u32), rng.random_range(0..4u16));
+                if !conns.holds(conn, mn) {
+                    conns.grow(conn, mn);
+                }
+                let k = conn as usize * 4 + mn as usize;
+                if model.len() <= k {
+                    model.resize_with(k + 1, Default::default);
+                }
+                t += rng.random_range(0..8u64);
+                let n = rng.random_range(0..=max.min(6));
+                // The deque, as the model kept it before.
+                let (q, in_flight) = &mut model[k];
+                while q.front().is_some_and(|&(done, _)| done <= t) {
+                    *in_flight -= q.pop_front().unwrap().1;
+                }
+                let mut issue = t;
+                while *in_flight > 0 && *in_flight + n > max {
+                    let (done, m) = q.pop_front().unwrap();
+                    issue = issue.max(done);
+                    *in_flight -= m;
+                }
+                let c = conns.get_mut(conn, mn);
+                assert_eq!(c.admit(t, n, max), issue, "case {case}");
+                let done = issue.max(q.back().map_or(0, |b| b.0)) + rng.random_range(0..60u64);
+                if n > 0 {
+                    q.push_back((done, n));
+                    *in_flight += n;
+                    c.push(done, n);
+                }
+                assert_eq!(c.in_flight(), *in_flight, "case {case}");
+            }
+        }
     }
 }
