@@ -284,6 +284,14 @@ impl<E> EventQueue<E> {
         Some((at, event))
     }
 
+    /// The event `n` places after the earliest one, when the current slot holds it (no
+    /// search: for prefetching what the next events will touch).
+    #[inline]
+    pub fn peek_current(&self, n: usize) -> Option<&E> {
+        let i = self.cur.len().checked_sub(n + 1)?;
+        Some(&self.cur[i].1)
+    }
+
     /// Time of the earliest event.
     pub fn peek_time(&self) -> Option<u64> {
         if let Some(&(t, _)) = self.cur.last() {

@@ -45,6 +45,11 @@ use crate::{CpuMode, Sim, SimError};
 /// the list in wake order, so a pass touches only the woken tasks.
 struct Woken {
     flags: Vec<AtomicBool>,
+    /// Per task: the addresses of its run slot and of its future's state, prefetched
+    /// when it is woken (its poll follows soon after, and with hundreds of tasks both
+    /// have left the L1 cache). Addresses only, never dereferenced: the slots' vector
+    /// never grows and the futures are pinned, so they stay put while the run lasts.
+    hints: Vec<[usize; 2]>,
     list: StateLock<Vec<usize>>,
     any: AtomicBool,
 }
@@ -63,6 +68,10 @@ impl Wake for TaskWaker {
         // path. Two threads waking one task at once would at worst list it twice, and a
         // pass polls a listed task whose flag is already clear harmlessly.
         if let Some(flag) = self.woken.flags.get(self.index) {
+            if let Some(&[run, state]) = self.woken.hints.get(self.index) {
+                dmtx_verbs::prefetch_lines(run as *const u8, 1);
+                dmtx_verbs::prefetch_lines(state as *const u8, FUTURE_LINES);
+            }
             if !flag.load(Ordering::Relaxed) {
                 flag.store(true, Ordering::Relaxed);
                 self.woken.list.lock().push(self.index);
@@ -137,6 +146,10 @@ struct Interrupt<'a> {
     grace_ns: u64,
     on_set: Box<dyn FnOnce() + 'a>,
 }
+
+/// Cache lines of a woken task's future state to prefetch: a coordinator's live
+/// variables at its await point sit near the start of the state machine.
+const FUTURE_LINES: usize = 4;
 
 /// Passes over spinning tasks, with no event left to move time, before giving up.
 const LIVELOCK_PASSES: u64 = 10_000_000;
@@ -214,8 +227,18 @@ impl<'a> SimExecutor<'a> {
         let cpu_model = sim.config().cpu.clone();
         let poll_ns = cpu_model.scaled(cpu_model.poll_ns);
         let measured = cpu_model.mode == CpuMode::Measured;
+        let mut slots: Vec<TaskRun<'a>> = Vec::with_capacity(n);
+        let hints = tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let state: *const (dyn Future<Output = ()> + 'a) = &**t;
+                [slots.as_ptr().wrapping_add(i) as usize, state as *const u8 as usize]
+            })
+            .collect();
         let woken = Arc::new(Woken {
             flags: (0..n).map(|_| AtomicBool::new(true)).collect(),
+            hints,
             list: StateLock::new((0..n).collect()),
             any: AtomicBool::new(true),
         });
@@ -224,7 +247,6 @@ impl<'a> SimExecutor<'a> {
         // starve the others of its thread.
         let mut cpu_list: Vec<CpuRun> = Vec::new();
         let mut local: BTreeMap<CpuId, u32> = BTreeMap::new();
-        let mut slots: Vec<TaskRun<'a>> = Vec::with_capacity(n);
         for (index, (task, cpu)) in tasks.into_iter().zip(cpus).enumerate() {
             let cpu = cpu.map(|c| {
                 *local.entry(c).or_insert_with(|| {

@@ -332,6 +332,17 @@ impl Post {
         self.old[index] = old;
     }
 
+    /// For transports: where the post's buffers start (ops, write data, READ results), to
+    /// prefetch a post that will be executed soon. Addresses only.
+    #[inline]
+    pub fn buffer_addrs(&self) -> [*const u8; 3] {
+        [
+            self.ops.as_ptr().cast(),
+            self.write_data.as_ptr(),
+            self.read_buf.as_ptr().cast(),
+        ]
+    }
+
     /// For transports: split borrows of the ops, the write data, and the result areas.
     #[inline]
     pub fn parts_mut(&mut self) -> PostParts<'_> {

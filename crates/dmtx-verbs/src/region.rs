@@ -347,9 +347,9 @@ impl Region {
         let first = (offset / 8) as usize;
         let last = (offset.saturating_add(len.max(1) - 1) / 8) as usize;
         if let (Some(a), Some(b)) = (self.words.get(first), self.words.get(last)) {
-            prefetch_line(a);
+            crate::prefetch_lines(a, 1);
             if last / 8 != first / 8 {
-                prefetch_line(b);
+                crate::prefetch_lines(b, 1);
             }
         }
     }
@@ -396,19 +396,6 @@ impl Region {
             id,
         }
     }
-}
-
-#[inline(always)]
-fn prefetch_line(word: &AtomicU64) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `_mm_prefetch` is a hint with no architectural effect; `word` is a valid
-    // reference, and SSE is part of the x86_64 baseline.
-    unsafe {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch::<_MM_HINT_T0>(word as *const AtomicU64 as *const i8);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = word;
 }
 
 #[derive(Default)]
