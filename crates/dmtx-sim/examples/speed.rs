@@ -7,7 +7,8 @@
 //! `virtual_ms` of virtual time (default 200, the window) after `warmup_ms`
 //! (default 10: the slabs, queues and regions' pages grow then) on each case
 //! (`DMTX_SPEED_CASE=k` runs case k alone, `DMTX_SPEED_OPS=n` sets the batch size of the
-//! multi-op cases).
+//! multi-op cases, `DMTX_SPEED_CO=n` the coroutines per thread of the LOTUS-sized ones:
+//! how the speed falls as more coordinators take turns).
 //!
 //! On a shared machine one run says little: the same build varies by a third from one
 //! minute to the next as neighbours come and go (`docs/sim-model.md`, "Speed").
@@ -120,6 +121,10 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(4);
+    let lotus_co: usize = std::env::var("DMTX_SPEED_CO")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6);
     let runs: usize = std::env::var("DMTX_SPEED_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -129,7 +134,7 @@ fn main() {
     let mut case = 0;
     for cpu in [CpuMode::Off, CpuMode::Model] {
         // 1 CN, 64 coordinators; then LOTUS-sized: 3 MNs, 9 CNs, 540 coordinators.
-        for (cns, threads, coroutines, mns) in [(1, 8, 8, 2), (9, 10, 6, 3)] {
+        for (cns, threads, coroutines, mns) in [(1, 8, 8, 2), (9, 10, lotus_co, 3)] {
             for ops in [1, wide] {
                 if only.is_none_or(|k| k == case) {
                     let mut rates: Vec<f64> = (0..runs)
