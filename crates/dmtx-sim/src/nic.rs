@@ -873,9 +873,13 @@ pub struct Conns {
 }
 
 impl Conns {
-    /// The state of connection `conn` to memory node `mn`.
+    /// The state of connection `conn` to memory node `mn` (panics when it has none).
     #[inline]
     pub fn get_mut(&mut self, conn: u32, mn: u16) -> &mut ConnState {
+        assert!(
+            (mn as usize) < self.mns,
+            "memory node {mn} is beyond the connection rows"
+        );
         &mut self.states[conn as usize * self.mns + mn as usize]
     }
 
