@@ -14,6 +14,14 @@ fn dmtx(args: &[&str]) -> Output {
         .expect("run the dmtx binary")
 }
 
+/// A fresh, empty scratch directory for test `name` of this process.
+fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("dmtx-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -130,8 +138,7 @@ fn bench_json_to_stdout_and_quiet_file() {
 /// an anomaly (a hand-made write skew), 2 for a file that is not a history.
 #[test]
 fn check_reads_histories_with_the_documented_exit_codes() {
-    let dir = std::env::temp_dir().join(format!("dmtx-cli-check-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("check");
     let hist = dir.join("run.jsonl");
     let mut args = SMALL.to_vec();
     let hist_s = hist.to_str().unwrap();
@@ -188,9 +195,7 @@ fn check_reads_histories_with_the_documented_exit_codes() {
 /// from 2 ms, then the SVG's line (one point per 1 ms bucket), label and fault text.
 #[test]
 fn report_plots_simulated_throughput_with_faults() {
-    let dir: PathBuf = std::env::temp_dir().join(format!("dmtx-cli-plot-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("plot");
     let at = |f: &str| dir.join(f).to_str().unwrap().to_string();
     let sim = dmtx(&[
         "bench",
@@ -245,9 +250,7 @@ fn report_plots_simulated_throughput_with_faults() {
 /// error, and `--plot-vs` alone is refused.
 #[test]
 fn report_plots_a_sweep_against_a_setting() {
-    let dir: PathBuf = std::env::temp_dir().join(format!("dmtx-cli-sweep-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("sweep");
     let at = |f: &str| dir.join(f).to_str().unwrap().to_string();
     // Names that sort against the coroutine counts: the plot must order by the setting.
     for (name, c) in [("a", "4"), ("b", "1"), ("c", "2")] {
