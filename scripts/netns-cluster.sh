@@ -52,6 +52,8 @@ Options:
   --mn-size BYTES            region of each memory node                      [256MiB]
   --cut-link NODE            silently cut NODE's link (e.g. mn0, or cn) during the run
   --cut-after SECS           seconds after the bench starts to cut it        [1]
+                             (later if the bench is still connecting then:
+                             the cut waits, up to 30 s, for its connections)
   --op-deadline SECS         the cluster file's op_deadline: a post unanswered
                              this long fails (how fast a cut is noticed)     [2]
   --cut-how down|netem       down: set the switch-side veth down (default);
@@ -374,6 +376,23 @@ if [[ -n "$CUT_LINK" ]]; then
     # One sleep rather than polling: the bench's workers spin on both cores, and a
     # polling loop's wake-ups can come late.
     sleep "$CUT_AFTER"
+    # Cut a running bench, not one still connecting: a cut during set-up fails a connect,
+    # not a running op, and says nothing about detection. A running bench holds, to each
+    # memory node, its control connection and one per worker. (In one CI run the cut
+    # came 60 s after the start, cause not found, with one of those up: a worker's
+    # connect failed, and the check on detection failed with it.)
+    want=$(((THREADS + 1) * $([[ "$CUT_LINK" == cn ]] && echo "$MNS" || echo 1)))
+    wait_from="$(now_us)"
+    while kill -0 "$BENCH_PID" 2>/dev/null; do
+        up="$(estab)"
+        # Without `ss` there is nothing to wait on.
+        ((${up:-$want} < want)) || break
+        if ((wait_from + 30000000 < $(now_us))); then
+            log "the bench has $up of its $want connections to $(cut_peers) after 30 s: cutting anyway"
+            break
+        fi
+        sleep 0.1
+    done
     if kill -0 "$BENCH_PID" 2>/dev/null; then
         conns_before="$(estab)"
         cut_link "$CUT_LINK"
