@@ -363,6 +363,25 @@ mod tests {
         }
     }
 
+    /// Goal: a search that starts where the ring ends (the last reservation ends on its
+    /// last word, and the remembered run of full words with it) does not read the word
+    /// that slot wraps to, the ring's first, whose bits belong to other nanoseconds. (An
+    /// in-line fast path for searches, tried and dropped, did: the other tests missed it.)
+    #[test]
+    fn a_search_from_the_rings_end_reads_no_wrapped_word() {
+        let ring = WORDS_MIN as u64 * 64;
+        let (mut dense, mut list) = (DenseCalendar::default(), Calendar::default());
+        // The first word is partly booked, the rest of the ring solid; a probe of no
+        // length from within the solid part makes the ring's end the run's end.
+        for (t, len) in [(0, 10), (64, ring - 64), (100, 0), (150, 5), (200, 5)] {
+            assert_eq!(
+                dense.reserve(0, t, len, 0),
+                list.reserve(0, t, len, 0),
+                "t {t} len {len}"
+            );
+        }
+    }
+
     /// Goal: a calendar booked beyond its ring's limit turns into an interval list that
     /// holds every reservation it had, the first one at `now` included: after the turn,
     /// each instant is busy or free as in a list that was one all along.
