@@ -3,7 +3,7 @@
 use dmtx_memnode::{Control, TableMeta};
 use dmtx_verbs::MnId;
 
-use crate::shape::{scan_bucket, Shape, SlotLayout, BUCKET_HEADER_BYTES, BUCKET_NEXT_OFFSET, OVERFLOW_CURSOR_OFFSET};
+use crate::shape::{scan_bucket, Shape, SlotLayout, BUCKET_NEXT_OFFSET, OVERFLOW_CURSOR_OFFSET};
 use crate::{Result, StoreError};
 
 /// What a workload asks for when it creates a table.
@@ -53,29 +53,7 @@ pub struct TableBuilder<'l> {
 impl<'l> TableBuilder<'l> {
     /// An empty table sized for `spec`.
     pub fn new(spec: TableSpec, layout: &'l dyn SlotLayout) -> Self {
-        assert!(
-            spec.slots_per_bucket > 0,
-            "table `{}`: slots_per_bucket must be > 0",
-            spec.name
-        );
-        assert!(spec.load_factor > 0.0 && spec.load_factor <= 1.0);
-        let slot_bytes = layout.slot_bytes(spec.value_bytes);
-        assert_eq!(slot_bytes % 8, 0, "slot layouts keep slots word-aligned");
-        let per_bucket = spec.slots_per_bucket as f64 * spec.load_factor;
-        let bucket_count = ((spec.capacity.max(1) as f64 / per_bucket).ceil() as u64).max(1);
-        // Keys land in buckets roughly as Poisson(slots × load): at 4 × 0.75 about 18.5% of
-        // the buckets overflow, so the 20% reserve is just enough on average. Three
-        // standard deviations more keep a table filled to its capacity loadable when it is
-        // small (a few dozen buckets), at about 1% extra space on large tables.
-        let reserve = bucket_count as f64 * spec.overflow_fraction;
-        let overflow_count = ((reserve + 3.0 * reserve.sqrt()).ceil() as u64).max(1);
-        let shape = Shape {
-            bucket_count,
-            overflow_count,
-            bucket_bytes: BUCKET_HEADER_BYTES + spec.slots_per_bucket * slot_bytes,
-            slot_bytes,
-            slots: spec.slots_per_bucket,
-        };
+        let shape = Shape::for_spec(&spec, layout);
         let image = vec![0u8; shape.table_bytes() as usize];
         Self {
             spec,

@@ -64,6 +64,35 @@ impl Shape {
         }
     }
 
+    /// The geometry of a table built for `spec` with `layout`'s slots: what
+    /// [`TableBuilder::new`](crate::TableBuilder::new) allocates, computed without
+    /// allocating (memory planning sizes every table from this before loading any).
+    pub fn for_spec(spec: &crate::TableSpec, layout: &dyn SlotLayout) -> Self {
+        assert!(
+            spec.slots_per_bucket > 0,
+            "table `{}`: slots_per_bucket must be > 0",
+            spec.name
+        );
+        assert!(spec.load_factor > 0.0 && spec.load_factor <= 1.0);
+        let slot_bytes = layout.slot_bytes(spec.value_bytes);
+        assert_eq!(slot_bytes % 8, 0, "slot layouts keep slots word-aligned");
+        let per_bucket = spec.slots_per_bucket as f64 * spec.load_factor;
+        let bucket_count = ((spec.capacity.max(1) as f64 / per_bucket).ceil() as u64).max(1);
+        // Keys land in buckets roughly as Poisson(slots × load): at 4 × 0.75 about 18.5% of
+        // the buckets overflow, so the 20% reserve is just enough on average. Three
+        // standard deviations more keep a table filled to its capacity loadable when it is
+        // small (a few dozen buckets), at about 1% extra space on large tables.
+        let reserve = bucket_count as f64 * spec.overflow_fraction;
+        let overflow_count = ((reserve + 3.0 * reserve.sqrt()).ceil() as u64).max(1);
+        Shape {
+            bucket_count,
+            overflow_count,
+            bucket_bytes: BUCKET_HEADER_BYTES + spec.slots_per_bucket * slot_bytes,
+            slot_bytes,
+            slots: spec.slots_per_bucket,
+        }
+    }
+
     /// Bytes the whole table occupies on a replica.
     pub fn table_bytes(&self) -> u64 {
         TABLE_HEADER_BYTES + (self.bucket_count + self.overflow_count) * self.bucket_bytes as u64
