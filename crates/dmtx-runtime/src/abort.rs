@@ -25,11 +25,14 @@ pub enum AbortReason {
     Fault,
     /// An insert found no free slot in its bucket chain and the overflow space was used up.
     TableFull,
+    /// The transaction's undo log needs more room than the protocol's log area holds
+    /// (FORD's `log_bytes`): it can never commit, so a run stops on it.
+    LogFull,
 }
 
 impl AbortReason {
     /// Every reason, in result order.
-    pub const ALL: [AbortReason; 9] = [
+    pub const ALL: [AbortReason; 10] = [
         AbortReason::LockConflict,
         AbortReason::Validation,
         AbortReason::Invisible,
@@ -39,6 +42,7 @@ impl AbortReason {
         AbortReason::User,
         AbortReason::Fault,
         AbortReason::TableFull,
+        AbortReason::LogFull,
     ];
 
     /// snake_case name used in results.
@@ -53,6 +57,7 @@ impl AbortReason {
             AbortReason::User => "user",
             AbortReason::Fault => "fault",
             AbortReason::TableFull => "table_full",
+            AbortReason::LogFull => "log_full",
         }
     }
 }

@@ -45,6 +45,12 @@ pub enum StoreError {
         /// Nodes available.
         mn_count: usize,
     },
+    /// Loading was stopped (Ctrl-C) before the table was complete.
+    #[error("table `{table}`: loading interrupted")]
+    Interrupted {
+        /// Table name.
+        table: String,
+    },
     /// A table id the catalog does not know.
     #[error("no table with id {0} in the catalog")]
     UnknownTable(u32),

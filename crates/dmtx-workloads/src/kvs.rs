@@ -258,6 +258,7 @@ impl Workload for Kvs {
 
     const NAME: &'static str = "kvs";
     const TXN_STEP: &'static str = "kvs.txn";
+    const SCALE_KNOB: Option<&'static str> = Some("keys");
     const ABOUT: &'static str =
         "key-value micro-benchmark (FORD §6.1, Motor §7.1): 40-byte values, Zipfian or uniform keys";
     const KNOBS: &'static [KnobSpec] = &[KEYS, ZIPF_THETA, RW_RATIO, OBJECTS];

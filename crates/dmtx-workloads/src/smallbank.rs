@@ -253,6 +253,7 @@ impl Workload for SmallBank {
 
     const NAME: &'static str = "smallbank";
     const TXN_STEP: &'static str = "smallbank.txn";
+    const SCALE_KNOB: Option<&'static str> = Some("accounts");
     const ABOUT: &'static str =
         "SmallBank (H-Store; FORD Table 2 mix): savings and checking, 6 transaction types, 85% read-write";
     const KNOBS: &'static [KnobSpec] = &[ACCOUNTS, HOT_ACCOUNTS, HOT_PCT];

@@ -41,6 +41,10 @@ pub trait Workload: Send + Sync + Sized + 'static {
     /// names its own (`kvs.txn`); `dmtx sim calibrate` fits each.
     const TXN_STEP: &'static str = dmtx_runtime::GENERIC_TXN_STEP;
 
+    /// The knob that scales the dataset (`keys`, `warehouses`, ...), an integer: memory
+    /// planning searches it for the largest value that fits when a run does not.
+    const SCALE_KNOB: Option<&'static str> = None;
+
     /// Build from `--set` values (unknown keys are refused before this is called).
     fn from_knobs(knobs: &Knobs) -> Result<Self, KnobError>;
 

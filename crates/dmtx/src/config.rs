@@ -13,10 +13,11 @@ use dmtx_runtime::{KnobError, Knobs};
 
 use crate::registry::{self, Entry};
 
-/// Most worker threads one run may ask for (thread ids are 16-bit).
-pub const THREADS_MAX: u32 = 1024;
-/// Most coordinators per thread (coroutine ids are 16-bit).
-pub const COROUTINES_MAX: u32 = 4096;
+/// Most worker threads per compute node: a transaction id holds 8 bits of thread id
+/// (`CoordId::compact`).
+pub const THREADS_MAX: u32 = 256;
+/// Most coordinators per thread: a transaction id holds 8 bits of coroutine id.
+pub const COROUTINES_MAX: u32 = 256;
 /// Most memory nodes of an in-process cluster.
 pub const MEMORY_NODES_MAX: u32 = 64;
 
@@ -101,6 +102,11 @@ pub struct BenchArgs {
     /// Print nothing but errors (the JSON is still written).
     #[arg(long, short = 'q')]
     pub quiet: bool,
+
+    /// Print the run's settings and its memory plan (dataset, bytes per memory node and
+    /// on this host), then exit without building anything.
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
 
     /// Record every transaction and check the history for isolation anomalies against
     /// the protocol's claimed level (exit code 1 if any is found).
@@ -242,6 +248,7 @@ impl Default for BenchArgs {
             mn_bytes: None,
             out: "results/".into(),
             quiet: false,
+            dry_run: false,
             check: false,
             history: None,
             cluster: None,
@@ -278,8 +285,9 @@ pub enum OutTarget {
 }
 
 impl OutTarget {
-    /// Read an `--out` value: `-` is stdout, a path ending in `.json` is a file, anything
-    /// else a directory. A path that exists as a file but does not end in `.json` is
+    /// Read an `--out` value: `-` is stdout; an existing directory, a path ending in `/`
+    /// or a path without an extension is a directory; any other path (`run.json`,
+    /// `run.txt`) is a file. A path that exists as a file but has no extension is
     /// refused, since it cannot be the directory it would name.
     pub fn parse(raw: &str) -> Result<Self, ConfigError> {
         if raw == "-" {
@@ -289,29 +297,36 @@ impl OutTarget {
             return Err(ConfigError::invalid(
                 "--out",
                 raw,
-                "is empty; give a directory, a path ending in .json, or `-` for stdout",
+                "is empty; give a directory, a file such as run.json, or `-` for stdout",
             ));
         }
         let path = PathBuf::from(raw);
-        let is_json = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
-        if is_json {
-            if path.is_dir() {
-                return Err(ConfigError::invalid(
-                    "--out",
-                    raw,
-                    "ends in .json but is a directory; name a file, or drop the .json",
-                ));
-            }
+        if path.is_dir() || raw.ends_with('/') {
+            return Ok(Self::Dir(path));
+        }
+        if path.extension().is_some() {
             return Ok(Self::File(path));
         }
-        if path.exists() && !path.is_dir() {
+        if path.exists() {
             return Err(ConfigError::invalid(
                 "--out",
                 raw,
-                "is an existing file that does not end in .json; give a directory or a path ending in .json",
+                "is an existing file without an extension; give a directory, or a file name such as run.json",
             ));
         }
         Ok(Self::Dir(path))
+    }
+
+    /// Make sure the record can be written before the run: create the directory (or
+    /// the file's parent) and check that a file can be created there. Errors name the
+    /// path and the reason.
+    pub fn prepare(&self) -> Result<(), ConfigError> {
+        let (dir, file) = match self {
+            Self::None | Self::Stdout => return Ok(()),
+            Self::File(p) => (p.parent().filter(|d| !d.as_os_str().is_empty()), Some(p.as_path())),
+            Self::Dir(d) => (Some(d.as_path()), None),
+        };
+        writable("--out", dir, file)
     }
 
     /// The file a run named `stem` writes to: `None` for [`OutTarget::None`] and
@@ -550,7 +565,7 @@ impl BenchConfig {
             out: OutTarget::parse(&args.out)?,
             quiet: args.quiet,
             check: args.check || args.history.is_some(),
-            history: args.history.as_ref().map(PathBuf::from),
+            history: args.history.as_deref().map(history_path).transpose()?,
             cluster: None,
             preset: args.preset.clone(),
             on_fault: args.on_fault,
@@ -558,6 +573,16 @@ impl BenchConfig {
             compute_nodes: compute_nodes as u16,
             sim: None,
         })
+    }
+
+    /// Check before the run that its record (`--out`) and history (`--history`) can be
+    /// written: directories are created, and an unwritable place is an error now.
+    pub fn prepare_outputs(&self) -> Result<(), ConfigError> {
+        self.out.prepare()?;
+        if let Some(h) = &self.history {
+            writable("--history", h.parent().filter(|d| !d.as_os_str().is_empty()), Some(h))?;
+        }
+        Ok(())
     }
 
     /// Coordinators over all compute nodes and threads.
@@ -578,6 +603,57 @@ impl BenchConfig {
             self.protocol, self.workload, self.threads, self.coroutines
         )
     }
+}
+
+/// A `--history` value: a file path (stdout carries the summary, so `-` is refused).
+fn history_path(raw: &str) -> Result<PathBuf, ConfigError> {
+    if raw == "-" || raw.trim().is_empty() {
+        return Err(ConfigError::invalid(
+            "--history",
+            raw,
+            "needs a file name (stdout carries the summary); e.g. --history run.history.jsonl",
+        ));
+    }
+    Ok(PathBuf::from(raw))
+}
+
+/// Check that a file can be created in `dir` (created if missing), at `file` if given,
+/// leaving nothing behind that was not there before.
+pub fn writable(
+    flag: &'static str,
+    dir: Option<&std::path::Path>,
+    file: Option<&std::path::Path>,
+) -> Result<(), ConfigError> {
+    let fail = |path: &std::path::Path, e: std::io::Error| {
+        ConfigError::invalid(
+            flag,
+            path.display(),
+            &format!("cannot be written: {e}; pick a writable place"),
+        )
+    };
+    if let Some(d) = dir {
+        std::fs::create_dir_all(d).map_err(|e| fail(d, e))?;
+    }
+    let probe = match file {
+        Some(f) if f.is_dir() => {
+            return Err(ConfigError::invalid(flag, f.display(), "is a directory; name a file"));
+        }
+        Some(f) if f.exists() => {
+            // Replaced at the end of the run: it must open for writing now.
+            return std::fs::OpenOptions::new()
+                .append(true)
+                .open(f)
+                .map(drop)
+                .map_err(|e| fail(f, e));
+        }
+        Some(f) => f.to_path_buf(),
+        None => dir
+            .unwrap_or(std::path::Path::new("."))
+            .join(format!(".dmtx-write-probe-{}", std::process::id())),
+    };
+    std::fs::File::create(&probe).map_err(|e| fail(&probe, e))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
 }
 
 /// Every knob the entries declare, with the value given or its default.
@@ -907,7 +983,7 @@ mod tests {
         let e = BenchConfig::from_args_unchecked(&BenchArgs { threads: 0, ..args() }, Knobs::default())
             .unwrap_err()
             .to_string();
-        assert_eq!(e, "--threads 0: must be between 1 and 1024; pass a value in that range");
+        assert_eq!(e, "--threads 0: must be between 1 and 256; pass a value in that range");
         let e = BenchConfig::from_args_unchecked(
             &BenchArgs {
                 replicas: Some(3),
@@ -991,15 +1067,21 @@ mod tests {
         );
         assert_eq!(OutTarget::Stdout.file_for("s"), None);
         assert!(OutTarget::parse("").is_err());
-        // An existing file that is not .json cannot be a directory.
-        let e = OutTarget::parse("Cargo.toml").unwrap_err().to_string();
+        // Any extension names a file; a trailing slash a directory.
+        assert_eq!(OutTarget::parse("run.txt").unwrap(), OutTarget::File("run.txt".into()));
+        assert_eq!(OutTarget::parse("runs.d/").unwrap(), OutTarget::Dir("runs.d/".into()));
+        // An existing file without an extension cannot be a directory.
+        let file = std::env::temp_dir().join(format!("dmtx-out-file-{}", std::process::id()));
+        std::fs::write(&file, b"").unwrap();
+        let e = OutTarget::parse(file.to_str().unwrap()).unwrap_err().to_string();
+        std::fs::remove_file(&file).unwrap();
         assert!(e.contains("existing file"), "{e}");
-        // An existing directory named *.json cannot be the file.
+        // An existing directory is one, whatever its name.
         let dir = std::env::temp_dir().join(format!("dmtx-out-{}.json", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let e = OutTarget::parse(dir.to_str().unwrap()).unwrap_err().to_string();
+        let parsed = OutTarget::parse(dir.to_str().unwrap()).unwrap();
         std::fs::remove_dir(&dir).unwrap();
-        assert!(e.contains("is a directory"), "{e}");
+        assert_eq!(parsed, OutTarget::Dir(dir));
     }
 
     #[test]

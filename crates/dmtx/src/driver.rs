@@ -39,7 +39,7 @@ use dmtx_runtime::{
     SharedAddrCache,
 };
 use dmtx_sim::{NodeClock, Sim, SimConfig, SimExecutor, SimFabric};
-use dmtx_store::{create_table, placement, Catalog, TableBuilder, TableSpec};
+use dmtx_store::{create_table, Catalog, TableBuilder, TableSpec};
 use dmtx_verbs::{Fabric, MemFabric, MnCounters, MnId, Region, Transport};
 use dmtx_workloads::{Outcome, Snapshot, Workload};
 
@@ -63,9 +63,6 @@ pub const INTERRUPT_GRACE_NS: u64 = 10_000_000;
 pub const DRAIN_MAX_NS: u64 = 1_000_000_000;
 /// How often a simulated run reports progress: virtual time.
 pub const SIM_TICK_NS: u64 = 1_000_000;
-/// Headroom over the measured memory need when `--mn-bytes` is not given: need × 5/4 +
-/// this many bytes (untouched region pages cost no memory).
-pub const MN_HEADROOM_BYTES: u64 = 16 << 20;
 
 /// What the driver reports while it works (a progress bar, or nothing).
 pub trait Monitor: Sync {
@@ -147,7 +144,7 @@ impl Control for Sizing {
 }
 
 /// Bytes one coordinator's protocol state allocates on each memory node.
-fn coordinator_bytes<P: Protocol>(proto: &P, mn_count: usize) -> Result<Vec<u64>, RunError> {
+pub fn coordinator_bytes<P: Protocol>(proto: &P, mn_count: usize) -> Result<Vec<u64>, RunError> {
     let sizing = Sizing {
         used: Mutex::new(vec![0; mn_count]),
     };
@@ -196,60 +193,43 @@ pub fn run<P: Protocol, W: Workload>(
     hooks: &RunHooks<'_>,
 ) -> Result<BenchResult, RunError> {
     let mn_count = cfg.memory_nodes as usize;
-    let replicas = cfg.replicas as usize;
     let proto = Arc::new(proto);
 
-    // 1. Tables, built locally.
-    hooks.monitor.phase("loading tables");
-    let load_started = std::time::Instant::now();
+    // 1. The plan: what the run needs, from the table specs alone. A run that cannot fit
+    // `--mn-bytes` or this host is refused here, before anything is built.
+    hooks.monitor.phase("planning memory");
     let specs: Vec<TableSpec> = workload.tables();
-    let mut built = Vec::with_capacity(specs.len());
-    let mut tables_bytes = vec![0u64; mn_count];
-    // Tables are built in parallel, one thread each (TPC-C's nine, TATP's five): the
-    // loaders only read the workload, and each builder owns its image.
-    let builders: Vec<Result<TableBuilder<'_>, RunError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = specs
-            .iter()
-            .map(|spec| {
-                let (workload, layout) = (&workload, proto.layout());
-                s.spawn(move || {
-                    let mut builder = TableBuilder::new(spec.clone(), layout);
-                    workload.load(spec.id, &mut |key, value| builder.insert(key, value))?;
-                    Ok(builder)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
-    });
-    for (spec, builder) in specs.iter().zip(builders) {
-        let builder = builder?;
-        let nodes = match cfg.cluster.as_ref().and_then(|v| v.primary_of(&spec.name)) {
-            // The cluster file names the primary; backups follow it round-robin.
-            Some(primary) => placement(primary as u32, mn_count, replicas)?,
-            None => placement(spec.id, mn_count, replicas)?,
-        };
-        for mn in &nodes {
-            tables_bytes[mn.index()] += builder.shape().table_bytes().next_multiple_of(64);
-        }
-        built.push((builder, nodes));
-    }
-
-    // 2. Memory nodes, sized for the tables and every coordinator's areas.
     let per_coord = coordinator_bytes(proto.as_ref(), mn_count)?;
-    let coords = cfg.coordinators() as u64;
-    let need: Vec<u64> = (0..mn_count)
-        .map(|i| 64 + tables_bytes[i] + coords * per_coord[i])
-        .collect();
+    let plan = crate::plan::plan_and_check(
+        proto.as_ref(),
+        &workload,
+        cfg,
+        &per_coord,
+        crate::plan::host_available_bytes(),
+    )?;
+
+    // 2. Memory nodes: started (or reached, and their regions checked) before loading.
     let pool = match &cfg.cluster {
-        None => local_pool(cfg, &need, &tables_bytes, coords, &per_coord)?,
-        Some(view) => remote_pool(view, &need)?,
+        None => local_pool(cfg, &plan)?,
+        Some(view) => remote_pool(view, &plan.need_per_mn)?,
     };
     let mn_bytes = pool.mn_bytes;
-    for (builder, nodes) in built {
-        create_table(pool.control.as_ref(), builder, &nodes)?;
+
+    // 3. Tables, built locally in parallel (one thread each: TPC-C's nine, TATP's five;
+    // the loaders only read the workload, and each builder owns its image), then shipped.
+    hooks.monitor.phase("loading tables");
+    let load_started = std::time::Instant::now();
+    let builders = build_tables(&workload, &specs, proto.layout(), hooks.stop);
+    let mut records_loaded = 0;
+    for (table, builder) in plan.tables.iter().zip(builders) {
+        let builder = builder?;
+        records_loaded += builder.len();
+        if hooks.stop.load(Ordering::Relaxed) {
+            return Err(RunError::Interrupted {
+                phase: "loading tables",
+            });
+        }
+        create_table(pool.control.as_ref(), builder, &table.nodes)?;
     }
     let load = load_started.elapsed();
 
@@ -315,8 +295,13 @@ pub fn run<P: Protocol, W: Workload>(
     }
     let types = workload.txn_types();
 
+    // `--txns`: each worker thread starts with its even share of the budget, so a thread
+    // that starts a little later still runs its share; only what they give back or leave
+    // over is shared.
     let budget = match cfg.stop {
-        StopRule::Txns(n) => Some(AtomicU64::new(n)),
+        StopRule::Txns(n) => Some(AtomicU64::new(
+            n - n / cfg.worker_threads() as u64 * cfg.worker_threads() as u64,
+        )),
         StopRule::Duration(_) => None,
     };
     let shared = Shared {
@@ -329,12 +314,13 @@ pub fn run<P: Protocol, W: Workload>(
         ready: AtomicUsize::new(0),
         budget: budget.as_ref(),
         credit_batch: match cfg.stop {
-            StopRule::Txns(n) => (n / (coords * 8)).clamp(1, CREDIT_BATCH_MAX),
+            StopRule::Txns(n) => (n / (cfg.coordinators() as u64 * 8)).clamp(1, CREDIT_BATCH_MAX),
             StopRule::Duration(_) => 0,
         },
         progress: (0..cfg.worker_threads()).map(|_| ThreadProgress::default()).collect(),
         types: types.len(),
         fault: Mutex::new(None),
+        limit: Mutex::new(None),
         measure_from_ns: AtomicU64::new(0),
         measure_until_ns: AtomicU64::new(u64::MAX),
     };
@@ -398,7 +384,7 @@ pub fn run<P: Protocol, W: Workload>(
                     stop_reason = StopReason::Interrupt;
                     break;
                 }
-                if shared.fault.lock().unwrap().is_some() {
+                if shared.fault.lock().unwrap().is_some() || shared.limit.lock().unwrap().is_some() {
                     stop_reason = StopReason::Error;
                     break;
                 }
@@ -470,6 +456,20 @@ pub fn run<P: Protocol, W: Workload>(
     // Transactions in hand at the deadline finish after it, uncounted: the window ends
     // there.
     end_ns = end_ns.min(shared.measure_until_ns.load(Ordering::Relaxed));
+    if let Some((reason, at_ns)) = shared.limit.lock().unwrap().take() {
+        let after = Duration::from_nanos(at_ns.saturating_sub(start_ns));
+        debug_assert_eq!(reason, AbortReason::LogFull);
+        let log_bytes: u64 = cfg
+            .knobs_effective
+            .get("log_bytes")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        return Err(RunError::LogFull {
+            protocol: cfg.protocol.clone(),
+            log_bytes,
+            after,
+        });
+    }
     if let Some((why, at_ns)) = shared.fault.lock().unwrap().take() {
         // The lost node cannot be scanned for the invariant check: report the fault.
         return Err(RunError::Fault {
@@ -538,6 +538,7 @@ pub fn run<P: Protocol, W: Workload>(
         last_fault,
         started_at_unix_s,
         load,
+        records_loaded,
         real,
         sim: match (&sim, &cfg.sim) {
             (Some(sim), Some(setup)) => {
@@ -589,40 +590,61 @@ struct MemoryPool {
     mn_bytes: u64,
 }
 
-/// An in-process cluster sized for `need` bytes per node (or `--mn-bytes`).
-fn local_pool(
-    cfg: &BenchConfig,
-    need: &[u64],
-    tables_bytes: &[u64],
-    coords: u64,
-    per_coord: &[u64],
-) -> Result<MemoryPool, RunError> {
-    let (worst, &need_max) = need
-        .iter()
-        .enumerate()
-        .max_by_key(|&(_, b)| *b)
-        .expect("at least one memory node");
-    let mn_bytes = match cfg.mn_bytes {
-        Some(given) if given < need_max => {
-            return Err(RunError::RegionTooSmall {
-                given,
-                mn: worst as u16,
-                needed: need_max,
-                tables: tables_bytes[worst],
-                coordinators: coords * per_coord[worst],
-            })
-        }
-        Some(given) => given,
-        None => (need_max + need_max / 4 + MN_HEADROOM_BYTES).next_multiple_of(1 << 20),
-    };
-    let cluster = Arc::new(LocalCluster::new(need.len(), mn_bytes));
+/// An in-process cluster with the regions `plan` asks for (or `--mn-bytes`).
+fn local_pool(cfg: &BenchConfig, plan: &crate::plan::MemoryPlan) -> Result<MemoryPool, RunError> {
+    let mn_bytes = plan.mn_bytes(cfg.mn_bytes);
+    let nodes = plan.need_per_mn.len();
+    let cluster = Arc::new(LocalCluster::new(nodes, mn_bytes));
     Ok(MemoryPool {
         fabric: Arc::new(cluster.fabric().clone()),
-        regions: (0..need.len())
+        regions: (0..nodes)
             .map(|i| Arc::clone(cluster.fabric().region(MnId(i as u16))))
             .collect(),
         control: cluster,
         mn_bytes,
+    })
+}
+
+/// Build every table's image in parallel, one thread per table, loading it through
+/// [`Workload::load`]. Ctrl-C (`stop`) ends each loader within a batch of records.
+fn build_tables<'l, W: Workload>(
+    workload: &W,
+    specs: &[TableSpec],
+    layout: &'l dyn dmtx_store::SlotLayout,
+    stop: &AtomicBool,
+) -> Vec<Result<TableBuilder<'l>, RunError>> {
+    /// Records a loader inserts between looks at the stop flag.
+    const STOP_CHECK_RECORDS: u64 = 1 << 14;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = specs
+            .iter()
+            .map(|spec| {
+                s.spawn(move || {
+                    let mut builder = TableBuilder::new(spec.clone(), layout);
+                    let mut n = 0u64;
+                    let loaded = workload.load(spec.id, &mut |key, value| {
+                        n += 1;
+                        if n.is_multiple_of(STOP_CHECK_RECORDS) && stop.load(Ordering::Relaxed) {
+                            return Err(dmtx_store::StoreError::Interrupted {
+                                table: spec.name.clone(),
+                            });
+                        }
+                        builder.insert(key, value)
+                    });
+                    match loaded {
+                        Ok(()) => Ok(builder),
+                        Err(dmtx_store::StoreError::Interrupted { .. }) => Err(RunError::Interrupted {
+                            phase: "loading tables",
+                        }),
+                        Err(e) => Err(e.into()),
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
     })
 }
 
@@ -678,6 +700,9 @@ struct Shared<'a, P: Protocol, W: Workload> {
     types: usize,
     /// The first fault of a `--on-fault stop` run, and when it happened.
     fault: Mutex<Option<(String, u64)>>,
+    /// The first abort that no retry can cure (`log_full`), and when it happened: the
+    /// run stops there, whatever `--on-fault` says.
+    limit: Mutex<Option<(AbortReason, u64)>>,
     /// Clock time when measuring starts (the end of `--warmup`); attempts that start
     /// earlier are run but not counted.
     measure_from_ns: AtomicU64,
@@ -766,12 +791,16 @@ fn thread_ctx<'a, P: Protocol, W: Workload>(t: u16, shared: &'a Shared<'a, P, W>
         stop: &shared.stop,
         budget: shared.budget,
         credit_batch: shared.credit_batch,
-        credits: Cell::new(0),
+        credits: Cell::new(match shared.cfg.stop {
+            StopRule::Txns(n) => n / shared.cfg.worker_threads() as u64,
+            StopRule::Duration(_) => 0,
+        }),
         stats: RefCell::new(RunStats::new(shared.types)),
         progress: &shared.progress[t as usize],
         committed: Cell::new(0),
         attempted: Cell::new(0),
         stop_on_fault: (shared.cfg.on_fault == OnFault::Stop).then_some(&shared.fault),
+        stop_on_limit: Some(&shared.limit),
         series: shared.cfg.sim.is_some().then(|| RefCell::new(Vec::new())),
         measure_from_ns: &shared.measure_from_ns,
         measure_until_ns: &shared.measure_until_ns,
@@ -821,8 +850,9 @@ fn worker_thread<P: Protocol, W: Workload>(
         }
     };
     shared.ready.fetch_add(1, Ordering::Release);
+    // Spin (yielding) rather than sleep: every thread leaves within microseconds of `go`.
     while !shared.go.load(Ordering::Acquire) {
-        std::thread::sleep(Duration::from_micros(100));
+        std::thread::yield_now();
     }
     let th = thread_ctx(t, shared);
     {
@@ -956,6 +986,8 @@ struct ThreadCtx<'a> {
     attempted: Cell<u64>,
     /// `--on-fault stop`: where the first fault goes (and the run stops).
     stop_on_fault: Option<&'a Mutex<Option<(String, u64)>>>,
+    /// Where the first `log_full` abort goes (and the run stops).
+    stop_on_limit: Option<&'a Mutex<Option<(AbortReason, u64)>>>,
     /// Commits per ms of the run (simulated runs: `timeseries_ms`).
     series: Option<RefCell<Vec<u64>>>,
     /// When measuring starts (clock ns).
@@ -990,6 +1022,10 @@ impl ThreadCtx<'_> {
 
     /// `--on-fault stop`: a `fault` abort records why and stops the run.
     fn stop_on<P: Protocol>(&self, reason: AbortReason, coord: &Coordinator<P>) {
+        if let (AbortReason::LogFull, Some(slot)) = (reason, self.stop_on_limit) {
+            slot.lock().unwrap().get_or_insert((reason, coord.ctx.clock.now_ns()));
+            self.stop.store(true, Ordering::Relaxed);
+        }
         if let (AbortReason::Fault, Some(slot)) = (reason, self.stop_on_fault) {
             let why = coord
                 .ctx
@@ -1140,6 +1176,7 @@ mod tests {
             committed: Cell::new(0),
             attempted: Cell::new(0),
             stop_on_fault: None,
+            stop_on_limit: None,
             series: None,
             measure_from_ns: &measure_from,
             measure_until_ns: &measure_until,

@@ -20,23 +20,14 @@ pub enum RunError {
     /// Connecting the compute node or setting up a coordinator failed.
     #[error("setting up coordinators: {0}")]
     Runtime(RuntimeError),
-    /// The memory nodes' regions cannot hold the tables and per-coordinator areas.
-    #[error(
-        "--mn-bytes {given}: memory node mn{mn} needs at least {needed} bytes \
-         ({tables} for tables, {coordinators} for coordinator areas); \
-         pass --mn-bytes {needed} or more, or drop --mn-bytes to size it automatically"
-    )]
-    RegionTooSmall {
-        /// The size given.
-        given: u64,
-        /// The node that does not fit.
-        mn: u16,
-        /// Bytes it needs.
-        needed: u64,
-        /// Of which table replicas.
-        tables: u64,
-        /// Of which per-coordinator areas (logs, ...).
-        coordinators: u64,
+    /// The run does not fit `--mn-bytes` or this host's memory; nothing was built.
+    #[error("{0}")]
+    DoesNotFit(Box<crate::plan::PlanError>),
+    /// Ctrl-C came before the measured run started; nothing was run or written.
+    #[error("interrupted while {phase}; nothing was run")]
+    Interrupted {
+        /// What was under way (`loading tables`, ...).
+        phase: &'static str,
     },
     /// Reading the tables back for the invariant check failed.
     #[error("reading table `{table}` back for the invariant check: {error}")]
@@ -68,6 +59,21 @@ pub enum RunError {
         /// The verb error a coordinator saw (names the node).
         why: String,
         /// Time from the start barrier to the fault.
+        after: std::time::Duration,
+    },
+    /// A transaction's undo log outgrew the protocol's log area: it can never commit, so
+    /// the run stopped.
+    #[error(
+        "a transaction's undo log needs more than the {log_bytes}-byte log area of `{protocol}` \
+         (`log_bytes`); stopped the run after {after:.1?}; raise it, e.g. --set log_bytes={}",
+        log_bytes.saturating_mul(4).max(4096)
+    )]
+    LogFull {
+        /// The protocol.
+        protocol: String,
+        /// Its `log_bytes` knob.
+        log_bytes: u64,
+        /// Time from the start barrier to the abort.
         after: std::time::Duration,
     },
     /// The run asks for something this build cannot do yet; the message says what to do.

@@ -40,6 +40,7 @@ pub mod cluster;
 pub mod config;
 pub mod driver;
 pub mod error;
+pub mod plan;
 pub mod plot;
 pub mod preset;
 pub mod registry;

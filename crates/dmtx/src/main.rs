@@ -2,8 +2,9 @@
 //!
 //! Exit codes: 0 ok; 1 an anomaly was found (a run's invariant or history check, or
 //! `dmtx check` on a file; results are still written); 2 an error (bad flag, bad config,
-//! failed setup, unreadable history), printed as one line `error: …`. A second Ctrl-C quits at once with 130. A closed stdout (`| head`) ends
-//! the program quietly.
+//! failed setup, unreadable history, a run that does not fit), printed as one line
+//! `error: …`; 130 interrupted by Ctrl-C (a run stopped early still writes its results;
+//! a second Ctrl-C quits at once). A closed stdout (`| head`) ends the program quietly.
 
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,7 +23,8 @@ const EXIT_OK: i32 = 0;
 const EXIT_ANOMALY: i32 = 1;
 /// Bad input or a failure to set up, run or record.
 const EXIT_ERROR: i32 = 2;
-/// A second Ctrl-C.
+/// Interrupted (Ctrl-C): a run stopped early (its results so far are written), or
+/// stopped before it began (nothing is written); a second Ctrl-C quits at once.
 const EXIT_INTERRUPTED: i32 = 130;
 
 #[derive(Parser, Debug)]
@@ -30,7 +32,7 @@ const EXIT_INTERRUPTED: i32 = 130;
     name = "dmtx",
     version,
     about = "ACID transactions on disaggregated memory over one-sided verbs",
-    after_help = "Exit codes: 0 ok, 1 an anomaly was found (invariant or isolation check), 2 error."
+    after_help = "Exit codes: 0 ok, 1 an anomaly was found (invariant or isolation check), 2 error, 130 interrupted (Ctrl-C)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -391,6 +393,11 @@ fn check(args: &CheckArgs) -> anyhow::Result<i32> {
 
 fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
     let cfg = BenchConfig::from_args(args)?;
+    if args.dry_run {
+        return dry_run(&cfg);
+    }
+    // A run whose record or history could not be written is found out now, not after it.
+    cfg.prepare_outputs()?;
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = Arc::clone(&stop);
@@ -428,9 +435,34 @@ fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
     if let Some(b) = &bar {
         b.bar.finish_and_clear();
     }
-    let result = result?;
+    let result = match result {
+        Err(dmtx::RunError::Interrupted { phase }) => {
+            eprintln!("interrupted while {phase}; nothing was run or written");
+            return Ok(EXIT_INTERRUPTED);
+        }
+        r => r?,
+    };
     let stem = cfg.file_stem(result.run_info.started_at_unix_s as u64);
-    let saved = results::write(&result, &cfg.out, &stem)?;
+    let saved = match results::write(&result, &cfg.out, &stem) {
+        Ok(saved) => saved,
+        Err(e) => {
+            // The run is done: keep it. Print the summary, save the JSON elsewhere.
+            if !cfg.quiet {
+                print!("{}", result.summary(None));
+            }
+            let fallback = std::env::temp_dir().join(format!("{stem}.json"));
+            return match std::fs::write(&fallback, result.to_json()) {
+                Ok(()) => Err(anyhow::anyhow!(
+                    "{e}; the record was saved to {} instead",
+                    fallback.display()
+                )),
+                Err(e2) => Err(anyhow::anyhow!(
+                    "{e}; saving it to {} failed too: {e2}; the summary above is all that is left",
+                    fallback.display()
+                )),
+            };
+        }
+    };
     if cfg.out == OutTarget::Stdout {
         let mut out = std::io::stdout().lock();
         out.write_all(result.to_json().as_bytes())?;
@@ -456,7 +488,64 @@ fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
         eprintln!("error: isolation check failed: {} (seed {})", c.summary, cfg.seed);
         code = EXIT_ANOMALY;
     }
+    if code == EXIT_OK && result.stop_reason == results::StopReason::Interrupt {
+        code = EXIT_INTERRUPTED;
+    }
     Ok(code)
+}
+
+/// `bench --dry-run`: the settings and the memory plan; nothing is built.
+fn dry_run(cfg: &BenchConfig) -> anyhow::Result<i32> {
+    let (plan, refusal) = registry::plan(cfg)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "dmtx bench --dry-run  {} on {}: {} threads x {} coroutines{}, {} memory nodes x {} replicas, seed {}",
+        cfg.protocol,
+        cfg.workload,
+        cfg.threads,
+        cfg.coroutines,
+        if cfg.compute_nodes > 1 {
+            format!(" x {} compute nodes", cfg.compute_nodes)
+        } else {
+            String::new()
+        },
+        cfg.memory_nodes,
+        cfg.replicas,
+        cfg.seed
+    )?;
+    for (k, v) in &cfg.knobs_effective {
+        writeln!(out, "  knob        {k}={v}")?;
+    }
+    for t in &plan.tables {
+        writeln!(
+            out,
+            "  table       {:<16} {:>12} records  {:>10} per replica  x {}",
+            t.name,
+            t.capacity,
+            dmtx::plan::bytes(t.replica_bytes),
+            t.nodes.len()
+        )?;
+    }
+    for (i, need) in plan.need_per_mn.iter().enumerate() {
+        writeln!(
+            out,
+            "  mn{i:<9} {} ({} tables, {} coordinator areas); region {}",
+            dmtx::plan::bytes(*need),
+            dmtx::plan::bytes(plan.tables_per_mn[i]),
+            dmtx::plan::bytes(plan.coordinators_per_mn[i]),
+            dmtx::plan::bytes(plan.mn_bytes(cfg.mn_bytes)),
+        )?;
+    }
+    writeln!(out, "  memory      {}", plan.describe(cfg))?;
+    out.flush()?;
+    match refusal {
+        None => {
+            writeln!(out, "  fits        yes")?;
+            Ok(EXIT_OK)
+        }
+        Some(e) => Err(e.into()),
+    }
 }
 
 /// The progress bar on a terminal's stderr.

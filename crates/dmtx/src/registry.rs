@@ -12,6 +12,7 @@ use dmtx_workloads::Workload;
 
 use crate::driver::{self, RunHooks};
 use crate::error::RunError;
+use crate::plan::{MemoryPlan, PlanError};
 use crate::results::BenchResult;
 use crate::BenchConfig;
 
@@ -115,6 +116,29 @@ macro_rules! registry {
             let _ = (proto, hooks);
             Err(RunError::Unregistered { what: "workload", name: cfg.workload.clone() })
         }
+
+        /// The memory plan of the run `cfg` names, and why it cannot run on this host (or
+        /// within `--mn-bytes`) if it cannot; nothing is built.
+        pub fn plan(cfg: &BenchConfig) -> Result<(MemoryPlan, Option<PlanError>), RunError> {
+            $(
+                if cfg.protocol == <$p as Protocol>::NAME {
+                    return plan_with(<$p as Protocol>::from_knobs(&cfg.knobs)?, cfg);
+                }
+            )*
+            Err(RunError::Unregistered { what: "protocol", name: cfg.protocol.clone() })
+        }
+
+        fn plan_with<P: Protocol>(proto: P, cfg: &BenchConfig) -> Result<(MemoryPlan, Option<PlanError>), RunError> {
+            $(
+                if cfg.workload == <$w as Workload>::NAME {
+                    let workload = <$w as Workload>::from_knobs(&cfg.knobs)?;
+                    let per_coord = driver::coordinator_bytes(&proto, cfg.memory_nodes as usize)?;
+                    return crate::plan::assess(&proto, &workload, cfg, &per_coord, crate::plan::host_available_bytes());
+                }
+            )*
+            let _ = proto;
+            Err(RunError::Unregistered { what: "workload", name: cfg.workload.clone() })
+        }
     };
 }
 
@@ -160,6 +184,8 @@ pub fn render_list() -> String {
         out.push('\n');
     }
     out += &crate::preset::render();
+    out.push('\n');
+    out += &crate::plan::render_presets();
     out.pop();
     out
 }

@@ -32,7 +32,7 @@
 //! | `check` | object or null | with `--check`: `level` checked, `txns`, `committed`, `clean` (bool), `summary` (one line), `findings` (each anomaly with its smallest cycle) |
 //! | `last_fault` | string or null | the last verb error a coordinator saw, if any |
 //! | `sim` | object or null | `--transport sim` only: `note` (the numbers are simulated), `profile`, `cpu_mode`, `compute_nodes`, `verbs` (completed), `events`, `nics` (per node `node` (`mn0`, `cn0`, ...), `ops` {…}, `tx_bytes`, `rx_bytes` (wire bytes, headers included), `link_utilisation` (busier direction's share of the run)), `waits_us` (per op kind: `ops`, `admission_mean` (waiting for the connection's outstanding-READ bound), `responder_mean` (queued at the responder NIC), `latency_mean` (doorbell to reply)), `cpus` (per worker thread `cn`, `thread`, `utilisation` of its virtual CPU), `timeseries_ms` (commits per 1 ms of virtual time), `faults` (each fault fired by `--faults`, with its virtual time), `tears` (`overlaps`: READ/WRITE pairs in service together on common words; `torn`: READs that saw old and new words), `stranded` (coordinators still in a transaction a grace after an interrupt or 1 s of virtual time after the deadline, dropped there: their locks and writes stay) |
-//! | `run_info` | object | what no two runs repeat: `host`, `started_at` (RFC 3339, UTC), `started_at_unix_s`, `dmtx_version`, `cpus`, `load_s` (building and loading the tables, real time), `real_s` (the measured run's real time), `real_s_per_sim_s` (`sim` only: real seconds per simulated second, over all the virtual time the run simulated, warm-up and drain included) |
+//! | `run_info` | object | what no two runs repeat: `host`, `started_at` (RFC 3339, UTC), `started_at_unix_s`, `dmtx_version`, `cpus`, `load_s` (building and loading the tables, real time), `load_records` (records loaded, one copy each), `load_records_per_s`, `real_s` (the measured run's real time), `real_s_per_sim_s` (`sim` only: real seconds per simulated second, over all the virtual time the run simulated, warm-up and drain included) |
 //!
 //! A txn-type object:
 //!
@@ -431,6 +431,12 @@ pub struct RunInfo {
     pub cpus: usize,
     /// Seconds spent building the tables and loading them into the memory nodes.
     pub load_s: f64,
+    /// Records loaded before the run (every table, one copy each).
+    #[serde(default)]
+    pub load_records: u64,
+    /// `load_records / load_s`.
+    #[serde(default)]
+    pub load_records_per_s: f64,
     /// Real time of the measured run (seconds).
     pub real_s: f64,
     /// `sim` only: real seconds per simulated second.
@@ -662,6 +668,8 @@ pub struct RawRun<'a> {
     pub started_at_unix_s: f64,
     /// Time spent building and loading the tables before the run.
     pub load: Duration,
+    /// Records loaded (one copy each).
+    pub records_loaded: u64,
     /// Real time of the measured run.
     pub real: Duration,
     /// What the simulator adds (`--transport sim`).
@@ -752,6 +760,8 @@ impl BenchResult {
                 dmtx_version: env!("CARGO_PKG_VERSION").to_string(),
                 cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
                 load_s: round(raw.load.as_secs_f64(), 3),
+                load_records: raw.records_loaded,
+                load_records_per_s: round(raw.records_loaded as f64 / raw.load.as_secs_f64().max(1e-9), 0),
                 real_s: round(raw.real.as_secs_f64(), 3),
                 real_s_per_sim_s: raw
                     .sim
@@ -852,8 +862,11 @@ impl BenchResult {
         };
         let _ = writeln!(
             o,
-            "  elapsed     {:.2} s{interrupted}   (tables loaded in {:.2} s before)",
-            self.elapsed_s, self.run_info.load_s
+            "  elapsed     {:.2} s{interrupted}   (tables loaded before: {} records in {:.2} s, {:.2} M records/s)",
+            self.elapsed_s,
+            self.run_info.load_records,
+            self.run_info.load_s,
+            self.run_info.load_records_per_s / 1e6
         );
         let _ = writeln!(
             o,

@@ -158,11 +158,35 @@ fn kvs_duration_run_on_two_threads() {
     assert_eq!(ro.ops_per_commit.unwrap().cas, 0.0, "read-only txns lock nothing");
 }
 
+/// A [`driver::Monitor`] that sets the stop flag the moment the measured run begins:
+/// Ctrl-C right after the start barrier.
+struct StopAtStart<'a>(&'a AtomicBool);
+
+impl driver::Monitor for StopAtStart<'_> {
+    fn running(&self, _stop: StopRule) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Run `cfg` with the stop flag set as the measured run begins.
+fn run_stopped_at_start(cfg: &BenchConfig) -> BenchResult {
+    let stop = AtomicBool::new(false);
+    registry::run(
+        cfg,
+        &RunHooks {
+            stop: &stop,
+            monitor: &StopAtStart(&stop),
+            probes: None,
+        },
+    )
+    .unwrap()
+}
+
 #[test]
-fn stop_flag_set_before_start_still_yields_a_result() {
+fn stop_flag_set_before_loading_ends_with_nothing_run() {
     let cfg = BenchConfig::from_args(&small("kvs", &["keys=100"])).unwrap();
     let stop = AtomicBool::new(true);
-    let r = registry::run(
+    let e = registry::run(
         &cfg,
         &RunHooks {
             stop: &stop,
@@ -170,7 +194,14 @@ fn stop_flag_set_before_start_still_yields_a_result() {
             probes: None,
         },
     )
-    .unwrap();
+    .unwrap_err();
+    assert!(matches!(e, dmtx::RunError::Interrupted { .. }), "{e}");
+}
+
+#[test]
+fn stop_flag_set_at_the_start_still_yields_a_result() {
+    let cfg = BenchConfig::from_args(&small("kvs", &["keys=100"])).unwrap();
+    let r = run_stopped_at_start(&cfg);
     assert_eq!(r.stop_reason, StopReason::Interrupt);
     assert!(r.committed < 2000);
     assert!(r.invariant.ok);
@@ -184,7 +215,11 @@ fn too_small_regions_are_refused_with_the_fix() {
     })
     .unwrap();
     let e = common::run_error(&cfg);
-    assert!(e.starts_with("--mn-bytes 65536: memory node mn"), "{e}");
+    assert!(
+        e.starts_with("--mn-bytes 64 KiB: the dataset (accounts=1000) needs"),
+        "{e}"
+    );
+    assert!(e.contains("on memory node mn"), "{e}");
     assert!(e.contains("drop --mn-bytes"), "{e}");
 }
 
@@ -193,16 +228,7 @@ fn out_directory_gets_a_file_named_for_the_run() {
     let dir = scratch("outdir");
     let mut cfg = BenchConfig::from_args(&small("kvs", &["keys=100"])).unwrap();
     cfg.out = OutTarget::parse(dir.to_str().unwrap()).unwrap();
-    let stop = AtomicBool::new(true);
-    let r = registry::run(
-        &cfg,
-        &RunHooks {
-            stop: &stop,
-            monitor: &Silent,
-            probes: None,
-        },
-    )
-    .unwrap();
+    let r = run_stopped_at_start(&cfg);
     let stem = cfg.file_stem(42);
     assert_eq!(stem, "ford-kvs-1x2-42");
     let a = results::write(&r, &cfg.out, &stem).unwrap().unwrap();
@@ -561,10 +587,11 @@ fn run_within(args: BenchArgs, stop: bool, limit: Duration) -> BenchResult {
     let cfg = BenchConfig::from_args(&args).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let stop = AtomicBool::new(stop);
+        let flag = AtomicBool::new(false);
+        let at_start = StopAtStart(&flag);
         let hooks = RunHooks {
-            stop: &stop,
-            monitor: &Silent,
+            stop: &flag,
+            monitor: if stop { &at_start } else { &Silent },
             probes: None,
         };
         let _ = tx.send(registry::run(&cfg, &hooks).map_err(|e| e.to_string()));

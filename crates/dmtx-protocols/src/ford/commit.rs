@@ -53,11 +53,11 @@ pub(super) async fn commit(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                 count += 1;
             }
         }
-        assert!(
-            len <= st.log_bytes as usize,
-            "undo log of {len} bytes exceeds the {}-byte log area; raise `log_bytes` (--set log_bytes=...)",
-            st.log_bytes
-        );
+        if len > st.log_bytes as usize {
+            // Nothing is written yet: the abort path releases the locks. The driver stops
+            // the run on this reason, since the transaction can never commit.
+            return Err(Abort::new(AbortReason::LogFull));
+        }
         let (objs, undo, catalog) = (&c.set.objs, &st.undo, &c.ctx.catalog);
         let header = [c.ctx.id.global(), c.set.txn_seq, count, LOG_PENDING];
         st.post

@@ -389,6 +389,7 @@ impl Workload for Tatp {
 
     const NAME: &'static str = "tatp";
     const TXN_STEP: &'static str = "tatp.txn";
+    const SCALE_KNOB: Option<&'static str> = Some("subscribers");
     const ABOUT: &'static str =
         "TATP (telecom; FORD §6.1, Motor §7.1, LOTUS §8.1, OOCC §VIII-B): 4 tables, 7 transaction types, 80% read-only";
     const KNOBS: &'static [KnobSpec] = &[SUBSCRIBERS, RO_KEYS, SUB_NBR_INDEX_KNOB, MIX];

@@ -431,6 +431,7 @@ impl Workload for Tpcc {
 
     const NAME: &'static str = "tpcc";
     const TXN_STEP: &'static str = "tpcc.txn";
+    const SCALE_KNOB: Option<&'static str> = Some("warehouses");
     const ABOUT: &'static str =
         "TPC-C 5.11 (9 tables, 5 transactions, 45/43/4/4/4), or FORD's simplified variant; consistency conditions checked";
     const KNOBS: &'static [KnobSpec] = &[

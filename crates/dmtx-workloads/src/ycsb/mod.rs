@@ -549,6 +549,7 @@ impl Workload for Ycsb {
 
     const NAME: &'static str = "ycsb";
     const TXN_STEP: &'static str = "ycsb.txn";
+    const SCALE_KNOB: Option<&'static str> = Some("records");
     const ABOUT: &'static str = "YCSB (RCBench §6.1, OOCC §VIII): fields × field_bytes records, Zipfian keys, \
                                  write ratio per op or per txn, core mixes a b c d f (e needs range scans: none here)";
     const KNOBS: &'static [KnobSpec] = &[
