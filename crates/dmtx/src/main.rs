@@ -62,6 +62,10 @@ enum Command {
         /// (threads, coroutines, compute-nodes, memory-nodes, replicas or a numeric knob).
         #[arg(long, value_name = "FIELD", requires = "plot")]
         plot_vs: Option<String>,
+        /// Also write every scalar of every record as CSV, one row per run (columns:
+        /// `file`, then the dotted field names in name order).
+        #[arg(long, value_name = "FILE")]
+        csv: Option<std::path::PathBuf>,
     },
     /// Serve one memory node over TCP (verbs and the init-time control RPC only).
     Memnode(MemnodeArgs),
@@ -207,8 +211,17 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Memnode(args) => memnode(&args),
         Command::Cluster(ClusterCommand::Up(args)) => cluster_up(&args),
         Command::Sim(cmd) => sim(cmd),
-        Command::Report { paths, plot, plot_vs } => {
-            let runs = dmtx::report::load(&paths)?;
+        Command::Report {
+            paths,
+            plot,
+            plot_vs,
+            csv,
+        } => {
+            let loaded = dmtx::report::load(&paths)?;
+            for w in &loaded.warnings {
+                eprintln!("warning: {w}");
+            }
+            let runs = loaded.runs;
             if let Some(path) = plot {
                 let svg = match plot_vs {
                     Some(field) => dmtx::plot::sweep_svg(&runs, &field)?,
@@ -216,6 +229,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 };
                 std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
                 eprintln!("plot: {}", path.display());
+            }
+            if let Some(path) = csv {
+                std::fs::write(&path, dmtx::report::csv(&runs))
+                    .with_context(|| format!("writing {}", path.display()))?;
+                eprintln!("csv: {}", path.display());
             }
             let mut out = std::io::stdout().lock();
             out.write_all(dmtx::report::render(&runs).as_bytes())?;
