@@ -54,12 +54,14 @@ enum Command {
         /// JSON files or directories.
         #[arg(required = true)]
         paths: Vec<std::path::PathBuf>,
-        /// Also draw the simulated runs' throughput per 1 ms of virtual time, with the
-        /// faults they fired, as an SVG file.
+        /// Also draw the runs' throughput over time (`timeseries`: real seconds on
+        /// mem/tcp, virtual milliseconds on sim, one clock per plot), with the faults
+        /// simulated runs fired, as an SVG file.
         #[arg(long, value_name = "FILE.svg")]
         plot: Option<std::path::PathBuf>,
         /// With --plot: draw throughput and median latency against this setting instead
-        /// (threads, coroutines, compute-nodes, memory-nodes, replicas or a numeric knob).
+        /// (threads, coroutines, compute-nodes, memory-nodes, replicas or a numeric knob),
+        /// one line per group of runs that agree on every other setting.
         #[arg(long, value_name = "FIELD", requires = "plot")]
         plot_vs: Option<String>,
         /// Also write every scalar of every record as CSV, one row per run (columns:
@@ -225,7 +227,13 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             if let Some(path) = plot {
                 let svg = match plot_vs {
                     Some(field) => dmtx::plot::sweep_svg(&runs, &field)?,
-                    None => dmtx::plot::throughput_svg(&runs)?,
+                    None => {
+                        let drawn = dmtx::plot::throughput_svg(&runs)?;
+                        for w in &drawn.warnings {
+                            eprintln!("warning: {w}");
+                        }
+                        drawn.svg
+                    }
                 };
                 std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
                 eprintln!("plot: {}", path.display());

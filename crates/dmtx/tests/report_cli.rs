@@ -73,6 +73,25 @@ fn assert_one_line_error(out: &Output, needles: &[&str]) {
     }
 }
 
+/// The lines of the SVG's data polylines (each line, then its legend sample).
+fn polylines(svg: &str) -> Vec<&str> {
+    svg.lines()
+        .filter(|l| l.starts_with("<polyline") && l.contains("stroke-width=\"2\""))
+        .collect()
+}
+
+/// The number of points of a polyline.
+fn points(line: &str) -> usize {
+    line.split("points=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .count()
+}
+
 /// The cell of column `col` in the table row of `file`: left-aligned columns start
 /// under their header, right-aligned ones end under it.
 fn cell(table: &str, file: &str, col: &str) -> String {
@@ -93,6 +112,51 @@ fn cell(table: &str, file: &str, col: &str) -> String {
     } else {
         row[..end].split_whitespace().last().unwrap_or("").to_string()
     }
+}
+
+/// Goal: a sweep against coroutines over runs of 1×c and 2×c threads × coroutines draws
+/// one line per thread count, each with its own points, and the legend names the
+/// threads; a run that differs only in seed (a repetition) joins its group's line.
+/// Method: copies of one simulated record with threads, coroutines and seed edited;
+/// count the polylines and their points, find the legend text.
+#[test]
+fn sweep_draws_one_line_per_group_of_other_settings() {
+    let dir = scratch_dir("groups");
+    let (sim, _) = base();
+    for (name, t, c, seed, tps) in [
+        ("a", 1, 1, 1, 100e3),
+        ("b", 1, 2, 1, 200e3),
+        ("c", 1, 4, 7, 350e3),
+        ("d", 2, 4, 1, 600e3),
+        ("e", 2, 8, 1, 900e3),
+    ] {
+        let mut v = sim.clone();
+        v["config"]["threads"] = json!(t);
+        v["config"]["coroutines"] = json!(c);
+        v["config"]["seed"] = json!(seed);
+        v["committed_tps"] = json!(tps);
+        put(&dir, &format!("{name}.json"), &v);
+    }
+    let svg_path = dir.join("s.svg");
+    let out = dmtx(&[
+        "report",
+        "--plot",
+        svg_path.to_str().unwrap(),
+        "--plot-vs",
+        "coroutines",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    let lines = polylines(&svg);
+    // Two panels × two groups × (the line and its legend sample).
+    assert_eq!(lines.len(), 8, "{lines:#?}");
+    assert_eq!(points(lines[0]), 3, "threads=1: coroutines 1, 2, 4: {}", lines[0]);
+    assert_eq!(points(lines[2]), 2, "threads=2: coroutines 4, 8: {}", lines[2]);
+    assert!(svg.contains("ford smallbank sim threads=1"), "legend");
+    assert!(svg.contains("ford smallbank sim threads=2"), "legend");
+    assert!(!svg.contains("seed="), "a seed does not split a line");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Goal: the table shows length, seed, memory nodes × replicas, non-default knobs,
@@ -283,5 +347,53 @@ fn directories_skip_other_json_and_must_hold_a_record() {
         &dmtx(&["report", stray_at]),
         &[stray_at, "1 other JSON file(s) skipped"],
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Goal: `--plot` draws a real-time run from its `timeseries` (seconds on the x axis),
+/// leaves out a run with no series with a warning naming it, prefers `timeseries` to
+/// `sim.timeseries_ms`, and refuses real and virtual clocks on one plot, naming a file
+/// of each. Method: hand-made `timeseries` fields on copies of the two records.
+#[test]
+fn plot_draws_real_time_series_and_never_mixes_clocks() {
+    let dir = scratch_dir("series");
+    let (sim, mem) = base();
+    let mut real = mem.clone();
+    real["timeseries"] = json!({"bucket_s": 1.0, "clock": "real", "committed": [1000, 2500, 2400]});
+    let mut none = mem.clone();
+    none["timeseries"] = Value::Null;
+    let real_at = put(&dir, "real.json", &real);
+    let none_at = put(&dir, "none.json", &none);
+    let svg_path = dir.join("t.svg");
+    let svg_at = svg_path.to_str().unwrap();
+    let out = dmtx(&["report", "--plot", svg_at, &real_at, &none_at]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("warning: ") && l.contains(&none_at) && l.contains("left out")),
+        "{err}"
+    );
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    let lines = polylines(&svg);
+    assert_eq!(lines.len(), 2, "one run: its line and legend sample: {lines:#?}");
+    assert_eq!(points(lines[0]), 3, "{}", lines[0]);
+    assert!(svg.contains("committed per 1 s of real time"), "caption");
+    assert!(svg.contains("real time since the warm-up, s"), "x axis");
+    assert!(svg.contains("ford kvs (real)"), "legend");
+
+    let mut virt = sim.clone();
+    let buckets = sim["sim"]["timeseries_ms"].as_array().unwrap().len();
+    let counts: Vec<u64> = (1..=buckets as u64 + 3).collect();
+    virt["timeseries"] = json!({"bucket_s": 0.001, "clock": "virtual", "committed": counts});
+    let virt_at = put(&dir, "virt.json", &virt);
+    let out = dmtx(&["report", "--plot", svg_at, &virt_at]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    assert_eq!(points(polylines(&svg)[0]), buckets + 3, "`timeseries` first");
+    assert!(svg.contains("of virtual time (simulated)"), "caption");
+
+    let out = dmtx(&["report", "--plot", svg_at, &real_at, &virt_at]);
+    assert_one_line_error(&out, &[&real_at, &virt_at, "one plot has one time axis"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
