@@ -20,9 +20,11 @@
 //! A sweep's groups: two runs share a line when they agree on protocol, workload,
 //! transport, threads, coroutines, compute nodes, memory nodes, replicas, preset, the
 //! simulator's profile and CPU mode, and every knob, except the swept setting. Seed and
-//! run length do not split a line: runs differing only there are repetitions of one
-//! point. Each line's legend names protocol, workload and transport, and every other
-//! setting whose value differs between the lines (`threads=2`).
+//! run length do not split a line: runs differing only there are repetitions, each
+//! drawn as a dot, with the line through their mean. A run that committed nothing has
+//! no median latency and no dot in that panel. Each line's legend names protocol,
+//! workload and transport, and every other setting whose value differs between the
+//! lines of those three (`threads=2`).
 
 use std::path::{Path, PathBuf};
 
@@ -266,15 +268,34 @@ pub fn throughput_svg(runs: &[(PathBuf, BenchResult)]) -> Result<Drawn, PlotErro
     Ok(Drawn { svg, warnings })
 }
 
-/// Which value of a sweep point a panel shows.
-type Pick = fn(&(f64, f64, f64)) -> f64;
+/// A sweep point: x, k txn/s, and p50 µs (none when nothing committed).
+type Point = (f64, f64, Option<f64>);
 
-/// One group's sweep: the settings it shares, its label, and (x, k txn/s, p50 µs) per
-/// run, in x order.
+/// Which value of a sweep point a panel shows, if the point has it.
+type Pick = fn(&Point) -> Option<f64>;
+
+/// One group's sweep: the settings it shares, its label, and a point per run, in x
+/// order.
 struct Sweep {
     key: Vec<(String, String)>,
     label: String,
-    points: Vec<(f64, f64, f64)>,
+    points: Vec<Point>,
+}
+
+/// The line through `points` (in x order): at each x, the mean of the runs there
+/// (repetitions of one setting differ by seed or length).
+fn means(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut out: Vec<(f64, f64, usize)> = Vec::new();
+    for &(x, y) in points {
+        match out.last_mut() {
+            Some(last) if last.0 == x => {
+                last.1 += y;
+                last.2 += 1;
+            }
+            _ => out.push((x, y, 1)),
+        }
+    }
+    out.into_iter().map(|(x, sum, n)| (x, sum / n as f64)).collect()
 }
 
 /// `field` of record `r`: a setting of the run, or a numeric knob.
@@ -366,8 +387,7 @@ pub fn sweep_svg(runs: &[(PathBuf, BenchResult)], field: &str) -> Result<String,
             path: path.clone(),
         })?;
         let key = settings(r, field);
-        let p50 = r.latency_us.as_ref().map_or(0.0, |l| l.p50);
-        let point = (x, r.committed_tps / 1e3, p50);
+        let point = (x, r.committed_tps / 1e3, r.latency_us.as_ref().map(|l| l.p50));
         match sweeps.iter_mut().find(|s| s.key == key) {
             Some(s) => s.points.push(point),
             None => sweeps.push(Sweep {
@@ -397,11 +417,11 @@ pub fn sweep_svg(runs: &[(PathBuf, BenchResult)], field: &str) -> Result<String,
         root.fill(&WHITE).map_err(drawing)?;
         let (left, right) = root.split_horizontally(SIZE.0 / 2);
         let panels: [(_, &str, Pick); 2] = [
-            (left, "committed, k txn/s", |p| p.1),
+            (left, "committed, k txn/s", |p| Some(p.1)),
             (right, "median latency, µs", |p| p.2),
         ];
         for (area, what, pick) in panels {
-            let y_max = all().map(pick).fold(1e-9, f64::max) * 1.1;
+            let y_max = all().filter_map(pick).fold(1e-9, f64::max) * 1.1;
             let mut chart = ChartBuilder::on(&area)
                 .caption(format!("{what} against {field}"), ("sans-serif", 16))
                 .margin(12)
@@ -418,8 +438,8 @@ pub fn sweep_svg(runs: &[(PathBuf, BenchResult)], field: &str) -> Result<String,
                 .map_err(drawing)?;
             for (i, s) in sweeps.iter().enumerate() {
                 let colour = COLOURS[i % COLOURS.len()];
-                let points: Vec<(f64, f64)> = s.points.iter().map(|p| (p.0, pick(p))).collect();
-                draw_line(&mut chart, points.iter().copied(), &s.label, colour)?;
+                let points: Vec<(f64, f64)> = s.points.iter().filter_map(|p| Some((p.0, pick(p)?))).collect();
+                draw_line(&mut chart, means(&points), &s.label, colour)?;
                 chart
                     .draw_series(points.iter().map(|&p| Circle::new(p, 3, colour.filled())))
                     .map_err(drawing)?;
@@ -487,6 +507,12 @@ mod tests {
             committed: &[7, 12],
         };
         assert_eq!(points(&virt), vec![(0.5, 7.0), (1.5, 12.0)]);
+    }
+
+    #[test]
+    fn test_means_join_runs_at_one_x() {
+        let line = means(&[(1.0, 2.0), (2.0, 3.0), (2.0, 5.0), (4.0, 1.0)]);
+        assert_eq!(line, vec![(1.0, 2.0), (2.0, 4.0), (4.0, 1.0)]);
     }
 
     #[test]

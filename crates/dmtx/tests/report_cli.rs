@@ -73,7 +73,7 @@ fn assert_one_line_error(out: &Output, needles: &[&str]) {
     }
 }
 
-/// The lines of the SVG's data polylines (each line, then its legend sample).
+/// The SVG's polylines of width 2: per chart its lines, then their legend samples.
 fn polylines(svg: &str) -> Vec<&str> {
     svg.lines()
         .filter(|l| l.starts_with("<polyline") && l.contains("stroke-width=\"2\""))
@@ -116,9 +116,10 @@ fn cell(table: &str, file: &str, col: &str) -> String {
 
 /// Goal: a sweep against coroutines over runs of 1×c and 2×c threads × coroutines draws
 /// one line per thread count, each with its own points, and the legend names the
-/// threads; a run that differs only in seed (a repetition) joins its group's line.
-/// Method: copies of one simulated record with threads, coroutines and seed edited;
-/// count the polylines and their points, find the legend text.
+/// threads; runs that differ only in seed (repetitions) join their group's line as
+/// dots with the line through their mean; a run that committed nothing has no latency
+/// point. Method: copies of one simulated record with threads, coroutines, seed and
+/// results edited; count the polylines, their points and the dots, find the legend.
 #[test]
 fn sweep_draws_one_line_per_group_of_other_settings() {
     let dir = scratch_dir("groups");
@@ -127,14 +128,19 @@ fn sweep_draws_one_line_per_group_of_other_settings() {
         ("a", 1, 1, 1, 100e3),
         ("b", 1, 2, 1, 200e3),
         ("c", 1, 4, 7, 350e3),
+        ("c2", 1, 4, 9, 370e3),
         ("d", 2, 4, 1, 600e3),
         ("e", 2, 8, 1, 900e3),
+        ("f", 2, 16, 1, 0.0),
     ] {
         let mut v = sim.clone();
         v["config"]["threads"] = json!(t);
         v["config"]["coroutines"] = json!(c);
         v["config"]["seed"] = json!(seed);
         v["committed_tps"] = json!(tps);
+        if tps == 0.0 {
+            v["latency_us"] = Value::Null;
+        }
         put(&dir, &format!("{name}.json"), &v);
     }
     let svg_path = dir.join("s.svg");
@@ -149,10 +155,17 @@ fn sweep_draws_one_line_per_group_of_other_settings() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let svg = std::fs::read_to_string(&svg_path).unwrap();
     let lines = polylines(&svg);
-    // Two panels × two groups × (the line and its legend sample).
+    // Per panel the two groups' lines, then their two legend samples.
     assert_eq!(lines.len(), 8, "{lines:#?}");
     assert_eq!(points(lines[0]), 3, "threads=1: coroutines 1, 2, 4: {}", lines[0]);
-    assert_eq!(points(lines[2]), 2, "threads=2: coroutines 4, 8: {}", lines[2]);
+    assert_eq!(points(lines[1]), 3, "threads=2: coroutines 4, 8, 16: {}", lines[1]);
+    assert_eq!(points(lines[4]), 3, "latency, threads=1: {}", lines[4]);
+    assert_eq!(points(lines[5]), 2, "latency, threads=2: none at 16: {}", lines[5]);
+    assert_eq!(
+        svg.matches("<circle").count(),
+        7 + 6,
+        "a dot per run and panel with a value"
+    );
     assert!(svg.contains("ford smallbank sim threads=1"), "legend");
     assert!(svg.contains("ford smallbank sim threads=2"), "legend");
     assert!(!svg.contains("seed="), "a seed does not split a line");
