@@ -56,14 +56,20 @@ enum Command {
         /// JSON files or directories.
         #[arg(required = true)]
         paths: Vec<std::path::PathBuf>,
-        /// Also draw the simulated runs' throughput per 1 ms of virtual time, with the
-        /// faults they fired, as an SVG file.
+        /// Also draw the runs' throughput over time (`timeseries`: real seconds on
+        /// mem/tcp, virtual milliseconds on sim, one clock per plot), with the faults
+        /// simulated runs fired, as an SVG file.
         #[arg(long, value_name = "FILE.svg")]
         plot: Option<std::path::PathBuf>,
         /// With --plot: draw throughput and median latency against this setting instead
-        /// (threads, coroutines, compute-nodes, memory-nodes, replicas or a numeric knob).
+        /// (threads, coroutines, compute-nodes, memory-nodes, replicas or a numeric knob),
+        /// one line per group of runs that agree on every other setting.
         #[arg(long, value_name = "FIELD", requires = "plot")]
         plot_vs: Option<String>,
+        /// Also write every scalar of every record as CSV, one row per run (columns:
+        /// `file`, then the dotted field names in name order).
+        #[arg(long, value_name = "FILE")]
+        csv: Option<std::path::PathBuf>,
     },
     /// Serve one memory node over TCP (verbs and the init-time control RPC only).
     Memnode(MemnodeArgs),
@@ -209,15 +215,35 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Memnode(args) => memnode(&args),
         Command::Cluster(ClusterCommand::Up(args)) => cluster_up(&args),
         Command::Sim(cmd) => sim(cmd),
-        Command::Report { paths, plot, plot_vs } => {
-            let runs = dmtx::report::load(&paths)?;
+        Command::Report {
+            paths,
+            plot,
+            plot_vs,
+            csv,
+        } => {
+            let loaded = dmtx::report::load(&paths)?;
+            for w in &loaded.warnings {
+                eprintln!("warning: {w}");
+            }
+            let runs = loaded.runs;
             if let Some(path) = plot {
                 let svg = match plot_vs {
                     Some(field) => dmtx::plot::sweep_svg(&runs, &field)?,
-                    None => dmtx::plot::throughput_svg(&runs)?,
+                    None => {
+                        let drawn = dmtx::plot::throughput_svg(&runs)?;
+                        for w in &drawn.warnings {
+                            eprintln!("warning: {w}");
+                        }
+                        drawn.svg
+                    }
                 };
                 std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
                 eprintln!("plot: {}", path.display());
+            }
+            if let Some(path) = csv {
+                std::fs::write(&path, dmtx::report::csv(&runs))
+                    .with_context(|| format!("writing {}", path.display()))?;
+                eprintln!("csv: {}", path.display());
             }
             let mut out = std::io::stdout().lock();
             out.write_all(dmtx::report::render(&runs).as_bytes())?;

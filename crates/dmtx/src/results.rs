@@ -32,6 +32,7 @@
 //! | `check` | object or null | with `--check`: `level` checked, `txns`, `committed`, `clean` (bool), `summary` (one line), `findings` (each anomaly with its smallest cycle) |
 //! | `last_fault` | string or null | the last verb error a coordinator saw, if any |
 //! | `sim` | object or null | `--transport sim` only: `note` (the numbers are simulated), `profile`, `cpu_mode`, `compute_nodes`, `verbs` (completed), `events`, `nics` (per node `node` (`mn0`, `cn0`, ...), `ops` {…}, `tx_bytes`, `rx_bytes` (wire bytes, headers included), `link_utilisation` (busier direction's share of the run)), `waits_us` (per op kind: `ops`, `admission_mean` (waiting for the connection's outstanding-READ bound), `responder_mean` (queued at the responder NIC), `latency_mean` (doorbell to reply)), `cpus` (per worker thread `cn`, `thread`, `utilisation` of its virtual CPU), `timeseries_ms` (commits per 1 ms of virtual time), `faults` (each fault fired by `--faults`, with its virtual time), `tears` (`overlaps`: READ/WRITE pairs in service together on common words; `torn`: READs that saw old and new words), `stranded` (coordinators still in a transaction a grace after an interrupt or 1 s of virtual time after the deadline, dropped there: their locks and writes stay) |
+//! | `timeseries` | object or null | commits over the measured run: `bucket_s` (bucket width, seconds), `clock` (`real`: 1 s buckets of real time on mem/tcp; `virtual`: 1 ms buckets of virtual time on sim), `committed` (commits per bucket) |
 //! | `run_info` | object | what no two runs repeat: `host`, `started_at` (RFC 3339, UTC), `started_at_unix_s`, `dmtx_version`, `cpus`, `load_s` (building and loading the tables, real time), `load_records` (records loaded, one copy each), `load_records_per_s`, `real_s` (the measured run's real time), `real_s_per_sim_s` (`sim` only: real seconds per simulated second, over all the virtual time the run simulated, warm-up and drain included) |
 //!
 //! A txn-type object:
@@ -140,8 +141,32 @@ pub struct BenchResult {
     /// What a simulated run adds (null otherwise).
     #[serde(default)]
     pub sim: Option<SimResult>,
+    /// Commits per bucket of time over the measured run (null in older records).
+    #[serde(default)]
+    pub timeseries: Option<TimeSeries>,
     /// Where and when.
     pub run_info: RunInfo,
+}
+
+/// Commits per bucket of time (`timeseries` in the JSON).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TimeSeries {
+    /// Bucket width in seconds.
+    pub bucket_s: f64,
+    /// Which time the buckets divide.
+    pub clock: Clock,
+    /// Commits per bucket, from the start of the measured run.
+    pub committed: Vec<u64>,
+}
+
+/// The clock of a [`TimeSeries`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Clock {
+    /// Real time (`mem`, `tcp`).
+    Real,
+    /// The simulator's virtual time (`sim`).
+    Virtual,
 }
 
 /// The settings of a run, as recorded.
@@ -769,6 +794,7 @@ impl BenchResult {
                     .map(|s| round(raw.real.as_secs_f64() / (s.simulated_ns as f64 / 1e9).max(1e-9), 2)),
             },
             sim: raw.sim.map(|s| SimResult::of(s, raw.elapsed.as_nanos() as u64)),
+            timeseries: None,
         }
     }
 
