@@ -37,12 +37,7 @@ fn table_after<'a>(text: &'a str, marker: &str) -> Vec<Vec<&'a str>> {
     let start = text
         .find(marker)
         .unwrap_or_else(|| panic!("README.md has no `{marker}` comment above its table"));
-    text[start..]
-        .lines()
-        .skip(1)
-        .map_while(cells)
-        .skip(2)
-        .collect()
+    text[start..].lines().skip(1).map_while(cells).skip(2).collect()
 }
 
 fn entries() -> impl Iterator<Item = &'static Entry> {
@@ -61,20 +56,30 @@ fn knob_table_lists_every_knob_with_its_default_and_help() {
         let (Some(knob), Some(default)) = (unquote(knob), unquote(default)) else {
             panic!("knob table row {row:?}: knob and default go in backticks");
         };
-        let dup = in_readme.insert((owner.to_string(), knob.to_string()), (default.to_string(), help.to_string()));
+        let dup = in_readme.insert(
+            (owner.to_string(), knob.to_string()),
+            (default.to_string(), help.to_string()),
+        );
         assert!(dup.is_none(), "knob table lists {owner} `{knob}` twice");
     }
     let mut in_code = BTreeMap::new();
     for e in entries() {
         for k in e.knobs {
-            in_code.insert((e.name.to_string(), k.name.to_string()), (k.default.to_string(), k.help.to_string()));
+            in_code.insert(
+                (e.name.to_string(), k.name.to_string()),
+                (k.default.to_string(), k.help.to_string()),
+            );
         }
     }
     for ((owner, knob), (default, help)) in &in_code {
         let row = format!("| {owner} | `{knob}` | `{default}` | {help} |");
         match in_readme.get(&(owner.clone(), knob.clone())) {
             None => panic!("README.md's knob table lacks {owner} `{knob}`; add the row\n{row}"),
-            Some(got) => assert_eq!(got, &(default.clone(), help.clone()), "README.md's knob table row for {owner} `{knob}` differs from the code; it should read\n{row}"),
+            Some(got) => assert_eq!(
+                got,
+                &(default.clone(), help.clone()),
+                "README.md's knob table row for {owner} `{knob}` differs from the code; it should read\n{row}"
+            ),
         }
     }
     for (owner, knob) in in_readme.keys() {
@@ -83,7 +88,11 @@ fn knob_table_lists_every_knob_with_its_default_and_help() {
             "README.md's knob table lists {owner} `{knob}`, which `dmtx list` does not have; remove the row"
         );
     }
-    assert!(in_code.len() >= 30, "the registry has {} knobs: fewer than the five workloads and ford declare", in_code.len());
+    assert!(
+        in_code.len() >= 30,
+        "the registry has {} knobs: fewer than the five workloads and ford declare",
+        in_code.len()
+    );
 }
 
 /// Each workspace crate's `[dependencies]` on other workspace crates, from its
@@ -93,7 +102,9 @@ fn crate_deps() -> BTreeMap<String, BTreeSet<String>> {
     let dir = root().join("crates");
     for entry in std::fs::read_dir(&dir).unwrap() {
         let manifest = entry.unwrap().path().join("Cargo.toml");
-        let Ok(text) = std::fs::read_to_string(&manifest) else { continue };
+        let Ok(text) = std::fs::read_to_string(&manifest) else {
+            continue;
+        };
         let doc: toml::Table = text.parse().unwrap_or_else(|e| panic!("{}: {e}", manifest.display()));
         let name = doc["package"]["name"].as_str().unwrap().to_string();
         let deps = doc
@@ -126,24 +137,46 @@ fn crate_table_matches_every_cargo_toml() {
         let listed: BTreeSet<String> = if row[2] == "none" {
             BTreeSet::new()
         } else {
-            row[2].split(", ").map(|d| unquote(d).unwrap_or(d).to_string()).collect()
+            row[2]
+                .split(", ")
+                .map(|d| unquote(d).unwrap_or(d).to_string())
+                .collect()
         };
         let fix: Vec<_> = want.iter().map(|d| format!("`{d}`")).collect();
-        assert_eq!(&listed, want, "README.md's crate table: `{name}` depends on {}", fix.join(", "));
-        assert_eq!(row[1], layer(name, &deps).to_string(), "README.md's crate table: `{name}` is on layer {}", layer(name, &deps));
+        assert_eq!(
+            &listed,
+            want,
+            "README.md's crate table: `{name}` depends on {}",
+            fix.join(", ")
+        );
+        assert_eq!(
+            row[1],
+            layer(name, &deps).to_string(),
+            "README.md's crate table: `{name}` is on layer {}",
+            layer(name, &deps)
+        );
         seen.insert(name.to_string());
     }
     for name in deps.keys() {
-        assert!(seen.contains(name), "README.md's crate table lacks `{name}`; add its row");
+        assert!(
+            seen.contains(name),
+            "README.md's crate table lacks `{name}`; add its row"
+        );
     }
 }
 
 #[test]
 fn introduction_names_every_protocol_and_workload() {
     let text = readme();
-    let intro = &text[..text.find("## Two commands").expect("README.md keeps its `## Two commands` section")];
+    let intro = &text[..text
+        .find("## Two commands")
+        .expect("README.md keeps its `## Two commands` section")];
     for e in entries() {
-        assert!(intro.contains(&format!("`{}`", e.name)), "README.md's introduction does not name `{}`", e.name);
+        assert!(
+            intro.contains(&format!("`{}`", e.name)),
+            "README.md's introduction does not name `{}`",
+            e.name
+        );
     }
 }
 
@@ -151,8 +184,14 @@ fn introduction_names_every_protocol_and_workload() {
 fn two_commands_come_first() {
     let text = readme();
     let first = text.find("\n## ").expect("README.md has sections");
-    assert!(text[first..].starts_with("\n## Two commands"), "the first section of README.md is `## Two commands`");
+    assert!(
+        text[first..].starts_with("\n## Two commands"),
+        "the first section of README.md is `## Two commands`"
+    );
     for cmd in ["cargo run --release -- bench", "cargo test --workspace"] {
-        assert!(text.contains(&format!("\n{cmd} ")), "README.md's `Two commands` lost `{cmd}`");
+        assert!(
+            text.contains(&format!("\n{cmd} ")),
+            "README.md's `Two commands` lost `{cmd}`"
+        );
     }
 }
