@@ -195,3 +195,66 @@ fn two_commands_come_first() {
         );
     }
 }
+
+/// The long flags (`--name`) a `dmtx <subcommand> --help` lists, `--help` itself left out.
+fn long_flags(subcommand: &[&str]) -> Vec<String> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dmtx"))
+        .args(subcommand)
+        .arg("--help")
+        .output()
+        .expect("run dmtx");
+    assert!(out.status.success(), "dmtx {subcommand:?} --help failed");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut flags = Vec::new();
+    for line in text.lines() {
+        let line = line.trim_start();
+        let line = line
+            .strip_prefix('-')
+            .and_then(|l| l.split_once(", "))
+            .map_or(line, |(_, rest)| rest);
+        if let Some(rest) = line.strip_prefix("--") {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            if name != "help" && !name.is_empty() {
+                flags.push(format!("--{name}"));
+            }
+        }
+    }
+    flags
+}
+
+#[test]
+fn command_line_section_names_every_flag() {
+    let text = readme();
+    let start = text
+        .find("## The command line")
+        .expect("README.md keeps `## The command line`");
+    let end = start + text[start..].find("\n## ").unwrap_or(text.len() - start);
+    let section = &text[start..end];
+    let subcommands: [&[&str]; 7] = [
+        &["bench"],
+        &["check"],
+        &["report"],
+        &["memnode"],
+        &["cluster", "up"],
+        &["sim", "profile"],
+        &["sim", "calibrate"],
+    ];
+    let mut seen = 0;
+    for sub in subcommands {
+        for flag in long_flags(sub) {
+            seen += 1;
+            assert!(
+                section.contains(&flag),
+                "README.md's `The command line` does not show `dmtx {} {flag}`; add it with its default",
+                sub.join(" ")
+            );
+        }
+    }
+    assert!(
+        seen >= 30,
+        "only {seen} flags parsed from the --help texts: the parser lost them"
+    );
+}
