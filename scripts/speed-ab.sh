@@ -9,7 +9,7 @@
 # over VIRTUAL_MS of virtual time (default 50), and prints per case the medians of
 # simulated verb completions per real second and B's median over A's.
 #
-# One build's speed moves by up to 1.8x within minutes on a shared host
+# One build's speed moves by a third or more within minutes on a shared host
 # (docs/sim-model.md, "Speed"); runs minutes apart do not compare, alternating ones do.
 # Run nothing else meanwhile.
 #

@@ -4,7 +4,7 @@
 //! (the default costs: threads saturate, so CPU wake-ups add events).
 //!
 //! `cargo run --release -p dmtx-sim --example speed [virtual_ms] [warmup_ms]` measures
-//! `virtual_ms` of virtual time (default 200, the window) after `warmup_ms`
+//! `virtual_ms` of virtual time (default 200) after `warmup_ms`
 //! (default 10: the slabs, queues and regions' pages grow then) on each case
 //! (`DMTX_SPEED_CASE=k` runs case k alone, `DMTX_SPEED_OPS=n` sets the batch size of the
 //! multi-op cases, `DMTX_SPEED_CO=n` the coroutines per thread of the LOTUS-sized ones:

@@ -6,9 +6,8 @@
 //! units serve batches in parallel, so one batch's ops reach PCIe between another's. An
 //! interval list finds the gap by scanning back from its end and moves the intervals
 //! after it to insert; with one bit per nanosecond both are a few word operations, with
-//! no data-dependent loop in the common case. On a bare stream of 4-op posts the list's
-//! searches and inserts were a fifth of the simulator's instructions (`docs/sim-model.md`,
-//! "Speed").
+//! no data-dependent loop in the common case. On a bare stream of 4-op posts an interval
+//! list's searches and inserts would be a fifth of the simulator's instructions.
 //!
 //! The bits live in a ring of words that covers `[now, the last reservation's end)`. No
 //! reservation starts before the virtual time at which it is made, so the words behind
@@ -24,12 +23,12 @@
 //! few Mb/s, a transfer of gigabytes) turns into an interval list for good, so memory
 //! stays bounded by the reservations, as the list's is.
 //!
-//! Behind a deep queue (hundreds of coordinators on one responder) a search used to
+//! Behind a deep queue (hundreds of coordinators on one responder) a plain search would
 //! cross a run of full words, one load and test each: on the LOTUS-sized 4-op stream of
 //! `examples/speed.rs` 4.8 words per search, most of them between the request's time
 //! and the first gap. So the calendar remembers the last run of set bits it found or
 //! extended, and a search from within it starts at its end: 0.02 words crossed per
-//! search there, results identical.
+//! search there, with the same reservations.
 //!
 //! The contract is the interval list's, exactly (a differential test below): the earliest
 //! `s >= t` such that `[s, max(s + len, floor))` is free; a job of no length takes the
@@ -365,8 +364,9 @@ mod tests {
 
     /// Goal: a search that starts where the ring ends (the last reservation ends on its
     /// last word, and the remembered run of full words with it) does not read the word
-    /// that slot wraps to, the ring's first, whose bits belong to other nanoseconds. (An
-    /// in-line fast path for searches, tried and dropped, did: the other tests missed it.)
+    /// that slot wraps to, the ring's first, whose bits belong to other nanoseconds. (A
+    /// search that reads the word after its start without wrapping would; the
+    /// differential tests do not reach that position.)
     #[test]
     fn a_search_from_the_rings_end_reads_no_wrapped_word() {
         let ring = WORDS_MIN as u64 * 64;

@@ -32,8 +32,9 @@
 //! # Widening
 //!
 //! A congested fabric schedules most events far beyond 33 µs: on the LOTUS-sized preset
-//! (cx3, its NIC-wide atomic rate saturated) an op waits 130 µs, nearly every event
-//! went through the radix heap, and its moves were 15% of the run's instructions. So
+//! (cx3, its NIC-wide atomic rate saturated) an op waits 130 µs, and with 64 ns slots
+//! nearly every event would go through the radix heap, whose moves would be 15% of the
+//! run's instructions. So
 //! every 65,536 events scheduled, the queue looks at how many went beyond the
 //! wheel; when more than half did, it doubles the slots' width (up to 512 ns, 262 µs
 //! ahead), moving the wheel's events to their new slots and then the radix heap's that

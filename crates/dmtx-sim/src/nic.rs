@@ -87,10 +87,10 @@
 //! ahead (an atomic queued behind the NIC-wide atomic rate or on its address, a READ
 //! behind such an atomic on its connection, WRITEs queued on slow PM media) reserves
 //! its reply far ahead. With one "free from" time per resource each of those would make
-//! every later batch wait: on the `cx3` LOTUS-sized preset every op's latency was the
-//! atomic queue's depth (FLUSHes waited 132 µs where they now take 3), and a bare stream
-//! of 64 coordinators posting 4 ops each ran at 3.6 times its uncontended latency on an
-//! idle fabric. Calendars let a transfer take an earlier gap instead; so do the PM
+//! every later batch wait: on the `cx3` LOTUS-sized preset every op's latency would be
+//! the atomic queue's depth (a FLUSH would wait 132 µs rather than 3), and a bare stream
+//! of 64 coordinators posting 4 ops each would run at 3.6 times its uncontended latency
+//! on an idle fabric. Calendars let a transfer take an earlier gap instead; so do the PM
 //! media's queues ([`PmState`]) and each address's atomics (a CAS held behind its
 //! connection does not hold its word for one ready before it).
 //! Link and PCIe transfer times are rounded up to whole nanoseconds per batch (PCIe: per

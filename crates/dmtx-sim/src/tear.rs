@@ -49,8 +49,8 @@
 //! slab has grown.
 //! On the 4-op streams of `examples/speed.rs` this is about 16% of the instructions and
 //! a third of the L1 misses and mispredictions (cachegrind, against a build that records
-//! nothing), 16–24% of the time; the earlier per-bucket vectors, swept periodically,
-//! cost 20% of the instructions and over a third of the misses.
+//! nothing), 16–24% of the time; per-bucket vectors swept periodically, the simpler
+//! alternative, cost 20% of the instructions and over a third of the misses.
 //!
 //! # Limits
 //!

@@ -783,8 +783,8 @@ fn drifting_clock_shows_the_stale_lease_hazard() {
 }
 
 /// Goal: a crashed compute node's tasks end with it, even while the membership service's
-/// renewals keep virtual time moving (`dmtx bench` with `membership` and `crash-cn` ran
-/// for ever: the executor dropped them only once no event was left). Method: three tasks
+/// renewals keep virtual time moving (were they dropped only once no event was left,
+/// `dmtx bench` with `membership` and `crash-cn` would run for ever). Method: three tasks
 /// on each node's CPU post in a loop, cn1 crashes mid-post, cn0's stop at 200 µs; a run
 /// with a deadline of 1 s ends when cn0's do, cn1's counted as crashed.
 #[test]

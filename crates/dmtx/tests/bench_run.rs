@@ -617,9 +617,9 @@ fn simulated(duration: &str, faults: Option<&str>) -> BenchArgs {
 }
 
 /// Goal: a simulated run with the membership service and a crashed compute node ends
-/// at its deadline. It spun for ever: the crashed node's coordinators wait for posts
-/// that never complete, the executor dropped them only once no event was left, and the
-/// lease renewals never let that happen. (The money invariant may fail: recovery after
+/// at its deadline. The crashed node's coordinators wait for posts that never complete;
+/// were they dropped only once no event was left, the lease renewals would keep the run
+/// going for ever. (The money invariant may fail: recovery after
 /// a CN crash is not implemented yet.)
 #[test]
 fn simulated_cn_crash_under_membership_ends() {

@@ -233,9 +233,9 @@ fn netns_cluster_cut_link_ends_in_an_error_within_the_deadline() {
         "error after {errored}s:\n{text}"
     );
     // The cut, not the 60 s duration, ended the run: the bench exited within the error
-    // window after it. Timed from the cut, not from the test's start: in one CI run the
-    // script reached its cut 36 s after it started (cause not found; detection and the
-    // error were on time), and a 30 s budget from the start failed the test.
+    // window after it. Timed from the cut, not from the test's start: on a loaded CI host
+    // the script can reach its cut tens of seconds after it starts (36 s has been seen,
+    // with detection and the error on time), so a budget from the start would fail.
     let cut_at = seconds_after(&text, "cut mn0 at");
     let exited = seconds_on(&text, "bench exit", " after ");
     assert!(

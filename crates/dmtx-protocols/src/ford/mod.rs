@@ -21,7 +21,7 @@
 //! 4. **Release** (background, never waited for, §4.3.2): `WRITE(vlock, 0)` on
 //!    primaries, `CAS(vlock, INVISIBLE|me → 0)` on backups, undo-log status `committed`.
 //!
-//! # Round trips per transaction (asserted in `tests/ford_rtt.rs` of the `dmtx` crate)
+//! # Round trips per transaction (asserted in `tests/ford_rtt.rs` of this crate)
 //!
 //! | kind | RTTs | verbs (address cache warm, f = 1) |
 //! | --- | --- | --- |
