@@ -46,6 +46,9 @@ pub struct Profile {
     /// Persistent-memory media of the memory nodes; DRAM when absent.
     #[serde(default)]
     pub pm: Option<PmModel>,
+    /// Where it was read from: `built-in cx5` or the file's path (not part of the TOML).
+    #[serde(skip)]
+    pub source: String,
 }
 
 /// Built-in profiles: name and TOML text.
@@ -110,14 +113,28 @@ impl Profile {
     /// A built-in profile by name, or else the profile in the file at `name_or_path`.
     pub fn load(name_or_path: &str) -> Result<Profile, ProfileError> {
         if let Some((name, text)) = BUILTINS.iter().find(|(n, _)| *n == name_or_path) {
-            return Self::from_toml_str(&format!("built-in {name} (crates/dmtx-sim/profiles/{name}.toml)"), text);
+            let mut p = Self::from_toml_str(&format!("built-in {name} (crates/dmtx-sim/profiles/{name}.toml)"), text)?;
+            p.source = format!("built-in {name}");
+            return Ok(p);
         }
         let text = std::fs::read_to_string(Path::new(name_or_path)).map_err(|source| ProfileError::NotFound {
             name: name_or_path.to_string(),
             builtins: Self::builtin_names().join(", "),
             source,
         })?;
-        Self::from_toml_str(name_or_path, &text)
+        let mut p = Self::from_toml_str(name_or_path, &text)?;
+        p.source = name_or_path.to_string();
+        Ok(p)
+    }
+
+    /// A fingerprint of every parameter (FNV-1a over the TOML): two runs with the same
+    /// fingerprint simulated the same hardware, whatever the profiles were called.
+    pub fn fingerprint(&self) -> String {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in self.to_toml().bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        format!("{h:016x}")
     }
 
     /// Parse and validate profile TOML; `file` names it in errors.

@@ -558,7 +558,7 @@ pub fn run<P: Protocol, W: Workload>(
                     stats = stats.since(s0);
                 }
                 Some(SimRaw {
-                    profile: setup.profile.name.clone(),
+                    profile: setup.profile.clone(),
                     cpu_mode: setup.profile.cpu.mode,
                     compute_nodes: cfg.compute_nodes,
                     load,

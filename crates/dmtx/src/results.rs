@@ -31,7 +31,7 @@
 //! | `invariant` | object | `ok` (bool), `detail` (what was checked, or what broke) |
 //! | `check` | object or null | with `--check`: `level` checked, `txns`, `committed`, `clean` (bool), `summary` (one line), `findings` (each anomaly with its smallest cycle) |
 //! | `last_fault` | string or null | the last verb error a coordinator saw, if any |
-//! | `sim` | object or null | `--transport sim` only: `note` (the numbers are simulated), `profile`, `cpu_mode`, `compute_nodes`, `verbs` (completed), `events`, `nics` (per node `node` (`mn0`, `cn0`, ...), `ops` {…}, `tx_bytes`, `rx_bytes` (wire bytes, headers included), `link_utilisation` (busier direction's share of the run)), `waits_us` (per op kind: `ops`, `admission_mean` (waiting for the connection's outstanding-READ bound), `responder_mean` (queued at the responder NIC), `latency_mean` (doorbell to reply)), `cpus` (per worker thread `cn`, `thread`, `utilisation` of its virtual CPU), `timeseries_ms` (commits per 1 ms of virtual time), `faults` (each fault fired by `--faults`, with its virtual time), `tears` (`overlaps`: READ/WRITE pairs in service together on common words; `torn`: READs that saw old and new words), `stranded` (coordinators still in a transaction a grace after an interrupt or 1 s of virtual time after the deadline, dropped there: their locks and writes stay) |
+//! | `sim` | object or null | `--transport sim` only: `note` (the numbers are simulated), `profile` (its name), `profile_source` (`built-in cx5` or the file), `profile_fingerprint` (a hash of every parameter), `profile_params` (every parameter), `cpu_mode`, `compute_nodes`, `verbs` (completed), `events`, `nics` (per node `node` (`mn0`, `cn0`, ...), `ops` {…}, `tx_bytes`, `rx_bytes` (wire bytes, headers included), `link_utilisation` (busier direction's share of the run)), `waits_us` (per op kind: `ops`, `admission_mean` (waiting for the connection's outstanding-READ bound), `responder_mean` (queued at the responder NIC), `latency_mean` (doorbell to reply)), `cpus` (per worker thread `cn`, `thread`, `utilisation` of its virtual CPU), `timeseries_ms` (commits per 1 ms of virtual time), `faults` (each fault fired by `--faults`, with its virtual time), `tears` (`overlaps`: READ/WRITE pairs in service together on common words; `torn`: READs that saw old and new words), `stranded` (coordinators still in a transaction a grace after an interrupt or 1 s of virtual time after the deadline, dropped there: their locks and writes stay) |
 //! | `timeseries` | object or null | commits over the measured run: `bucket_s` (bucket width, seconds), `clock` (`real`: 1 s buckets of real time on mem/tcp; `virtual`: 1 ms buckets of virtual time on sim), `committed` (commits per bucket) |
 //! | `run_info` | object | what no two runs repeat: `host`, `started_at` (RFC 3339, UTC), `started_at_unix_s`, `dmtx_version`, `cpus`, `load_s` (building and loading the tables, real time), `load_records` (records loaded, one copy each), `load_records_per_s`, `real_s` (the measured run's real time), `real_s_per_sim_s` (`sim` only: real seconds per simulated second, over all the virtual time the run simulated, warm-up and drain included) |
 //!
@@ -475,6 +475,15 @@ pub struct SimResult {
     pub note: String,
     /// The NIC profile's name.
     pub profile: String,
+    /// Where the profile came from: `built-in cx5` or a file's path.
+    #[serde(default)]
+    pub profile_source: String,
+    /// Fingerprint of every parameter (`Profile::fingerprint`).
+    #[serde(default)]
+    pub profile_fingerprint: String,
+    /// Every parameter of the profile, as its TOML reads (CPU mode applied).
+    #[serde(default)]
+    pub profile_params: serde_json::Value,
     /// `model`, `off` or `measured`.
     pub cpu_mode: String,
     /// Simulated compute nodes.
@@ -554,8 +563,8 @@ pub struct CpuResult {
 
 /// What the driver hands over about a simulated run.
 pub struct SimRaw {
-    /// Profile name.
-    pub profile: String,
+    /// The profile.
+    pub profile: dmtx_sim::Profile,
     /// CPU mode.
     pub cpu_mode: dmtx_sim::CpuMode,
     /// Compute nodes.
@@ -631,7 +640,7 @@ impl SimResult {
         Self {
             note: format!(
                 "simulated: throughput, latency and utilisation are virtual-time results of the `{}` NIC/CPU model, not measurements of this host",
-                raw.profile
+                raw.profile.name
             ),
             cpu_mode: match raw.cpu_mode {
                 dmtx_sim::CpuMode::Model => "model",
@@ -639,7 +648,10 @@ impl SimResult {
                 dmtx_sim::CpuMode::Measured => "measured",
             }
             .to_string(),
-            profile: raw.profile,
+            profile: raw.profile.name.clone(),
+            profile_source: raw.profile.source.clone(),
+            profile_fingerprint: raw.profile.fingerprint(),
+            profile_params: serde_json::to_value(&raw.profile).unwrap_or_default(),
             compute_nodes: raw.compute_nodes,
             verbs: raw.stats.ops,
             events: raw.stats.events,
@@ -808,8 +820,10 @@ impl BenchResult {
     fn sim_summary(&self, o: &mut String, sim: &SimResult) {
         let _ = writeln!(
             o,
-            "  simulated   profile {}, cpu {}, {} compute node(s); {} verbs; {:.1} s real per simulated second ({:.2} M verbs per real second)",
+            "  simulated   profile {} ({}, parameters {}), cpu {}, {} compute node(s); {} verbs; {:.1} s real per simulated second ({:.2} M verbs per real second)",
             sim.profile,
+            sim.profile_source,
+            sim.profile_fingerprint,
             sim.cpu_mode,
             sim.compute_nodes,
             sim.verbs,

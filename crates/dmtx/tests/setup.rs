@@ -384,3 +384,51 @@ fn every_thread_runs_its_share_of_a_txns_budget() {
     }
     assert_eq!(per_thread, [75, 75]);
 }
+
+/// A hand-edited NIC profile keeps the built-in's name, so the record also says where it
+/// came from and fingerprints every parameter: the two runs cannot be mistaken.
+#[test]
+fn a_hand_edited_nic_profile_is_recorded_with_its_file_and_parameters() {
+    let dir = scratch_dir("profile");
+    let builtin = text(&dmtx(&["sim", "profile", "cx5"]).stdout);
+    let edited = builtin.replace("one_way_latency_ns = 1000", "one_way_latency_ns = 2000");
+    assert_ne!(builtin, edited, "the profile has the field this test edits");
+    let file = dir.join("slow.toml");
+    std::fs::write(&file, edited).unwrap();
+    let sim = |nic: &str, out: &str| {
+        let path = dir.join(out);
+        let o = dmtx(&[
+            "bench",
+            "--transport",
+            "sim",
+            "--nic",
+            nic,
+            "-t",
+            "1",
+            "-c",
+            "2",
+            "-d",
+            "1ms",
+            "--set",
+            "accounts=500",
+            "-o",
+            path.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        (json["sim"].clone(), text(&o.stdout))
+    };
+    let (a, summary_a) = sim("cx5", "a.json");
+    let (b, summary_b) = sim(file.to_str().unwrap(), "b.json");
+    assert_eq!(a["profile"], "cx5");
+    assert_eq!(b["profile"], "cx5");
+    assert_eq!(a["profile_source"], "built-in cx5");
+    assert_eq!(b["profile_source"], file.to_str().unwrap());
+    assert_ne!(a["profile_fingerprint"], b["profile_fingerprint"]);
+    assert_eq!(b["profile_params"]["nic"]["one_way_latency_ns"], 2000);
+    assert!(
+        summary_b.contains(&format!("({}, parameters ", file.display())),
+        "{summary_b}"
+    );
+    assert!(summary_a.contains("(built-in cx5, parameters "), "{summary_a}");
+}
