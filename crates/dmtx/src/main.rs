@@ -431,7 +431,9 @@ fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
             if stop.swap(true, Ordering::SeqCst) {
                 std::process::exit(EXIT_INTERRUPTED);
             }
-            eprintln!("\ninterrupted: stopping; the results so far will be written (Ctrl-C again quits at once)");
+            eprintln!(
+                "\ninterrupted: stopping (a run under way writes its results so far; Ctrl-C again quits at once)"
+            );
         })
         .context("installing the Ctrl-C handler")?;
     }
