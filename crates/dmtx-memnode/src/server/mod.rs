@@ -219,24 +219,34 @@ impl ServerConfig {
     }
 }
 
-/// Why a server could not start.
+/// Why a server could not start. Each message holds the text of the error under it, so
+/// none is also a `source` (a `{:#}` chain would print it twice).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServerError {
     /// The listen address could not be bound.
-    #[error("cannot listen on {addr}: {source}; pick another address or port (`--listen`)")]
+    #[error("cannot listen on {addr}: {error}; pick another address or port (`--listen`)")]
     Bind {
         /// The address.
         addr: SocketAddr,
-        /// The OS error.
-        source: io::Error,
+        /// The OS error (its text is in the message, so it is no `source`).
+        error: io::Error,
     },
     /// The configuration is unusable.
     #[error("bad memory-node config: {0}")]
     Config(String),
     /// Another I/O failure while starting.
     #[error("memory-node server: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
+    /// The region could not be allocated (too large for this machine).
+    #[error(transparent)]
+    Region(#[from] dmtx_verbs::region::RegionAllocError),
+}
+
+impl From<io::Error> for ServerError {
+    fn from(e: io::Error) -> Self {
+        Self::Io(e)
+    }
 }
 
 /// How often blocked threads look at the shutdown flag and their timeouts.
@@ -477,16 +487,16 @@ impl Server {
                 "region_bytes is 0; give the region some memory".into(),
             ));
         }
-        let listener = TcpListener::bind(config.listen).map_err(|source| ServerError::Bind {
+        let listener = TcpListener::bind(config.listen).map_err(|error| ServerError::Bind {
             addr: config.listen,
-            source,
+            error,
         })?;
         listener.set_nonblocking(true)?;
         let pollers = (0..config.threads)
             .map(|_| Poller::new())
             .collect::<io::Result<Vec<_>>>()?;
         let node = Arc::new(match &config.backing {
-            None => MemNode::new(config.node_id, config.region_bytes),
+            None => MemNode::try_new(config.node_id, config.region_bytes)?,
             Some(path) => {
                 MemNode::open_backed(config.node_id, path, config.region_bytes)
                     .map_err(|e| ServerError::Config(format!("--backing: {e}")))?
