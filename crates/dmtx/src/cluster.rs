@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::parse_mn_bytes;
+use crate::config::parse_region_bytes;
 
 /// Name in the `format` field.
 pub const CLUSTER_FORMAT: &str = "dmtx-cluster";
@@ -240,8 +240,12 @@ impl ClusterView {
                     m.address
                 ))
             })?;
-            let bytes = parse_mn_bytes(&m.bytes)
-                .map_err(|e| err(format!("`memory_nodes[{i}].bytes`: {}", one_line(&e.to_string()))))?;
+            let bytes = parse_region_bytes(&m.bytes).map_err(|why| {
+                err(format!(
+                    "`bytes` = \"{}\" of memory node {} (`memory_nodes[{i}]`): {why}",
+                    m.bytes, m.id
+                ))
+            })?;
             memory_nodes.push(MemoryNodeSpec {
                 id: m.id,
                 address,
@@ -582,7 +586,10 @@ primary = 1
                 ("address = \"127.0.0.1:7401\"", "address = \"nohost\""),
                 "`memory_nodes[0].address`",
             ),
-            (("bytes = \"64MiB\"", "bytes = \"lots\""), "`memory_nodes[0].bytes`"),
+            (
+                ("bytes = \"64MiB\"", "bytes = \"lots\""),
+                "`bytes` = \"lots\" of memory node 1 (`memory_nodes[0]`): is not a size",
+            ),
             (("replicas = 2", "replicas = 3"), "`replicas` = 3"),
             (("primary = 1", "primary = 5"), "`placement[0].primary` = 5"),
             (("id = 1\n", "id = 4\n"), "without gaps"),

@@ -268,7 +268,8 @@ fn sim(cmd: SimCommand) -> anyhow::Result<i32> {
 
 fn cluster_up(args: &ClusterUpArgs) -> anyhow::Result<i32> {
     anyhow::ensure!(args.local > 0, "--local 0: start at least one memory node");
-    let bytes = dmtx::config::parse_mn_bytes(&args.size).map_err(|e| anyhow::anyhow!("--size: {e}"))?;
+    let bytes =
+        dmtx::config::parse_region_bytes(&args.size).map_err(|why| anyhow::anyhow!("--size {}: {why}", args.size))?;
     let dir = args
         .dir
         .clone()
@@ -329,7 +330,8 @@ fn cluster_up(args: &ClusterUpArgs) -> anyhow::Result<i32> {
 
 fn memnode(args: &MemnodeArgs) -> anyhow::Result<i32> {
     use dmtx::memnode::server::{Server, ServerConfig};
-    let bytes = dmtx::config::parse_mn_bytes(&args.size).map_err(|e| anyhow::anyhow!("--size: {e}"))?;
+    let bytes =
+        dmtx::config::parse_region_bytes(&args.size).map_err(|why| anyhow::anyhow!("--size {}: {why}", args.size))?;
     let mut cfg = ServerConfig::new(dmtx::verbs::MnId(args.node_id), bytes);
     cfg.listen = args.listen;
     cfg.cluster_id = args.cluster_id;

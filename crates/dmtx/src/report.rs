@@ -8,11 +8,12 @@ use std::path::{Path, PathBuf};
 
 use crate::results::BenchResult;
 
-/// Why a report could not be made.
+/// Why a report could not be made. The cause is each variant's `source`, not part of
+/// its message, so a `{:#}` chain prints it once, last.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
     /// A file could not be read.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Read {
         /// The file.
         path: PathBuf,
@@ -20,7 +21,7 @@ pub enum ReportError {
         source: std::io::Error,
     },
     /// A file is not a run record of this schema.
-    #[error("{path}: not a dmtx run record ({source}); give the JSON files `dmtx bench --out` wrote")]
+    #[error("{path}: not a dmtx run record (give the JSON files `dmtx bench --out` wrote)")]
     Parse {
         /// The file.
         path: PathBuf,

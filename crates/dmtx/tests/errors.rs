@@ -1,0 +1,262 @@
+//! Errors outside `dmtx bench`'s run path, as a user meets them (issue 25).
+//!
+//! Goal: every refusal is one line on stderr with exit code 2; it names the cause once
+//! (no error type repeats its source's text), names the flag or file field the user
+//! wrote, and names what is missing. `cluster up` honours or refuses the bench's node
+//! counts and leaves no directory of its own behind.
+//! Method: run the built binary with `std::process::Command`; memory nodes are real
+//! `dmtx memnode` processes on loopback.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_dmtx");
+
+fn dmtx(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run the dmtx binary")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The one `error: ` line of a run that failed with exit code 2 (other stderr lines,
+/// such as a warning or the `cluster up` banner, are allowed around it).
+fn error_line(out: &Output) -> String {
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(lines.len(), 1, "one error line: {err:?}");
+    lines[0].to_string()
+}
+
+/// `needle` occurs exactly once in `haystack`.
+fn assert_once(haystack: &str, needle: &str) {
+    assert_eq!(haystack.matches(needle).count(), 1, "`{needle}` once in: {haystack}");
+}
+
+/// A fresh, empty directory for test `name` of this process.
+fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("dmtx-errors-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Write a 0600 token file `name` in `dir`.
+fn token_file(dir: &Path, name: &str, token: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(name);
+    std::fs::write(&p, format!("{token}\n")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    p
+}
+
+/// A cluster file `cluster.toml` in `dir` for one memory node at `addr`.
+fn cluster_file(dir: &Path, addr: &str, bytes: &str, token: &str) -> PathBuf {
+    let p = dir.join("cluster.toml");
+    std::fs::write(
+        &p,
+        format!(
+            "format = \"dmtx-cluster\"\nversion = 1\ncluster_id = 9\nepoch = 0\ntoken_file = \"{token}\"\n\
+             replicas = 1\n\n[[memory_nodes]]\nid = 0\naddress = \"{addr}\"\nbytes = \"{bytes}\"\n"
+        ),
+    )
+    .unwrap();
+    p
+}
+
+/// A `dmtx memnode` process, killed when dropped.
+struct Memnode {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Memnode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn memnode(token: &Path) -> Memnode {
+    let mut child = Command::new(BIN)
+        .args([
+            "memnode",
+            "--listen",
+            "127.0.0.1:0",
+            "--size",
+            "64MiB",
+            "--cluster-id",
+            "9",
+        ])
+        .arg("--token-file")
+        .arg(token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn dmtx memnode");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    // "memnode 0 listening on 127.0.0.1:PORT (...)"
+    let addr = line.split_whitespace().nth(4).expect("the address line").to_string();
+    Memnode { child, addr }
+}
+
+/// A loopback address nothing listens on (bound, then released).
+fn dead_addr() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+const TINY_BENCH: &[&str] = &[
+    "--workload",
+    "kvs",
+    "--txns",
+    "200",
+    "--threads",
+    "1",
+    "--coroutines",
+    "2",
+    "--set",
+    "keys=1000",
+    "--quiet",
+    "--out",
+    "-",
+];
+
+// ---- C: each cause once ----
+
+#[test]
+fn check_of_a_missing_file_names_the_cause_once() {
+    let e = error_line(&dmtx(&["check", "no-such-history.jsonl"]));
+    assert!(e.contains("no-such-history.jsonl"), "{e}");
+    assert_once(&e, "No such file or directory");
+}
+
+#[test]
+fn report_of_a_missing_file_names_the_cause_once() {
+    let e = error_line(&dmtx(&["report", "no-such-run.json"]));
+    assert!(e.contains("no-such-run.json"), "{e}");
+    assert_once(&e, "No such file or directory");
+}
+
+#[test]
+fn report_of_a_file_that_is_no_record_names_the_cause_once() {
+    let dir = scratch_dir("report-bad");
+    let f = dir.join("x.json");
+    std::fs::write(&f, "{}").unwrap();
+    let e = error_line(&dmtx(&["report", f.to_str().unwrap()]));
+    assert!(e.contains("not a dmtx run record"), "{e}");
+    assert_once(&e, "schema_version");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_unknown_sim_profile_names_the_cause_once() {
+    let e = error_line(&dmtx(&["sim", "profile", "cx4"]));
+    assert!(e.contains("profile `cx4`"), "{e}");
+    assert_once(&e, "No such file or directory");
+}
+
+#[test]
+fn a_dead_memory_node_names_the_refusal_once() {
+    let dir = scratch_dir("dead");
+    token_file(&dir, "token", "a-test-token-of-32-bytes-or-so!!");
+    let cluster = cluster_file(&dir, &dead_addr(), "64MiB", "token");
+    let mut args = vec!["bench", "--cluster", cluster.to_str().unwrap()];
+    args.extend_from_slice(TINY_BENCH);
+    let e = error_line(&dmtx(&args));
+    assert!(e.contains("cannot connect to mn0"), "{e}");
+    assert_once(&e, "Connection refused");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_memnode_on_a_used_port_names_the_cause_once() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let e = error_line(&dmtx(&["memnode", "--listen", &addr, "--size", "1MiB"]));
+    assert!(e.contains(&format!("cannot listen on {addr}")), "{e}");
+    assert_once(&e, "Address already in use");
+}
+
+/// Also D: the refusal points at the token files, not at a `--token` flag that does
+/// not exist.
+#[test]
+fn a_wrong_token_is_named_once_with_the_token_file_to_fix() {
+    let dir = scratch_dir("token");
+    let right = token_file(&dir, "token", "a-test-token-of-32-bytes-or-so!!");
+    token_file(&dir, "other", "another-token-of-32-bytes-or-so!");
+    let node = memnode(&right);
+    let cluster = cluster_file(&dir, &node.addr, "64MiB", "other");
+    let mut args = vec!["bench", "--cluster", cluster.to_str().unwrap()];
+    args.extend_from_slice(TINY_BENCH);
+    let e = error_line(&dmtx(&args));
+    assert_once(&e, "wrong cluster token");
+    assert!(e.contains("--token-file") && e.contains("`token_file`"), "{e}");
+    assert!(!e.contains("--token "), "names a flag that does not exist: {e}");
+    drop(node);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// ---- B: no abort from a size ----
+
+/// `dmtx memnode --size 100TiB` aborted (rc 134) with "memory allocation ... failed".
+/// A size beyond the address space fails the same allocation on every machine.
+#[test]
+fn a_region_too_large_to_map_is_a_clean_error() {
+    let e = error_line(&dmtx(&["memnode", "--listen", "127.0.0.1:0", "--size", "16000000TiB"]));
+    assert!(
+        e.contains("cannot allocate a memory-node region of 17592186044416000000 bytes"),
+        "{e}"
+    );
+    assert!(e.contains("--size"), "{e}");
+}
+
+// ---- D: the names the user wrote ----
+
+#[test]
+fn a_bad_memnode_size_names_size_not_mn_bytes() {
+    let e = error_line(&dmtx(&["memnode", "--listen", "127.0.0.1:0", "--size", "64XB"]));
+    assert!(e.starts_with("error: --size 64XB: has an unknown unit"), "{e}");
+    assert!(!e.contains("--mn-bytes"), "{e}");
+    let e = error_line(&dmtx(&["cluster", "up", "--local", "1", "--size", "64XB"]));
+    assert!(e.starts_with("error: --size 64XB: "), "{e}");
+    assert!(!e.contains("--mn-bytes"), "{e}");
+}
+
+#[test]
+fn a_bad_bytes_in_a_cluster_file_names_the_field_and_node() {
+    let dir = scratch_dir("bytes");
+    token_file(&dir, "token", "a-test-token-of-32-bytes-or-so!!");
+    let cluster = cluster_file(&dir, "127.0.0.1:7400", "lots", "token");
+    let e = error_line(&dmtx(&["bench", "--cluster", cluster.to_str().unwrap()]));
+    assert!(
+        e.contains("`bytes` = \"lots\" of memory node 0 (`memory_nodes[0]`): is not a size"),
+        "{e}"
+    );
+    assert!(!e.contains("--mn-bytes"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn loading_into_nodes_of_an_earlier_run_says_to_restart_them() {
+    let dir = scratch_dir("again");
+    let token = token_file(&dir, "token", "a-test-token-of-32-bytes-or-so!!");
+    let node = memnode(&token);
+    let cluster = cluster_file(&dir, &node.addr, "64MiB", "token");
+    let mut args = vec!["bench", "--cluster", cluster.to_str().unwrap()];
+    args.extend_from_slice(TINY_BENCH);
+    let first = dmtx(&args);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let e = error_line(&dmtx(&args));
+    assert!(e.contains("already defined"), "{e}");
+    assert!(e.contains("restart them") && e.contains("dmtx cluster up"), "{e}");
+    drop(node);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
