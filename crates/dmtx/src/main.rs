@@ -292,7 +292,7 @@ fn cluster_up(args: &ClusterUpArgs) -> anyhow::Result<i32> {
     }
     let mut argv = vec!["dmtx".to_string()];
     argv.extend(args.then.iter().cloned());
-    let cli = Cli::try_parse_from(&argv).map_err(|e| anyhow::anyhow!("after --: {}", one_line(&e.to_string())))?;
+    let cli = Cli::try_parse_from(&argv).map_err(|e| anyhow::anyhow!("after --: {}", clap_message(&e, &argv)))?;
     let Command::Bench(mut bench_args) = cli.command else {
         anyhow::bail!("after --: only `bench ...` can run against the cluster");
     };
@@ -534,22 +534,69 @@ fn clap_exit(e: clap::Error) -> i32 {
             EXIT_ERROR
         }
         _ => {
-            let text = e.render().to_string();
-            let mut lines = text.lines();
-            let head = lines
-                .next()
-                .unwrap_or("bad command line")
-                .trim_start_matches("error: ")
-                .to_string();
-            let tips: Vec<&str> = lines.map(str::trim).filter_map(|l| l.strip_prefix("tip: ")).collect();
-            let mut msg = head;
-            if !tips.is_empty() {
-                msg.push_str(&format!(" ({})", tips.join("; ")));
-            }
-            eprintln!("error: {}; see `dmtx --help`", one_line(&msg));
+            let argv: Vec<String> = std::env::args().collect();
+            eprintln!("error: {}", clap_message(&e, &argv));
             EXIT_ERROR
         }
     }
+}
+
+/// Clap's error as one line with everything it names: the missing arguments, the valid
+/// values, its tips, and the help of the (sub)command `argv` was for, e.g. "the
+/// following required arguments were not provided: --listen <ADDR>; see `dmtx memnode
+/// --help`". Clap renders those on indented lines below its first line.
+fn clap_message(e: &clap::Error, argv: &[String]) -> String {
+    let text = e.render().to_string();
+    let mut lines = text.lines();
+    let head = lines
+        .next()
+        .unwrap_or("bad command line")
+        .trim_start_matches("error: ")
+        .trim()
+        .to_string();
+    let mut details = Vec::new();
+    let mut tips = Vec::new();
+    for line in lines {
+        // The usage and "For more information" paragraphs start unindented.
+        if !line.starts_with(' ') {
+            if line.trim().is_empty() {
+                continue;
+            }
+            break;
+        }
+        match line.trim().strip_prefix("tip: ") {
+            Some(tip) => tips.push(tip.trim()),
+            None => details.push(line.trim()),
+        }
+    }
+    let mut msg = head;
+    if !details.is_empty() {
+        if msg.ends_with(':') {
+            msg.push(' ');
+            msg.push_str(&details.join(", "));
+        } else {
+            msg.push_str(&format!(" {}", details.join(" ")));
+        }
+    }
+    if !tips.is_empty() {
+        msg.push_str(&format!(" ({})", tips.join("; ")));
+    }
+    format!("{}; see `{} --help`", one_line(&msg), command_path(argv))
+}
+
+/// The (sub)command `argv` names, as typed: `dmtx`, `dmtx memnode`, `dmtx cluster up`.
+fn command_path(argv: &[String]) -> String {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    let mut path = vec!["dmtx".to_string()];
+    for a in argv.iter().skip(1) {
+        let Some(sub) = cmd.find_subcommand(a).cloned() else {
+            break;
+        };
+        path.push(sub.get_name().to_string());
+        cmd = sub;
+    }
+    path.join(" ")
 }
 
 fn one_line(s: &str) -> String {

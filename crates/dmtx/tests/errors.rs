@@ -260,3 +260,31 @@ fn loading_into_nodes_of_an_earlier_run_says_to_restart_them() {
     drop(node);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+// ---- E: missing arguments are named ----
+
+#[test]
+fn missing_arguments_are_named_with_the_subcommand_help() {
+    for (args, names) in [
+        (&["memnode"][..], "--listen <ADDR>; see `dmtx memnode --help`"),
+        (&["check"][..], "<FILE>; see `dmtx check --help`"),
+        (&["report"][..], "<PATHS>...; see `dmtx report --help`"),
+        (&["cluster", "up"][..], "--local <N>; see `dmtx cluster up --help`"),
+        (
+            &["report", "x.json", "--plot-vs", "coroutines"][..],
+            "--plot <FILE.svg>; see `dmtx report --help`",
+        ),
+    ] {
+        let e = error_line(&dmtx(args));
+        let want = format!("error: the following required arguments were not provided: {names}");
+        assert_eq!(e, want, "{args:?}");
+    }
+}
+
+#[test]
+fn an_invalid_transport_lists_the_valid_values() {
+    let e = error_line(&dmtx(&["bench", "--transport", "foo"]));
+    assert!(e.contains("invalid value 'foo' for '--transport <TRANSPORT>'"), "{e}");
+    assert!(e.contains("[possible values: mem, sim]"), "{e}");
+    assert!(e.ends_with("see `dmtx bench --help`"), "{e}");
+}
