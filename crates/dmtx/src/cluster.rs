@@ -367,6 +367,62 @@ pub fn read_token(path: &Path) -> Result<Vec<u8>, ClusterError> {
     Ok(token)
 }
 
+/// A directory this process created for its own use (`dmtx cluster up` without `--dir`:
+/// the token and the cluster file). It is removed when dropped, and also when the process
+/// ends through `std::process::exit` (a second Ctrl-C during a run), which runs no
+/// destructors.
+#[derive(Debug)]
+pub struct ScratchDir {
+    path: PathBuf,
+}
+
+/// Scratch directories alive now, removed by [`remove_scratch_dirs_at_exit`].
+static SCRATCH_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+extern "C" fn remove_scratch_dirs_at_exit() {
+    // Another thread may hold the lock while `exit` runs; leaving the directories then is
+    // better than a deadlock at exit.
+    if let Ok(dirs) = SCRATCH_DIRS.try_lock() {
+        for d in dirs.iter() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+impl ScratchDir {
+    /// Create `path` (and its parents) as a scratch directory.
+    pub fn create(path: &Path) -> Result<Self, ClusterError> {
+        static AT_EXIT: std::sync::Once = std::sync::Once::new();
+        std::fs::create_dir_all(path).map_err(|e| ClusterError {
+            path: path.display().to_string(),
+            what: format!("cannot create the cluster directory: {e}; pass a writable `--dir`"),
+        })?;
+        AT_EXIT.call_once(|| {
+            // SAFETY: registers a plain function with no arguments; it touches only a
+            // static behind a lock it never waits for.
+            unsafe {
+                libc::atexit(remove_scratch_dirs_at_exit);
+            }
+        });
+        SCRATCH_DIRS.lock().unwrap().push(path.to_path_buf());
+        Ok(Self {
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+        SCRATCH_DIRS.lock().unwrap().retain(|d| d != &self.path);
+    }
+}
+
 /// Memory-node processes started on loopback by `dmtx cluster up --local N`; killed
 /// when dropped.
 pub struct LocalNodes {

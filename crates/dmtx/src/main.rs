@@ -125,10 +125,12 @@ struct ClusterUpArgs {
     /// Region size of each.
     #[arg(long, default_value = "1GiB", value_name = "BYTES")]
     size: String,
-    /// Copies of every table.
-    #[arg(long, default_value_t = 2)]
-    replicas: u16,
-    /// Where the token and cluster file go [default: a fresh directory under the temp dir].
+    /// Copies of every table [default: the `-r`/`--replicas` of the bench after `--`, or
+    /// 2 (1 with `--local 1`)].
+    #[arg(long)]
+    replicas: Option<u16>,
+    /// Where the token and cluster file go, kept afterwards [default: a fresh directory
+    /// under the temp dir, removed when `cluster up` ends].
     #[arg(long, value_name = "DIR")]
     dir: Option<std::path::PathBuf>,
     /// `bench` and its flags, after `--`.
@@ -266,22 +268,69 @@ fn sim(cmd: SimCommand) -> anyhow::Result<i32> {
     Ok(EXIT_OK)
 }
 
+/// `dmtx cluster up`. The bench after `--` runs on the cluster's `--local` memory nodes:
+/// its `-m`/`--memory-nodes` must equal `--local` (or be left out), and its
+/// `-r`/`--replicas` becomes the cluster's replica count (unless `cluster up --replicas`
+/// says otherwise, which is an error). Both are checked before any node starts. A
+/// directory it made itself (no `--dir`) is removed on every way out.
 fn cluster_up(args: &ClusterUpArgs) -> anyhow::Result<i32> {
     anyhow::ensure!(args.local > 0, "--local 0: start at least one memory node");
     let bytes =
         dmtx::config::parse_region_bytes(&args.size).map_err(|why| anyhow::anyhow!("--size {}: {why}", args.size))?;
-    let dir = args
-        .dir
-        .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("dmtx-cluster-{}", std::process::id())));
-    let exe = std::env::current_exe().context("locating the dmtx binary")?;
-    let nodes = dmtx::cluster::LocalNodes::start(&exe, args.local, bytes, args.replicas, &dir)?;
-    eprintln!(
-        "cluster: {} memory nodes, cluster file {}",
-        args.local,
-        nodes.cluster_file.display()
+    let bench_args = if args.then.is_empty() {
+        None
+    } else {
+        let mut argv = vec!["dmtx".to_string()];
+        argv.extend(args.then.iter().cloned());
+        let cli = Cli::try_parse_from(&argv).map_err(|e| anyhow::anyhow!("after --: {}", clap_message(&e, &argv)))?;
+        let Command::Bench(bench_args) = cli.command else {
+            anyhow::bail!("after --: only `bench ...` can run against the cluster");
+        };
+        anyhow::ensure!(
+            bench_args.cluster.is_none(),
+            "after --: drop --cluster, `cluster up` provides it"
+        );
+        if let Some(m) = bench_args.memory_nodes.filter(|&m| m != u32::from(args.local)) {
+            anyhow::bail!(
+                "after --: --memory-nodes {m} differs from --local {}; the bench runs on the cluster's memory nodes, \
+                 so pass --local {m} or drop --memory-nodes",
+                args.local
+            );
+        }
+        Some(bench_args)
+    };
+    let bench_replicas = bench_args.as_ref().and_then(|b| b.replicas);
+    let replicas = match (args.replicas, bench_replicas) {
+        (Some(c), Some(b)) if u32::from(c) != b => {
+            anyhow::bail!("--replicas {c} and, after --, --replicas {b} differ; give the replica count once")
+        }
+        (Some(c), _) => c,
+        (None, Some(b)) => u16::try_from(b).unwrap_or(u16::MAX),
+        (None, None) => 2.min(args.local),
+    };
+    anyhow::ensure!(
+        replicas >= 1 && replicas <= args.local,
+        "--replicas {replicas}: must be between 1 and --local {}; lower --replicas or raise --local",
+        args.local
     );
-    if args.then.is_empty() {
+    // Declared before the nodes so that it is removed after they are stopped.
+    let (scratch, dir) = match &args.dir {
+        Some(d) => (None, d.clone()),
+        None => {
+            let d = std::env::temp_dir().join(format!("dmtx-cluster-{}", std::process::id()));
+            let s = dmtx::cluster::ScratchDir::create(&d)?;
+            (Some(s), d)
+        }
+    };
+    let exe = std::env::current_exe().context("locating the dmtx binary")?;
+    let nodes = dmtx::cluster::LocalNodes::start(&exe, args.local, bytes, replicas, &dir)?;
+    eprintln!(
+        "cluster: {} memory nodes, {replicas} replicas, cluster file {}{}",
+        args.local,
+        nodes.cluster_file.display(),
+        if scratch.is_some() { " (removed on exit)" } else { "" }
+    );
+    let Some(mut bench_args) = bench_args else {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)).context("installing the signal handler")?;
@@ -289,17 +338,7 @@ fn cluster_up(args: &ClusterUpArgs) -> anyhow::Result<i32> {
             std::thread::sleep(Duration::from_millis(100));
         }
         return Ok(EXIT_OK);
-    }
-    let mut argv = vec!["dmtx".to_string()];
-    argv.extend(args.then.iter().cloned());
-    let cli = Cli::try_parse_from(&argv).map_err(|e| anyhow::anyhow!("after --: {}", clap_message(&e, &argv)))?;
-    let Command::Bench(mut bench_args) = cli.command else {
-        anyhow::bail!("after --: only `bench ...` can run against the cluster");
     };
-    anyhow::ensure!(
-        bench_args.cluster.is_none(),
-        "after --: drop --cluster, `cluster up` provides it"
-    );
     bench_args.cluster = Some(nodes.cluster_file.display().to_string());
     let me = std::process::id();
     let (cpu_before, own_before) = (nodes.cpu_seconds(), dmtx::cluster::process_cpu_seconds(me));
@@ -325,6 +364,7 @@ fn cluster_up(args: &ClusterUpArgs) -> anyhow::Result<i32> {
         );
     }
     drop(nodes);
+    drop(scratch);
     code
 }
 

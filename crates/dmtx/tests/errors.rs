@@ -288,3 +288,133 @@ fn an_invalid_transport_lists_the_valid_values() {
     assert!(e.contains("[possible values: mem, sim]"), "{e}");
     assert!(e.ends_with("see `dmtx bench --help`"), "{e}");
 }
+
+// ---- F: `cluster up` and the bench after `--` ----
+
+/// `cluster up` with `TMPDIR` set to a fresh directory, so what it leaves there shows.
+fn cluster_up(tmp: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .env("TMPDIR", tmp)
+        .args(["cluster", "up"])
+        .args(args)
+        .output()
+        .expect("run dmtx cluster up")
+}
+
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect()
+}
+
+#[test]
+fn cluster_up_refuses_memory_nodes_that_differ_from_local() {
+    let tmp = scratch_dir("up-m");
+    let out = cluster_up(&tmp, &["--local", "2", "--", "bench", "-m", "3"]);
+    let e = error_line(&out);
+    assert!(e.contains("--memory-nodes 3 differs from --local 2"), "{e}");
+    assert!(!text(&out.stderr).contains("cluster: "), "no node was started");
+    let out = cluster_up(&tmp, &["--local", "2", "--replicas", "2", "--", "bench", "-r", "1"]);
+    assert!(error_line(&out).contains("--replicas 2 and, after --, --replicas 1 differ"));
+    let out = cluster_up(&tmp, &["--local", "1", "--", "bench", "-r", "2"]);
+    assert!(error_line(&out).contains("--replicas 2: must be between 1 and --local 1"));
+    assert_eq!(entries(&tmp), Vec::<PathBuf>::new());
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+/// Goal: `-r` after `--` is the cluster's replica count (it ran 2×2 and recorded 2/2),
+/// and the directory `cluster up` made for its token is gone afterwards.
+#[test]
+fn cluster_up_honours_replicas_and_removes_its_directory() {
+    let tmp = scratch_dir("up-r");
+    let mut args = vec!["--local", "2", "--size", "64MiB", "--", "bench", "-m", "2", "-r", "1"];
+    args.extend_from_slice(TINY_BENCH);
+    let out = cluster_up(&tmp, &args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["config"]["memory_nodes"], 2, "{json}");
+    assert_eq!(json["config"]["replicas"], 1, "{json}");
+    assert_eq!(entries(&tmp), Vec::<PathBuf>::new(), "left behind");
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+#[test]
+fn cluster_up_removes_its_directory_when_the_bench_fails() {
+    let tmp = scratch_dir("up-fail");
+    let out = cluster_up(
+        &tmp,
+        &["--local", "1", "--size", "64MiB", "--", "bench", "--workload", "nosuch"],
+    );
+    assert!(error_line(&out).contains("--workload `nosuch`"));
+    assert!(
+        text(&out.stderr).contains("cluster: 1 memory nodes"),
+        "the nodes had started"
+    );
+    assert_eq!(entries(&tmp), Vec::<PathBuf>::new(), "left behind");
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+/// Send `signal` (e.g. `-INT`) to process `pid`.
+fn signal(pid: u32, signal: &str) {
+    let ok = Command::new("kill").args([signal, &pid.to_string()]).status().unwrap();
+    assert!(ok.success(), "kill {signal} {pid}");
+}
+
+/// Goal: a second Ctrl-C during the bench quits at once (exit 130 through
+/// `std::process::exit`, which runs no destructors) and still removes the directory.
+/// Method: signal only the `cluster up` process (a terminal would signal the memory
+/// nodes too; here they are killed by pid afterwards).
+#[test]
+fn cluster_up_removes_its_directory_on_a_second_ctrl_c() {
+    let tmp = scratch_dir("up-int");
+    let mut child = Command::new(BIN)
+        .env("TMPDIR", &tmp)
+        .args([
+            "cluster",
+            "up",
+            "--local",
+            "1",
+            "--size",
+            "64MiB",
+            "--",
+            "bench",
+            "--workload",
+            "kvs",
+        ])
+        .args([
+            "--duration",
+            "60s",
+            "--threads",
+            "1",
+            "--coroutines",
+            "2",
+            "--set",
+            "keys=1000",
+        ])
+        .args(["--out", "-"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.starts_with("cluster: 1 memory nodes"), "{line}");
+    let nodes = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    assert_eq!(entries(&tmp).len(), 1, "its directory exists while it runs");
+    // The bench installs its Ctrl-C handler first thing; give it time to get there.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // Back to back: the first stops the run, which then winds down within a fraction
+    // of a second; the second must land before that.
+    signal(pid, "-INT");
+    signal(pid, "-INT");
+    let status = child.wait().unwrap();
+    for node in nodes.split_whitespace() {
+        let _ = Command::new("kill").args(["-KILL", node]).status();
+    }
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    assert!(rest.contains("interrupted"), "{rest}");
+    assert_eq!(status.code(), Some(130), "{rest}");
+    assert_eq!(entries(&tmp), Vec::<PathBuf>::new(), "left behind");
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
