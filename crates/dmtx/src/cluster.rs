@@ -483,19 +483,33 @@ impl LocalNodes {
                 ])
                 .arg(&token_path)
                 .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
                 .spawn()
                 .map_err(|e| err(format!("starting memory node {id}: {e}")))?;
             let mut line = String::new();
             let stdout = child.stdout.take().expect("piped");
+            let mut stderr = child.stderr.take().expect("piped");
             nodes.children.push(child);
             std::io::BufReader::new(stdout)
                 .read_line(&mut line)
                 .map_err(|e| err(format!("memory node {id}: {e}")))?;
             // "memnode ID listening on ADDR (...)"
-            let addr = line
-                .split_whitespace()
-                .nth(4)
-                .ok_or_else(|| err(format!("memory node {id} did not start: `{}`", line.trim())))?;
+            let Some(addr) = line.split_whitespace().nth(4) else {
+                // It exited: its one-line error (on its stderr) is the cause, reported
+                // once here rather than as a second `error:` line.
+                let mut why = String::new();
+                let _ = stderr.read_to_string(&mut why);
+                let why = why
+                    .lines()
+                    .rev()
+                    .find_map(|l| l.strip_prefix("error: "))
+                    .map_or_else(|| format!("it printed `{}`", line.trim()), str::to_string);
+                return Err(err(format!("memory node {id} did not start: {why}")));
+            };
+            // Later messages of a running node (warnings, errors) reach our stderr.
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut stderr, &mut std::io::stderr());
+            });
             toml += &format!("\n[[memory_nodes]]\nid = {id}\naddress = \"{addr}\"\nbytes = \"{bytes}\"\n");
         }
         std::fs::write(&nodes.cluster_file, toml).map_err(|e| err(e.to_string()))?;

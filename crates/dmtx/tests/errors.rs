@@ -418,3 +418,19 @@ fn cluster_up_removes_its_directory_on_a_second_ctrl_c() {
     assert_eq!(entries(&tmp), Vec::<PathBuf>::new(), "left behind");
     std::fs::remove_dir_all(&tmp).unwrap();
 }
+
+/// Goal: a memory node that cannot start is reported once, with its own cause, and
+/// `cluster up` still removes its directory (it printed the node's `error:` line and
+/// then its own "did not start: ``").
+#[test]
+fn cluster_up_reports_a_node_that_cannot_start_once() {
+    let tmp = scratch_dir("up-size");
+    let out = cluster_up(&tmp, &["--local", "1", "--size", "16000000TiB", "--", "bench"]);
+    let e = error_line(&out);
+    assert!(
+        e.contains("memory node 0 did not start: cannot allocate a memory-node region"),
+        "{e}"
+    );
+    assert_eq!(entries(&tmp), Vec::<PathBuf>::new(), "left behind");
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
