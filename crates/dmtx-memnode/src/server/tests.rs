@@ -806,6 +806,28 @@ fn zero_threads_is_a_config_error() {
     assert!((2..=4).contains(&default_threads()));
 }
 
+/// Goal: a region the OS cannot map is an error naming the size, never an abort
+/// (`dmtx memnode --size 100TiB` died with rc 134), and the error says it only once.
+#[test]
+fn a_region_too_large_to_map_is_an_error() {
+    let e = Server::bind(ServerConfig::new(MnId(0), u64::MAX)).unwrap_err();
+    assert!(matches!(e, ServerError::Region(_)), "{e:?}");
+    assert!(e.to_string().contains(&format!("{} bytes", u64::MAX)), "{e}");
+    assert!(std::error::Error::source(&e).is_none(), "its text is the message");
+}
+
+/// Goal: an address in use is named with the OS's reason once: the message holds it, so
+/// it is no `source` as well (a `{:#}` chain printed it twice).
+#[test]
+fn a_used_address_is_an_error_with_its_cause_once() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut c = ServerConfig::new(MnId(0), 4096);
+    c.listen = taken.local_addr().unwrap();
+    let e = Server::bind(c).unwrap_err();
+    assert!(matches!(e, ServerError::Bind { .. }), "{e:?}");
+    assert!(std::error::Error::source(&e).is_none(), "{e:?}");
+}
+
 /// Goal: two clients revoking each other at the same moment never wedge the server (each
 /// REVOKE would otherwise wait for the other's fence forever). Method: many rounds of
 /// two fresh clients on different serving threads sending REVOKE of the other at once;
