@@ -102,11 +102,12 @@
 //! ([`HANDSHAKE_TIMEOUT_DEFAULT`], ample for a client, which sends HELLO right after
 //! connecting) or it gets an ERROR `TIMEOUT` and is closed. When the cap is reached, a
 //! new connection is admitted by cutting the **oldest stranger** (no ERROR frame; it
-//! just drops), sparing strangers whose first bytes wait unread in their socket (just
-//! accepted, their HELLO about to be answered) unless all are such. So a flood of
-//! connections that never say HELLO cannot lock out a client with the token: its
-//! connection is among the newest, and from the moment its HELLO arrives until it is
-//! answered it is spared. Only when every slot holds a client that passed the handshake
+//! just drops), sparing strangers whose first bytes wait unread in their socket or are
+//! being answered by their serving thread (their HELLO is about to be answered) unless
+//! all are such. So a flood of connections that never say HELLO cannot lock out a
+//! client with the token: its connection is among the newest, and from the moment its
+//! HELLO arrives until it is answered it is spared. The accept queue is
+//! [`LISTEN_BACKLOG`] long, so a flood does not make the kernel drop the client's SYN. Only when every slot holds a client that passed the handshake
 //! is a new connection refused (ERROR `TOO_MANY_CONNECTIONS`). Cut strangers free
 //! their slots at once, but their descriptors close when their serving thread sees the
 //! cut (within a poll round); at most [`ServerConfig::connections_max`] cut strangers
@@ -249,6 +250,9 @@ impl From<io::Error> for ServerError {
     }
 }
 
+/// Accept-queue length asked of the kernel (see [`Server::bind`]).
+const LISTEN_BACKLOG: libc::c_int = 1024;
+
 /// How often blocked threads look at the shutdown flag and their timeouts.
 const TICK: Duration = Duration::from_millis(20);
 
@@ -310,10 +314,11 @@ impl Registry {
             return Admission::Free;
         }
         let stranger = |l: &&mut Live| l.client.is_none() && !l.evicted;
-        // Spare a stranger whose first bytes wait unread: it was accepted a moment ago and
-        // its HELLO is about to be answered (a client's HELLO follows its connect at once).
+        // Spare a stranger whose first bytes wait unread, or are being answered right
+        // now: its HELLO is about to be answered (a client's HELLO follows its connect at
+        // once, and is usually there before the accept).
         let mut strangers = self.live.iter_mut().filter(stranger);
-        let victim = match strangers.find(|l| !has_unread(l.fd)) {
+        let victim = match strangers.find(|l| !has_unread(l.fd) && !l.fence.greeting.load(Ordering::SeqCst)) {
             Some(v) => v,
             None => match self.live.iter_mut().find(|l| l.client.is_none() && !l.evicted) {
                 Some(v) => v,
@@ -352,6 +357,9 @@ struct Live {
 struct Fence {
     fenced: AtomicBool,
     running: Mutex<()>,
+    /// Set by the serving thread while it reads and answers the bytes of a connection that
+    /// has not passed its HELLO: the acceptor spares it (its HELLO may be in hand).
+    greeting: AtomicBool,
 }
 
 /// Whether bytes wait unread in a live connection's socket.
@@ -492,6 +500,14 @@ impl Server {
             error,
         })?;
         listener.set_nonblocking(true)?;
+        // A longer accept queue than std's 128, so that a burst of connections (a flood
+        // of strangers) does not make the kernel drop a client's SYN, which costs that
+        // client a 1 s retransmission. Calling listen(2) again on a listening socket
+        // only changes its backlog; the kernel caps it at `net.core.somaxconn`.
+        // SAFETY: listen(2) on the listener's own open descriptor.
+        unsafe {
+            libc::listen(listener.as_raw_fd(), LISTEN_BACKLOG);
+        }
         let pollers = (0..config.threads)
             .map(|_| Poller::new())
             .collect::<io::Result<Vec<_>>>()?;
