@@ -29,9 +29,10 @@
 //!
 //! One accept thread (the caller of [`Server::serve_until`], or the thread that
 //! [`Server::spawn`] starts) and [`ServerConfig::threads`] serving threads. The acceptor
-//! enforces [`ServerConfig::connections_max`] (see "Strangers" below), sets `TCP_NODELAY` and hands each new
-//! connection to one serving thread, which owns it until it closes: the thread that is
-//! not inside an op right now and owns the fewest connections (ties rotate). Each serving
+//! enforces [`ServerConfig::connections_max`] (see "Strangers" below), sets `TCP_NODELAY`
+//! and hands each new connection to one serving thread, which owns it until it closes:
+//! the thread that is not inside an op right now and owns the fewest connections (ties
+//! rotate). Each serving
 //! thread polls its sockets with edge-triggered epoll (`mio`); handshake, idle and write
 //! timeouts are checked every 20 ms. One poll round of a connection is:
 //!
@@ -106,13 +107,14 @@
 //! being answered by their serving thread (their HELLO is about to be answered) unless
 //! all are such. So a flood of connections that never say HELLO cannot lock out a
 //! client with the token: its connection is among the newest, and from the moment its
-//! HELLO arrives until it is answered it is spared. The accept queue is
-//! [`LISTEN_BACKLOG`] long, so a flood does not make the kernel drop the client's SYN. Only when every slot holds a client that passed the handshake
-//! is a new connection refused (ERROR `TOO_MANY_CONNECTIONS`). Cut strangers free
-//! their slots at once, but their descriptors close when their serving thread sees the
-//! cut (within a poll round); at most [`ServerConfig::connections_max`] cut strangers
-//! wait for that at a time, beyond which the acceptor leaves new connections in the
-//! listen backlog for a tick. So the node holds at most twice the cap in descriptors.
+//! HELLO arrives until it is answered it is spared. The accept queue is 1024 long
+//! (`LISTEN_BACKLOG`, not std's 128), so a flood does not make the kernel drop the
+//! client's SYN. Only when every slot holds a client that passed the handshake is a new
+//! connection refused (ERROR `TOO_MANY_CONNECTIONS`). Cut strangers free their slots at
+//! once, but their descriptors close when their serving thread sees the cut (within a
+//! poll round); at most [`ServerConfig::connections_max`] cut strangers wait for that at
+//! a time, beyond which the acceptor leaves new connections in the listen backlog for a
+//! tick. So the node holds at most twice the cap in descriptors.
 //!
 //! # Threat model
 //!
