@@ -590,6 +590,39 @@ mod tests {
         }
     }
 
+    /// Goal: a scratch directory is removed when dropped, and also when the process ends
+    /// through `std::process::exit` (the second Ctrl-C of `dmtx bench`), which runs no
+    /// destructors. Method: this test runs itself again as a child that makes one and
+    /// exits; the parent checks that the directory is gone.
+    #[test]
+    fn scratch_dirs_are_removed_on_drop_and_on_exit() {
+        const CHILD: &str = "DMTX_TEST_SCRATCH_DIR";
+        if let Some(path) = std::env::var_os(CHILD) {
+            let dir = ScratchDir::create(Path::new(&path)).unwrap();
+            std::fs::write(dir.path().join("token"), "secret").unwrap();
+            std::process::exit(3);
+        }
+        let base = std::env::temp_dir().join(format!("dmtx-scratch-{}", std::process::id()));
+        let dropped = base.join("dropped");
+        {
+            let d = ScratchDir::create(&dropped).unwrap();
+            std::fs::write(d.path().join("token"), "secret").unwrap();
+        }
+        assert!(!dropped.exists());
+        let exited = base.join("exited");
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "cluster::tests::scratch_dirs_are_removed_on_drop_and_on_exit",
+            ])
+            .env(CHILD, &exited)
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(3), "the child made its directory and exited");
+        assert!(base.exists() && !exited.exists(), "{} left behind", exited.display());
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
     #[test]
     fn cpu_time_of_a_busy_process_is_read() {
         let me = std::process::id();
