@@ -127,7 +127,7 @@ struct ClusterUpArgs {
     size: String,
     /// Copies of every table [default: the `-r`/`--replicas` of the bench after `--`, or
     /// 2 (1 with `--local 1`)].
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     replicas: Option<u16>,
     /// Where the token and cluster file go, kept afterwards [default: a fresh directory
     /// under the temp dir, removed when `cluster up` ends].
@@ -268,10 +268,16 @@ fn sim(cmd: SimCommand) -> anyhow::Result<i32> {
     Ok(EXIT_OK)
 }
 
+/// The preset a bench names, if it is one (an unknown name is the bench's error to report).
+fn preset_of(args: &BenchArgs) -> Option<&'static dmtx::preset::Preset> {
+    let name = args.preset.as_deref()?;
+    dmtx::preset::PRESETS.iter().find(|p| p.name == name)
+}
+
 /// `dmtx cluster up`. The bench after `--` runs on the cluster's `--local` memory nodes:
-/// its `-m`/`--memory-nodes` must equal `--local` (or be left out), and its
-/// `-r`/`--replicas` becomes the cluster's replica count (unless `cluster up --replicas`
-/// says otherwise, which is an error). Both are checked before any node starts. A
+/// its `-m`/`--memory-nodes` (or its `--preset`'s) must equal `--local` (or be left
+/// out), and its `-r`/`--replicas` (or its preset's) becomes the cluster's replica count
+/// (unless `cluster up --replicas` says otherwise, which is an error). Both are checked before any node starts. A
 /// directory it made itself (no `--dir`) is removed on every way out.
 fn cluster_up(args: &ClusterUpArgs) -> anyhow::Result<i32> {
     anyhow::ensure!(args.local > 0, "--local 0: start at least one memory node");
@@ -297,15 +303,31 @@ fn cluster_up(args: &ClusterUpArgs) -> anyhow::Result<i32> {
                 args.local
             );
         }
+        if let Some(p) = preset_of(&bench_args)
+            .filter(|p| bench_args.memory_nodes.is_none() && p.memory_nodes != u32::from(args.local))
+        {
+            anyhow::bail!(
+                "after --: --preset {} runs on {} memory nodes, not --local {}; pass --local {}",
+                p.name,
+                p.memory_nodes,
+                args.local,
+                p.memory_nodes
+            );
+        }
         Some(bench_args)
     };
-    let bench_replicas = bench_args.as_ref().and_then(|b| b.replicas);
+    // The bench's replica count: its -r, else its preset's.
+    let bench_replicas = bench_args.as_ref().and_then(|b| {
+        b.replicas
+            .map(|r| (r, format!("--replicas {r}")))
+            .or_else(|| preset_of(b).map(|p| (p.replicas, format!("--preset {} (replicas {})", p.name, p.replicas))))
+    });
     let replicas = match (args.replicas, bench_replicas) {
-        (Some(c), Some(b)) if u32::from(c) != b => {
-            anyhow::bail!("--replicas {c} and, after --, --replicas {b} differ; give the replica count once")
+        (Some(c), Some((b, what))) if u32::from(c) != b => {
+            anyhow::bail!("--replicas {c} and, after --, {what} differ; give the replica count once")
         }
         (Some(c), _) => c,
-        (None, Some(b)) => u16::try_from(b).unwrap_or(u16::MAX),
+        (None, Some((b, _))) => u16::try_from(b).unwrap_or(u16::MAX),
         (None, None) => 2.min(args.local),
     };
     anyhow::ensure!(

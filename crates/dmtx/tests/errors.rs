@@ -316,6 +316,18 @@ fn cluster_up_refuses_memory_nodes_that_differ_from_local() {
     assert!(error_line(&out).contains("--replicas 2 and, after --, --replicas 1 differ"));
     let out = cluster_up(&tmp, &["--local", "1", "--", "bench", "-r", "2"]);
     assert!(error_line(&out).contains("--replicas 2: must be between 1 and --local 1"));
+    // A preset's node counts are held to the same rules (motor: 3 nodes x 3 replicas).
+    let out = cluster_up(&tmp, &["--local", "2", "--", "bench", "--preset", "motor"]);
+    assert!(error_line(&out).contains("--preset motor runs on 3 memory nodes, not --local 2; pass --local 3"));
+    let out = cluster_up(
+        &tmp,
+        &["--local", "3", "--replicas", "2", "--", "bench", "--preset", "motor"],
+    );
+    let e = error_line(&out);
+    assert!(
+        e.contains("--replicas 2 and, after --, --preset motor (replicas 3) differ"),
+        "{e}"
+    );
     assert_eq!(entries(&tmp), Vec::<PathBuf>::new());
     std::fs::remove_dir_all(&tmp).unwrap();
 }
