@@ -277,8 +277,9 @@ fn preset_of(args: &BenchArgs) -> Option<&'static dmtx::preset::Preset> {
 /// `dmtx cluster up`. The bench after `--` runs on the cluster's `--local` memory nodes:
 /// its `-m`/`--memory-nodes` (or its `--preset`'s) must equal `--local` (or be left
 /// out), and its `-r`/`--replicas` (or its preset's) becomes the cluster's replica count
-/// (unless `cluster up --replicas` says otherwise, which is an error). Both are checked before any node starts. A
-/// directory it made itself (no `--dir`) is removed on every way out.
+/// (unless `cluster up --replicas` says otherwise, which is an error). Both are checked
+/// before any node starts. A directory it made itself (no `--dir`) is removed on every
+/// way out.
 fn cluster_up(args: &ClusterUpArgs) -> anyhow::Result<i32> {
     anyhow::ensure!(args.local > 0, "--local 0: start at least one memory node");
     let bytes =
