@@ -46,12 +46,12 @@ struct Header {
 #[non_exhaustive]
 pub enum FormatError {
     /// The file could not be opened, read or written.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         /// The file.
         path: String,
-        /// The OS error.
-        source: std::io::Error,
+        /// The OS error (its text is in the message, so it is no `source`).
+        error: std::io::Error,
     },
     /// The first line is not a dmtx history header.
     #[error(
@@ -83,9 +83,9 @@ pub enum FormatError {
 
 /// Write `history` to `path`.
 pub fn write_history(path: &Path, history: &History) -> Result<(), FormatError> {
-    let io = |source| FormatError::Io {
+    let io = |error| FormatError::Io {
         path: path.display().to_string(),
-        source,
+        error,
     };
     let file = std::fs::File::create(path).map_err(io)?;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
@@ -105,9 +105,9 @@ pub fn write_history(path: &Path, history: &History) -> Result<(), FormatError> 
 /// Read a history from `path`.
 pub fn read_history(path: &Path) -> Result<History, FormatError> {
     let name = path.display().to_string();
-    let io = |source| FormatError::Io {
+    let io = |error| FormatError::Io {
         path: name.clone(),
-        source,
+        error,
     };
     let file = std::fs::File::open(path).map_err(io)?;
     read_from(std::io::BufReader::with_capacity(1 << 20, file), &name)
@@ -119,10 +119,10 @@ pub fn read_from(reader: impl BufRead, name: &str) -> Result<History, FormatErro
     let not_history = || FormatError::NotAHistory { path: name.to_string() };
     let first = match lines.next() {
         Some(Ok(l)) => l,
-        Some(Err(source)) => {
+        Some(Err(error)) => {
             return Err(FormatError::Io {
                 path: name.to_string(),
-                source,
+                error,
             })
         }
         None => return Err(not_history()),
@@ -139,9 +139,9 @@ pub fn read_from(reader: impl BufRead, name: &str) -> Result<History, FormatErro
     }
     let mut history = History::new();
     for (i, line) in lines.enumerate() {
-        let line = line.map_err(|source| FormatError::Io {
+        let line = line.map_err(|error| FormatError::Io {
             path: name.to_string(),
-            source,
+            error,
         })?;
         if line.trim().is_empty() {
             continue;

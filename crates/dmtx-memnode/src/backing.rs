@@ -55,12 +55,12 @@ pub(crate) struct Sidecar {
 #[derive(Debug, thiserror::Error)]
 pub enum BackingError {
     /// Reading or writing the sidecar failed.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         /// The sidecar.
         path: PathBuf,
-        /// The OS error.
-        source: io::Error,
+        /// The OS error (its text is in the message, so it is no `source`).
+        error: io::Error,
     },
     /// The sidecar is not one this version wrote, or is damaged.
     #[error("{path}: {why}; move the backing file and its .meta aside to start empty")]
@@ -103,10 +103,10 @@ impl Sidecar {
         let bytes = match fs::read(&self.path) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
+            Err(error) => {
                 return Err(BackingError::Io {
                     path: self.path.clone(),
-                    source,
+                    error,
                 })
             }
         };
@@ -165,9 +165,9 @@ impl Sidecar {
         out.extend_from_slice(&meta.region_bytes.to_le_bytes());
         out.extend_from_slice(&meta.next_free.to_le_bytes());
         ControlReply::Tables(meta.tables.clone()).encode(&mut out);
-        let io = |source| BackingError::Io {
+        let io = |error| BackingError::Io {
             path: self.path.clone(),
-            source,
+            error,
         };
         let mut tmp = self.path.clone().into_os_string();
         tmp.push(".tmp");

@@ -87,8 +87,12 @@ pub enum ControlError {
         /// What failed.
         why: String,
     },
-    /// A table with this id was already published on the node.
-    #[error("{mn}: table id {id} is already defined (as `{name}`); table ids must be unique")]
+    /// A table with this id was already published on the node: a remote node still holds
+    /// the tables of an earlier run (or, in one run, two tables share an id).
+    #[error(
+        "{mn}: table id {id} is already defined (as `{name}`): the memory nodes already hold tables \
+         from an earlier run; restart them, or use `dmtx cluster up`, which starts fresh ones"
+    )]
     DuplicateTable {
         /// The node.
         mn: MnId,

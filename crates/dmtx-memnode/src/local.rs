@@ -2,9 +2,12 @@
 
 use std::sync::Arc;
 
+use dmtx_verbs::region::RegionAllocError;
 use dmtx_verbs::{MemFabric, MnId};
 
-use crate::{Control, ControlError, MemNode, Result, TableMeta};
+use crate::{Control, ControlError, MemNode, TableMeta};
+
+type Result<T, E = ControlError> = std::result::Result<T, E>;
 
 /// `mn_count` in-process memory nodes and the `mem` fabric over their regions.
 #[derive(Clone, Debug)]
@@ -15,13 +18,24 @@ pub struct LocalCluster {
 
 impl LocalCluster {
     /// Nodes with `region_bytes` of lazily zeroed memory each.
+    ///
+    /// # Panics
+    ///
+    /// If a region cannot be allocated; sizes from users go through
+    /// [`LocalCluster::try_new`].
     pub fn new(mn_count: usize, region_bytes: u64) -> Self {
+        Self::try_new(mn_count, region_bytes).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Nodes with `region_bytes` of lazily zeroed memory each, or why the OS would not
+    /// give that much memory (the error names the size).
+    pub fn try_new(mn_count: usize, region_bytes: u64) -> Result<Self, RegionAllocError> {
         assert!(mn_count > 0, "a cluster needs at least one memory node");
-        let nodes: Vec<_> = (0..mn_count)
-            .map(|i| Arc::new(MemNode::new(MnId(i as u16), region_bytes)))
-            .collect();
+        let nodes = (0..mn_count)
+            .map(|i| MemNode::try_new(MnId(i as u16), region_bytes).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
         let fabric = MemFabric::new(nodes.iter().map(|n| Arc::clone(n.region())).collect());
-        Self { nodes, fabric }
+        Ok(Self { nodes, fabric })
     }
 
     /// The `mem` fabric over these nodes.
@@ -53,5 +67,22 @@ impl Control for LocalCluster {
     }
     fn tables(&self, mn: MnId) -> Result<Vec<TableMeta>> {
         Ok(self.node(mn)?.tables())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: a region size the OS cannot map is an error naming it, so the bench driver
+    /// can report it instead of aborting.
+    #[test]
+    fn try_new_reports_a_size_that_cannot_be_mapped() {
+        let e = LocalCluster::try_new(2, u64::MAX).unwrap_err();
+        assert_eq!(e.bytes, u64::MAX);
+        assert!(e.to_string().contains(&format!("{} bytes", u64::MAX)), "{e}");
+        let c = LocalCluster::try_new(2, 1 << 20).unwrap();
+        assert_eq!(c.mn_count(), 2);
+        assert_eq!(c.node(MnId(1)).unwrap().region().bytes(), 1 << 20);
     }
 }

@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use dmtx_verbs::region::RegionAllocError;
 use dmtx_verbs::{MnId, Region};
 
 use crate::backing::{BackingError, NodeMeta, Sidecar};
@@ -30,16 +31,18 @@ const RESERVED_PREFIX: u64 = 64;
 
 impl MemNode {
     /// A node with a fresh zeroed region of `region_bytes`.
+    ///
+    /// # Panics
+    ///
+    /// If the region cannot be allocated; sizes from users go through [`MemNode::try_new`].
     pub fn new(id: MnId, region_bytes: u64) -> Self {
-        Self {
-            id,
-            region: Arc::new(Region::new(region_bytes)),
-            state: Mutex::new(NodeState {
-                next_free: RESERVED_PREFIX,
-                tables: Vec::new(),
-            }),
-            sidecar: None,
-        }
+        Self::with_region(id, Region::new(region_bytes))
+    }
+
+    /// A node with a fresh zeroed region of `region_bytes`, or why the OS would not give
+    /// that much memory.
+    pub fn try_new(id: MnId, region_bytes: u64) -> std::result::Result<Self, RegionAllocError> {
+        Ok(Self::with_region(id, Region::try_new(region_bytes)?))
     }
 
     /// A node serving an existing region whose allocator and catalog start empty.
@@ -62,9 +65,9 @@ impl MemNode {
     pub fn open_backed(id: MnId, path: &Path, region_bytes: u64) -> std::result::Result<(Self, bool), BackingError> {
         let sidecar = Sidecar::of(path);
         let saved = sidecar.load(id, region_bytes)?;
-        let region = Region::map_file(path, region_bytes).map_err(|source| BackingError::Io {
+        let region = Region::map_file(path, region_bytes).map_err(|error| BackingError::Io {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         let reopened = saved.is_some();
         let (next_free, tables) = match saved {

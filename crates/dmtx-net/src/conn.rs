@@ -31,10 +31,10 @@ pub(crate) fn hello(config: &TcpConfig) -> Hello {
 /// Connect to `mn` at `addr` and shake hands. The stream is left blocking, with read and
 /// write timeouts of `timeout`.
 pub(crate) fn open(mn: MnId, addr: SocketAddr, config: &TcpConfig, timeout: Duration) -> Result<Handshaken> {
-    let mut stream = TcpStream::connect_timeout(&addr, config.connect_timeout).map_err(|source| NetError::Connect {
+    let mut stream = TcpStream::connect_timeout(&addr, config.connect_timeout).map_err(|error| NetError::Connect {
         mn,
         addr,
-        source,
+        error,
     })?;
     let lost = |e: std::io::Error| NetError::Lost { mn, why: e.to_string() };
     stream.set_nodelay(true).map_err(lost)?;

@@ -12,15 +12,15 @@ use dmtx_verbs::{MnId, VerbError};
 pub enum NetError {
     /// TCP connect failed.
     #[error(
-        "cannot connect to {mn} at {addr}: {source}; check that `dmtx memnode` runs there and the address is right"
+        "cannot connect to {mn} at {addr}: {error}; check that `dmtx memnode` runs there and the address is right"
     )]
     Connect {
         /// The node.
         mn: MnId,
         /// Its address.
         addr: SocketAddr,
-        /// The OS error.
-        source: io::Error,
+        /// The OS error (its text is in the message, so it is no `source`).
+        error: io::Error,
     },
     /// The connection broke or timed out.
     #[error("lost the connection to {mn}: {why}; check that the memory node is running and reachable")]

@@ -64,15 +64,14 @@ const BUILTINS: [(&str, &str); 3] = [
 #[non_exhaustive]
 pub enum ProfileError {
     /// The name is no built-in profile and no readable file.
-    #[error("profile `{name}` is no built-in profile ({builtins}) and cannot be read as a file: {source}; pass a built-in name or the path of a .toml profile")]
+    #[error("profile `{name}` is no built-in profile ({builtins}) and cannot be read as a file: {error}; pass a built-in name or the path of a .toml profile")]
     NotFound {
         /// What was asked for.
         name: String,
         /// The built-in names, comma-separated.
         builtins: String,
         /// Why the file could not be read.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The TOML does not parse or does not match the profile's fields.
     #[error("profile {file}, line {line}: {message}; {fix}")]
@@ -117,10 +116,10 @@ impl Profile {
             p.source = format!("built-in {name}");
             return Ok(p);
         }
-        let text = std::fs::read_to_string(Path::new(name_or_path)).map_err(|source| ProfileError::NotFound {
+        let text = std::fs::read_to_string(Path::new(name_or_path)).map_err(|error| ProfileError::NotFound {
             name: name_or_path.to_string(),
             builtins: Self::builtin_names().join(", "),
-            source,
+            error,
         })?;
         let mut p = Self::from_toml_str(name_or_path, &text)?;
         p.source = name_or_path.to_string();

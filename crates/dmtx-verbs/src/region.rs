@@ -26,6 +26,32 @@ pub enum RegionError {
     Misaligned,
 }
 
+/// Why a region could not be created: the OS would not give that much memory.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "cannot allocate a memory-node region of {bytes} bytes ({}): {why}; \
+     give it a smaller size (`dmtx memnode --size`, `dmtx bench --mn-bytes`)",
+    binary_units(*bytes)
+)]
+pub struct RegionAllocError {
+    /// The size asked for.
+    pub bytes: u64,
+    /// What the OS said.
+    pub why: String,
+}
+
+/// `bytes` in the largest binary unit that keeps a whole part: `100.0 TiB`, `1.5 GiB`.
+fn binary_units(bytes: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", units[u])
+}
+
 /// Which side of a race a stall holds up.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum StallKind {
@@ -67,29 +93,36 @@ const HUGE_PAGE_BYTES: usize = 2 << 20;
 const MAPPED_MIN_BYTES: usize = HUGE_PAGE_BYTES / 2;
 
 impl Words {
-    fn zeroed(n: usize) -> Self {
-        let bytes = n * 8;
+    /// `n` zeroed words; `Err` is the OS's reason when it will not give them.
+    fn zeroed(n: usize) -> Result<Self, String> {
+        let Some(bytes) = n.checked_mul(8).filter(|&b| b <= isize::MAX as usize - HUGE_PAGE_BYTES) else {
+            return Err("larger than the address space".into());
+        };
+        let mut why = None;
         if bytes >= MAPPED_MIN_BYTES {
-            if let Some(w) = Self::mapped(n) {
-                return w;
+            match Self::mapped(n) {
+                Ok(w) => return Ok(w),
+                Err(e) => why = Some(e),
             }
         }
-        let layout = Layout::array::<AtomicU64>(n).expect("region size overflows the address space");
+        let layout = Layout::array::<AtomicU64>(n).map_err(|_| "larger than the address space".to_string())?;
         // SAFETY: `layout` has non-zero size (n >= 1); zeroed memory is a valid `AtomicU64`
         // array; `Drop` frees it with the same layout.
         let p = unsafe { alloc::alloc_zeroed(layout) as *mut AtomicU64 };
         let Some(ptr) = std::ptr::NonNull::new(p) else {
-            alloc::handle_alloc_error(layout)
+            return Err(why.unwrap_or_else(|| "out of memory".into()));
         };
-        Self {
+        Ok(Self {
             ptr,
             len: n,
             mapped: None,
-        }
+        })
     }
 
+    /// A private anonymous mapping of `n` words, reserving no swap (`MAP_NORESERVE`):
+    /// pages cost memory only once touched.
     #[cfg(target_os = "linux")]
-    fn mapped(n: usize) -> Option<Self> {
+    fn mapped(n: usize) -> Result<Self, String> {
         let bytes = (n * 8).next_multiple_of(HUGE_PAGE_BYTES);
         // SAFETY: a fresh private anonymous mapping; the kernel zero-fills it.
         let p = unsafe {
@@ -103,23 +136,23 @@ impl Words {
             )
         };
         if p == libc::MAP_FAILED {
-            return None;
+            return Err(std::io::Error::last_os_error().to_string());
         }
         // SAFETY: `p..p+bytes` is the mapping just created. The advice is a hint; failure
         // (THP disabled) leaves ordinary pages.
         unsafe {
             libc::madvise(p, bytes, libc::MADV_HUGEPAGE);
         }
-        Some(Self {
-            ptr: std::ptr::NonNull::new(p as *mut AtomicU64)?,
+        Ok(Self {
+            ptr: std::ptr::NonNull::new(p as *mut AtomicU64).expect("mmap returned null"),
             len: n,
             mapped: Some(bytes),
         })
     }
 
     #[cfg(not(target_os = "linux"))]
-    fn mapped(_n: usize) -> Option<Self> {
-        None
+    fn mapped(_n: usize) -> Result<Self, String> {
+        Err("no anonymous mappings on this OS".into())
     }
 
     /// `n` words shared with `file` (sized to fit): what is written reaches the file.
@@ -188,13 +221,25 @@ impl std::fmt::Debug for Region {
 impl Region {
     /// A zeroed region of `bytes` (rounded up to whole words). Pages are zeroed lazily by
     /// the OS, so an untouched region costs no resident memory.
+    ///
+    /// # Panics
+    ///
+    /// If the OS will not give that much memory; sizes that come from users go through
+    /// [`Region::try_new`].
     pub fn new(bytes: u64) -> Self {
-        let n = (bytes.div_ceil(8)).max(1) as usize;
-        Self {
-            words: Words::zeroed(n),
+        Self::try_new(bytes).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A zeroed region of `bytes`, as [`Region::new`], or an error naming the size when
+    /// the OS will not map that much (address space, `vm.overcommit_memory`, `ulimit -v`).
+    pub fn try_new(bytes: u64) -> Result<Self, RegionAllocError> {
+        let fail = |why: String| RegionAllocError { bytes, why };
+        let n = usize::try_from(bytes.div_ceil(8).max(1)).map_err(|_| fail("larger than the address space".into()))?;
+        Ok(Self {
+            words: Words::zeroed(n).map_err(fail)?,
             stalls: Arc::new(Stalls::default()),
             file_backed: false,
-        }
+        })
     }
 
     /// A region backed by the file at `path` (created if missing, sized to `bytes`): a
@@ -512,6 +557,20 @@ impl Drop for StallGate {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Goal: a size the OS cannot map is an error naming it, not an abort
+    /// (`dmtx memnode --size 100TiB` died with "memory allocation failed").
+    #[test]
+    fn try_new_refuses_sizes_the_os_cannot_map() {
+        for bytes in [u64::MAX, 1 << 62] {
+            let e = Region::try_new(bytes).unwrap_err().to_string();
+            assert!(e.contains(&format!("{bytes} bytes")), "{e}");
+            assert!(e.contains("smaller size"), "{e}");
+        }
+        assert_eq!(binary_units(100 << 40), "100.0 TiB");
+        assert_eq!(binary_units(3 << 29), "1.5 GiB");
+        assert_eq!(Region::try_new(1 << 20).unwrap().bytes(), 1 << 20);
+    }
 
     #[test]
     fn out_of_range_and_misaligned_are_errors() {

@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::parse_mn_bytes;
+use crate::config::parse_region_bytes;
 
 /// Name in the `format` field.
 pub const CLUSTER_FORMAT: &str = "dmtx-cluster";
@@ -240,8 +240,12 @@ impl ClusterView {
                     m.address
                 ))
             })?;
-            let bytes = parse_mn_bytes(&m.bytes)
-                .map_err(|e| err(format!("`memory_nodes[{i}].bytes`: {}", one_line(&e.to_string()))))?;
+            let bytes = parse_region_bytes(&m.bytes).map_err(|why| {
+                err(format!(
+                    "`bytes` = \"{}\" of memory node {} (`memory_nodes[{i}]`): {why}",
+                    m.bytes, m.id
+                ))
+            })?;
             memory_nodes.push(MemoryNodeSpec {
                 id: m.id,
                 address,
@@ -363,6 +367,62 @@ pub fn read_token(path: &Path) -> Result<Vec<u8>, ClusterError> {
     Ok(token)
 }
 
+/// A directory this process created for its own use (`dmtx cluster up` without `--dir`:
+/// the token and the cluster file). It is removed when dropped, and also when the process
+/// ends through `std::process::exit` (a second Ctrl-C during a run), which runs no
+/// destructors.
+#[derive(Debug)]
+pub struct ScratchDir {
+    path: PathBuf,
+}
+
+/// Scratch directories alive now, removed by [`remove_scratch_dirs_at_exit`].
+static SCRATCH_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+extern "C" fn remove_scratch_dirs_at_exit() {
+    // Another thread may hold the lock while `exit` runs; leaving the directories then is
+    // better than a deadlock at exit.
+    if let Ok(dirs) = SCRATCH_DIRS.try_lock() {
+        for d in dirs.iter() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+impl ScratchDir {
+    /// Create `path` (and its parents) as a scratch directory.
+    pub fn create(path: &Path) -> Result<Self, ClusterError> {
+        static AT_EXIT: std::sync::Once = std::sync::Once::new();
+        std::fs::create_dir_all(path).map_err(|e| ClusterError {
+            path: path.display().to_string(),
+            what: format!("cannot create the cluster directory: {e}; pass a writable `--dir`"),
+        })?;
+        AT_EXIT.call_once(|| {
+            // SAFETY: registers a plain function with no arguments; it touches only a
+            // static behind a lock it never waits for.
+            unsafe {
+                libc::atexit(remove_scratch_dirs_at_exit);
+            }
+        });
+        SCRATCH_DIRS.lock().unwrap().push(path.to_path_buf());
+        Ok(Self {
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+        SCRATCH_DIRS.lock().unwrap().retain(|d| d != &self.path);
+    }
+}
+
 /// Memory-node processes started on loopback by `dmtx cluster up --local N`; killed
 /// when dropped.
 pub struct LocalNodes {
@@ -423,19 +483,33 @@ impl LocalNodes {
                 ])
                 .arg(&token_path)
                 .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
                 .spawn()
                 .map_err(|e| err(format!("starting memory node {id}: {e}")))?;
             let mut line = String::new();
             let stdout = child.stdout.take().expect("piped");
+            let mut stderr = child.stderr.take().expect("piped");
             nodes.children.push(child);
             std::io::BufReader::new(stdout)
                 .read_line(&mut line)
                 .map_err(|e| err(format!("memory node {id}: {e}")))?;
             // "memnode ID listening on ADDR (...)"
-            let addr = line
-                .split_whitespace()
-                .nth(4)
-                .ok_or_else(|| err(format!("memory node {id} did not start: `{}`", line.trim())))?;
+            let Some(addr) = line.split_whitespace().nth(4) else {
+                // It exited: its one-line error (on its stderr) is the cause, reported
+                // once here rather than as a second `error:` line.
+                let mut why = String::new();
+                let _ = stderr.read_to_string(&mut why);
+                let why = why
+                    .lines()
+                    .rev()
+                    .find_map(|l| l.strip_prefix("error: "))
+                    .map_or_else(|| format!("it printed `{}`", line.trim()), str::to_string);
+                return Err(err(format!("memory node {id} did not start: {why}")));
+            };
+            // Later messages of a running node (warnings, errors) reach our stderr.
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut stderr, &mut std::io::stderr());
+            });
             toml += &format!("\n[[memory_nodes]]\nid = {id}\naddress = \"{addr}\"\nbytes = \"{bytes}\"\n");
         }
         std::fs::write(&nodes.cluster_file, toml).map_err(|e| err(e.to_string()))?;
@@ -516,6 +590,39 @@ mod tests {
         }
     }
 
+    /// Goal: a scratch directory is removed when dropped, and also when the process ends
+    /// through `std::process::exit` (the second Ctrl-C of `dmtx bench`), which runs no
+    /// destructors. Method: this test runs itself again as a child that makes one and
+    /// exits; the parent checks that the directory is gone.
+    #[test]
+    fn scratch_dirs_are_removed_on_drop_and_on_exit() {
+        const CHILD: &str = "DMTX_TEST_SCRATCH_DIR";
+        if let Some(path) = std::env::var_os(CHILD) {
+            let dir = ScratchDir::create(Path::new(&path)).unwrap();
+            std::fs::write(dir.path().join("token"), "secret").unwrap();
+            std::process::exit(3);
+        }
+        let base = std::env::temp_dir().join(format!("dmtx-scratch-{}", std::process::id()));
+        let dropped = base.join("dropped");
+        {
+            let d = ScratchDir::create(&dropped).unwrap();
+            std::fs::write(d.path().join("token"), "secret").unwrap();
+        }
+        assert!(!dropped.exists());
+        let exited = base.join("exited");
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "cluster::tests::scratch_dirs_are_removed_on_drop_and_on_exit",
+            ])
+            .env(CHILD, &exited)
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(3), "the child made its directory and exited");
+        assert!(base.exists() && !exited.exists(), "{} left behind", exited.display());
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
     #[test]
     fn cpu_time_of_a_busy_process_is_read() {
         let me = std::process::id();
@@ -582,7 +689,10 @@ primary = 1
                 ("address = \"127.0.0.1:7401\"", "address = \"nohost\""),
                 "`memory_nodes[0].address`",
             ),
-            (("bytes = \"64MiB\"", "bytes = \"lots\""), "`memory_nodes[0].bytes`"),
+            (
+                ("bytes = \"64MiB\"", "bytes = \"lots\""),
+                "`bytes` = \"lots\" of memory node 1 (`memory_nodes[0]`): is not a size",
+            ),
             (("replicas = 2", "replicas = 3"), "`replicas` = 3"),
             (("primary = 1", "primary = 5"), "`placement[0].primary` = 5"),
             (("id = 1\n", "id = 4\n"), "without gaps"),

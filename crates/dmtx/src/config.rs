@@ -807,7 +807,14 @@ fn parse_time(flag: &'static str, raw: &str) -> Result<Duration, ConfigError> {
 /// Parse `--mn-bytes`: a byte count, optionally with `K`, `M`, `G` (powers of 1024,
 /// `KiB`/`KB`/`k` spellings accepted).
 pub fn parse_mn_bytes(raw: &str) -> Result<u64, ConfigError> {
-    let bad = |why: &str| ConfigError::invalid("--mn-bytes", raw, why);
+    parse_region_bytes(raw).map_err(|why| ConfigError::invalid("--mn-bytes", raw, &why))
+}
+
+/// Parse a memory-node region size as [`parse_mn_bytes`] does, for any flag or file
+/// field: the error is what is wrong and the fix ("has an unknown unit; use ..."), for
+/// the caller to prefix with the flag or field and the value.
+pub fn parse_region_bytes(raw: &str) -> Result<u64, String> {
+    let bad = |why: &str| why.to_string();
     let s = raw.trim();
     let split = s.find(|c: char| !c.is_ascii_digit() && c != '_').unwrap_or(s.len());
     let (num, unit) = s.split_at(split);

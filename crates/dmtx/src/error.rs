@@ -38,7 +38,7 @@ pub enum RunError {
         error: VerbError,
     },
     /// The memory nodes of the cluster file could not be reached or set up.
-    #[error("{0}")]
+    #[error(transparent)]
     Net(#[from] dmtx_net::NetError),
     /// The cluster's token file is unusable.
     #[error(transparent)]
@@ -81,7 +81,7 @@ pub enum RunError {
     Unsupported(String),
     /// The history could not be written (`--history`).
     #[error("writing the history: {0}")]
-    History(#[from] dmtx_check::format::FormatError),
+    History(dmtx_check::format::FormatError),
     /// A worker thread panicked; the run's results are incomplete.
     #[error("worker thread {thread} panicked: {message}")]
     WorkerPanicked {
@@ -119,6 +119,12 @@ impl From<KnobError> for RunError {
 impl From<StoreError> for RunError {
     fn from(e: StoreError) -> Self {
         Self::Store(e)
+    }
+}
+
+impl From<dmtx_check::format::FormatError> for RunError {
+    fn from(e: dmtx_check::format::FormatError) -> Self {
+        Self::History(e)
     }
 }
 

@@ -133,10 +133,12 @@ struct ClusterUpArgs {
     /// Region size of each.
     #[arg(long, default_value = "1GiB", value_name = "BYTES")]
     size: String,
-    /// Copies of every table.
-    #[arg(long, default_value_t = 2)]
-    replicas: u16,
-    /// Where the token and cluster file go [default: a fresh directory under the temp dir].
+    /// Copies of every table [default: the `-r`/`--replicas` of the bench after `--`, or
+    /// 2 (1 with `--local 1`)].
+    #[arg(long, value_name = "N")]
+    replicas: Option<u16>,
+    /// Where the token and cluster file go, kept afterwards [default: a fresh directory
+    /// under the temp dir, removed when `cluster up` ends].
     #[arg(long, value_name = "DIR")]
     dir: Option<std::path::PathBuf>,
     /// `bench` and its flags, after `--`.
@@ -294,21 +296,92 @@ fn sim(cmd: SimCommand) -> anyhow::Result<i32> {
     Ok(EXIT_OK)
 }
 
+/// The preset a bench names, if it is one (an unknown name is the bench's error to report).
+fn preset_of(args: &BenchArgs) -> Option<&'static dmtx::preset::Preset> {
+    let name = args.preset.as_deref()?;
+    dmtx::preset::PRESETS.iter().find(|p| p.name == name)
+}
+
+/// `dmtx cluster up`. The bench after `--` runs on the cluster's `--local` memory nodes:
+/// its `-m`/`--memory-nodes` (or its `--preset`'s) must equal `--local` (or be left
+/// out), and its `-r`/`--replicas` (or its preset's) becomes the cluster's replica count
+/// (unless `cluster up --replicas` says otherwise, which is an error). Both are checked
+/// before any node starts. A directory it made itself (no `--dir`) is removed on every
+/// way out.
 fn cluster_up(args: &ClusterUpArgs) -> anyhow::Result<i32> {
     anyhow::ensure!(args.local > 0, "--local 0: start at least one memory node");
-    let bytes = dmtx::config::parse_mn_bytes(&args.size).map_err(|e| anyhow::anyhow!("--size: {e}"))?;
-    let dir = args
-        .dir
-        .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("dmtx-cluster-{}", std::process::id())));
-    let exe = std::env::current_exe().context("locating the dmtx binary")?;
-    let nodes = dmtx::cluster::LocalNodes::start(&exe, args.local, bytes, args.replicas, &dir)?;
-    eprintln!(
-        "cluster: {} memory nodes, cluster file {}",
-        args.local,
-        nodes.cluster_file.display()
+    let bytes =
+        dmtx::config::parse_region_bytes(&args.size).map_err(|why| anyhow::anyhow!("--size {}: {why}", args.size))?;
+    let bench_args = if args.then.is_empty() {
+        None
+    } else {
+        let mut argv = vec!["dmtx".to_string()];
+        argv.extend(args.then.iter().cloned());
+        let cli = Cli::try_parse_from(&argv).map_err(|e| anyhow::anyhow!("after --: {}", clap_message(&e, &argv)))?;
+        let Command::Bench(bench_args) = cli.command else {
+            anyhow::bail!("after --: only `bench ...` can run against the cluster");
+        };
+        anyhow::ensure!(
+            bench_args.cluster.is_none(),
+            "after --: drop --cluster, `cluster up` provides it"
+        );
+        if let Some(m) = bench_args.memory_nodes.filter(|&m| m != u32::from(args.local)) {
+            anyhow::bail!(
+                "after --: --memory-nodes {m} differs from --local {}; the bench runs on the cluster's memory nodes, \
+                 so pass --local {m} or drop --memory-nodes",
+                args.local
+            );
+        }
+        if let Some(p) = preset_of(&bench_args)
+            .filter(|p| bench_args.memory_nodes.is_none() && p.memory_nodes != u32::from(args.local))
+        {
+            anyhow::bail!(
+                "after --: --preset {} runs on {} memory nodes, not --local {}; pass --local {}",
+                p.name,
+                p.memory_nodes,
+                args.local,
+                p.memory_nodes
+            );
+        }
+        Some(bench_args)
+    };
+    // The bench's replica count: its -r, else its preset's.
+    let bench_replicas = bench_args.as_ref().and_then(|b| {
+        b.replicas
+            .map(|r| (r, format!("--replicas {r}")))
+            .or_else(|| preset_of(b).map(|p| (p.replicas, format!("--preset {} (replicas {})", p.name, p.replicas))))
+    });
+    let replicas = match (args.replicas, bench_replicas) {
+        (Some(c), Some((b, what))) if u32::from(c) != b => {
+            anyhow::bail!("--replicas {c} and, after --, {what} differ; give the replica count once")
+        }
+        (Some(c), _) => c,
+        (None, Some((b, _))) => u16::try_from(b).unwrap_or(u16::MAX),
+        (None, None) => 2.min(args.local),
+    };
+    anyhow::ensure!(
+        replicas >= 1 && replicas <= args.local,
+        "--replicas {replicas}: must be between 1 and --local {}; lower --replicas or raise --local",
+        args.local
     );
-    if args.then.is_empty() {
+    // Declared before the nodes so that it is removed after they are stopped.
+    let (scratch, dir) = match &args.dir {
+        Some(d) => (None, d.clone()),
+        None => {
+            let d = std::env::temp_dir().join(format!("dmtx-cluster-{}", std::process::id()));
+            let s = dmtx::cluster::ScratchDir::create(&d)?;
+            (Some(s), d)
+        }
+    };
+    let exe = std::env::current_exe().context("locating the dmtx binary")?;
+    let nodes = dmtx::cluster::LocalNodes::start(&exe, args.local, bytes, replicas, &dir)?;
+    eprintln!(
+        "cluster: {} memory nodes, {replicas} replicas, cluster file {}{}",
+        args.local,
+        nodes.cluster_file.display(),
+        if scratch.is_some() { " (removed on exit)" } else { "" }
+    );
+    let Some(mut bench_args) = bench_args else {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)).context("installing the signal handler")?;
@@ -316,17 +389,7 @@ fn cluster_up(args: &ClusterUpArgs) -> anyhow::Result<i32> {
             std::thread::sleep(Duration::from_millis(100));
         }
         return Ok(EXIT_OK);
-    }
-    let mut argv = vec!["dmtx".to_string()];
-    argv.extend(args.then.iter().cloned());
-    let cli = Cli::try_parse_from(&argv).map_err(|e| anyhow::anyhow!("after --: {}", one_line(&e.to_string())))?;
-    let Command::Bench(mut bench_args) = cli.command else {
-        anyhow::bail!("after --: only `bench ...` can run against the cluster");
     };
-    anyhow::ensure!(
-        bench_args.cluster.is_none(),
-        "after --: drop --cluster, `cluster up` provides it"
-    );
     bench_args.cluster = Some(nodes.cluster_file.display().to_string());
     let me = std::process::id();
     let (cpu_before, own_before) = (nodes.cpu_seconds(), dmtx::cluster::process_cpu_seconds(me));
@@ -352,12 +415,14 @@ fn cluster_up(args: &ClusterUpArgs) -> anyhow::Result<i32> {
         );
     }
     drop(nodes);
+    drop(scratch);
     code
 }
 
 fn memnode(args: &MemnodeArgs) -> anyhow::Result<i32> {
     use dmtx::memnode::server::{Server, ServerConfig};
-    let bytes = dmtx::config::parse_mn_bytes(&args.size).map_err(|e| anyhow::anyhow!("--size: {e}"))?;
+    let bytes =
+        dmtx::config::parse_region_bytes(&args.size).map_err(|why| anyhow::anyhow!("--size {}: {why}", args.size))?;
     let mut cfg = ServerConfig::new(dmtx::verbs::MnId(args.node_id), bytes);
     cfg.listen = args.listen;
     cfg.cluster_id = args.cluster_id;
@@ -649,22 +714,69 @@ fn clap_exit(e: clap::Error) -> i32 {
             EXIT_ERROR
         }
         _ => {
-            let text = e.render().to_string();
-            let mut lines = text.lines();
-            let head = lines
-                .next()
-                .unwrap_or("bad command line")
-                .trim_start_matches("error: ")
-                .to_string();
-            let tips: Vec<&str> = lines.map(str::trim).filter_map(|l| l.strip_prefix("tip: ")).collect();
-            let mut msg = head;
-            if !tips.is_empty() {
-                msg.push_str(&format!(" ({})", tips.join("; ")));
-            }
-            eprintln!("error: {}; see `dmtx --help`", one_line(&msg));
+            let argv: Vec<String> = std::env::args().collect();
+            eprintln!("error: {}", clap_message(&e, &argv));
             EXIT_ERROR
         }
     }
+}
+
+/// Clap's error as one line with everything it names: the missing arguments, the valid
+/// values, its tips, and the help of the (sub)command `argv` was for, e.g. "the
+/// following required arguments were not provided: --listen <ADDR>; see `dmtx memnode
+/// --help`". Clap renders those on indented lines below its first line.
+fn clap_message(e: &clap::Error, argv: &[String]) -> String {
+    let text = e.render().to_string();
+    let mut lines = text.lines();
+    let head = lines
+        .next()
+        .unwrap_or("bad command line")
+        .trim_start_matches("error: ")
+        .trim()
+        .to_string();
+    let mut details = Vec::new();
+    let mut tips = Vec::new();
+    for line in lines {
+        // The usage and "For more information" paragraphs start unindented.
+        if !line.starts_with(' ') {
+            if line.trim().is_empty() {
+                continue;
+            }
+            break;
+        }
+        match line.trim().strip_prefix("tip: ") {
+            Some(tip) => tips.push(tip.trim()),
+            None => details.push(line.trim()),
+        }
+    }
+    let mut msg = head;
+    if !details.is_empty() {
+        if msg.ends_with(':') {
+            msg.push(' ');
+            msg.push_str(&details.join(", "));
+        } else {
+            msg.push_str(&format!(" {}", details.join(" ")));
+        }
+    }
+    if !tips.is_empty() {
+        msg.push_str(&format!(" ({})", tips.join("; ")));
+    }
+    format!("{}; see `{} --help`", one_line(&msg), command_path(argv))
+}
+
+/// The (sub)command `argv` names, as typed: `dmtx`, `dmtx memnode`, `dmtx cluster up`.
+fn command_path(argv: &[String]) -> String {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    let mut path = vec!["dmtx".to_string()];
+    for a in argv.iter().skip(1) {
+        let Some(sub) = cmd.find_subcommand(a).cloned() else {
+            break;
+        };
+        path.push(sub.get_name().to_string());
+        cmd = sub;
+    }
+    path.join(" ")
 }
 
 fn one_line(s: &str) -> String {

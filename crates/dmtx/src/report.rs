@@ -22,11 +22,12 @@ use std::path::{Path, PathBuf};
 use crate::registry::{PROTOCOLS, WORKLOADS};
 use crate::results::{BenchResult, StopReason};
 
-/// Why a report could not be made.
+/// Why a report could not be made. The cause is each variant's `source`, not part of
+/// its message, so a `{:#}` chain prints it once, last.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
     /// A file could not be read.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Read {
         /// The file.
         path: PathBuf,
@@ -34,7 +35,7 @@ pub enum ReportError {
         source: std::io::Error,
     },
     /// A file is not a run record of this schema.
-    #[error("{path}: not a dmtx run record ({source}); give the JSON files `dmtx bench --out` wrote")]
+    #[error("{path}: not a dmtx run record (give the JSON files `dmtx bench --out` wrote)")]
     Parse {
         /// The file.
         path: PathBuf,

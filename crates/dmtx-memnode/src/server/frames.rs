@@ -68,7 +68,9 @@ pub(super) fn handle(
                 return violation(out, ErrorCode::BAD_CLUSTER, m);
             }
             if !constant_time_eq(&hello.token, &cfg.token) {
-                return violation(out, ErrorCode::BAD_TOKEN, "wrong cluster token; check --token".into());
+                let m = "wrong cluster token; give the client the token file this node was started with \
+                         (`dmtx memnode --token-file`), e.g. as the cluster file's `token_file`";
+                return violation(out, ErrorCode::BAD_TOKEN, m.into());
             }
             if hello.epoch < cfg.epoch {
                 let m = format!(

@@ -29,9 +29,10 @@
 //!
 //! One accept thread (the caller of [`Server::serve_until`], or the thread that
 //! [`Server::spawn`] starts) and [`ServerConfig::threads`] serving threads. The acceptor
-//! enforces [`ServerConfig::connections_max`], sets `TCP_NODELAY` and hands each new
-//! connection to one serving thread, which owns it until it closes: the thread that is
-//! not inside an op right now and owns the fewest connections (ties rotate). Each serving
+//! enforces [`ServerConfig::connections_max`] (see "Strangers" below), sets `TCP_NODELAY`
+//! and hands each new connection to one serving thread, which owns it until it closes:
+//! the thread that is not inside an op right now and owns the fewest connections (ties
+//! rotate). Each serving
 //! thread polls its sockets with edge-triggered epoll (`mio`); handshake, idle and write
 //! timeouts are checked every 20 ms. One poll round of a connection is:
 //!
@@ -94,6 +95,27 @@
 //! Client ids are trusted like everything else after the handshake (see below): two
 //! compute nodes must not share an id, and a revoked node must rejoin under a new id.
 //!
+//! # Strangers: the connection cap and the handshake deadline
+//!
+//! A node serves at most [`ServerConfig::connections_max`] connections
+//! ([`CONNECTIONS_MAX_DEFAULT`]). A connection that has not passed its HELLO is a
+//! *stranger*: it must pass it within [`ServerConfig::handshake_timeout`]
+//! ([`HANDSHAKE_TIMEOUT_DEFAULT`], ample for a client, which sends HELLO right after
+//! connecting) or it gets an ERROR `TIMEOUT` and is closed. When the cap is reached, a
+//! new connection is admitted by cutting the **oldest stranger** (no ERROR frame; it
+//! just drops), sparing strangers whose first bytes wait unread in their socket or are
+//! being answered by their serving thread (their HELLO is about to be answered) unless
+//! all are such. So a flood of connections that never say HELLO cannot lock out a
+//! client with the token: its connection is among the newest, and from the moment its
+//! HELLO arrives until it is answered it is spared. The accept queue is 1024 long
+//! (`LISTEN_BACKLOG`, not std's 128), so a flood does not make the kernel drop the
+//! client's SYN. Only when every slot holds a client that passed the handshake is a new
+//! connection refused (ERROR `TOO_MANY_CONNECTIONS`). Cut strangers free their slots at
+//! once, but their descriptors close when their serving thread sees the cut (within a
+//! poll round); at most [`ServerConfig::connections_max`] cut strangers wait for that at
+//! a time, beyond which the acceptor leaves new connections in the listen backlog for a
+//! tick. So the node holds at most twice the cap in descriptors.
+//!
 //! # Threat model
 //!
 //! The network is trusted: nothing is encrypted or authenticated per frame, and TLS is out
@@ -144,12 +166,15 @@ pub struct ServerConfig {
     pub token: Vec<u8>,
     /// Membership epoch; HELLO naming an older one is refused.
     pub epoch: u64,
-    /// Most connections served at once; more are refused.
+    /// Most connections served at once. At the cap a new connection cuts the oldest one
+    /// that has not passed its HELLO; if every one has, it is refused (module doc,
+    /// "Strangers").
     pub connections_max: usize,
     /// Serving threads; each owns a share of the connections and polls them (module doc).
     /// [`ServerConfig::new`] sets [`default_threads`].
     pub threads: usize,
-    /// Time a new connection has to complete its HELLO.
+    /// Time a new connection has to complete its HELLO (from its accept); a stranger
+    /// holds a slot at most this long (module doc, "Strangers").
     pub handshake_timeout: Duration,
     /// A connection with no frame for this long is closed; `None` keeps it forever.
     pub idle_timeout: Option<Duration>,
@@ -160,6 +185,15 @@ pub struct ServerConfig {
     pub backing: Option<std::path::PathBuf>,
 }
 
+/// Default of [`ServerConfig::connections_max`]: enough for 64 compute-node workers
+/// times four memory-node addresses each, or 256 workers of one compute node.
+pub const CONNECTIONS_MAX_DEFAULT: usize = 256;
+
+/// Default of [`ServerConfig::handshake_timeout`]. A client sends its HELLO right after
+/// connecting, so one second covers a round trip across any data center many times
+/// over, while a stranger cannot hold a slot for longer.
+pub const HANDSHAKE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(1);
+
 /// The default number of serving threads: the machine's parallelism clamped to 2..=4
 /// (at least two so that one stalled op never stops a whole node; see the module doc).
 pub fn default_threads() -> usize {
@@ -168,8 +202,9 @@ pub fn default_threads() -> usize {
 
 impl ServerConfig {
     /// Defaults for node `node_id` with a region of `region_bytes`: loopback with a free
-    /// port, cluster 0, empty token, epoch 0, 256 connections, [`default_threads`] serving
-    /// threads, 5 s handshake, no idle limit.
+    /// port, cluster 0, empty token, epoch 0, [`CONNECTIONS_MAX_DEFAULT`] connections,
+    /// [`default_threads`] serving threads, [`HANDSHAKE_TIMEOUT_DEFAULT`] to say HELLO, no
+    /// idle limit.
     pub fn new(node_id: MnId, region_bytes: u64) -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -178,34 +213,47 @@ impl ServerConfig {
             cluster_id: 0,
             token: Vec::new(),
             epoch: 0,
-            connections_max: 256,
+            connections_max: CONNECTIONS_MAX_DEFAULT,
             threads: default_threads(),
-            handshake_timeout: Duration::from_secs(5),
+            handshake_timeout: HANDSHAKE_TIMEOUT_DEFAULT,
             idle_timeout: None,
             backing: None,
         }
     }
 }
 
-/// Why a server could not start.
+/// Why a server could not start. Each message holds the text of the error under it, so
+/// none is also a `source` (a `{:#}` chain would print it twice).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServerError {
     /// The listen address could not be bound.
-    #[error("cannot listen on {addr}: {source}; pick another address or port (`--listen`)")]
+    #[error("cannot listen on {addr}: {error}; pick another address or port (`--listen`)")]
     Bind {
         /// The address.
         addr: SocketAddr,
-        /// The OS error.
-        source: io::Error,
+        /// The OS error (its text is in the message, so it is no `source`).
+        error: io::Error,
     },
     /// The configuration is unusable.
     #[error("bad memory-node config: {0}")]
     Config(String),
     /// Another I/O failure while starting.
     #[error("memory-node server: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
+    /// The region could not be allocated (too large for this machine).
+    #[error(transparent)]
+    Region(#[from] dmtx_verbs::region::RegionAllocError),
 }
+
+impl From<io::Error> for ServerError {
+    fn from(e: io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+/// Accept-queue length asked of the kernel (see [`Server::bind`]).
+const LISTEN_BACKLOG: libc::c_int = 1024;
 
 /// How often blocked threads look at the shutdown flag and their timeouts.
 const TICK: Duration = Duration::from_millis(20);
@@ -234,9 +282,57 @@ struct Shared {
 
 #[derive(Debug, Default)]
 struct Registry {
+    /// In accept order (oldest first).
     live: Vec<Live>,
+    /// Entries of `live` cut to make room for newer connections and not yet closed by
+    /// their serving thread. Invariant: equals the count of `live` entries with
+    /// `evicted`; at most `connections_max`.
+    evicted: usize,
     /// Client ids fenced out by REVOKE; their HELLOs are refused.
     revoked: HashSet<u32>,
+}
+
+/// What the acceptor does with a new connection (see [`Registry::admit`]).
+#[derive(Debug, PartialEq, Eq)]
+enum Admission {
+    /// A slot is free.
+    Free,
+    /// The oldest stranger was cut to free a slot.
+    Evicted,
+    /// Every slot holds a client that passed the handshake.
+    Full,
+}
+
+impl Registry {
+    /// Connections that hold a slot (those cut for newer ones no longer do).
+    fn held(&self) -> usize {
+        self.live.len() - self.evicted
+    }
+
+    /// Make room for one more connection under a cap of `max`: free if there is room,
+    /// else cut the oldest connection that has not passed its HELLO.
+    fn admit(&mut self, max: usize) -> Admission {
+        if self.held() < max {
+            return Admission::Free;
+        }
+        let stranger = |l: &&mut Live| l.client.is_none() && !l.evicted;
+        // Spare a stranger whose first bytes wait unread, or are being answered right
+        // now: its HELLO is about to be answered (a client's HELLO follows its connect at
+        // once, and is usually there before the accept).
+        let mut strangers = self.live.iter_mut().filter(stranger);
+        let victim = match strangers.find(|l| !has_unread(l.fd) && !l.fence.greeting.load(Ordering::SeqCst)) {
+            Some(v) => v,
+            None => match self.live.iter_mut().find(|l| l.client.is_none() && !l.evicted) {
+                Some(v) => v,
+                None => return Admission::Full,
+            },
+        };
+        victim.evicted = true;
+        cut(victim.fd);
+        self.evicted += 1;
+        debug_assert_eq!(self.evicted, self.live.iter().filter(|l| l.evicted).count());
+        Admission::Evicted
+    }
 }
 
 /// A live connection as the registry sees it.
@@ -249,6 +345,9 @@ struct Live {
     fd: RawFd,
     /// The client id of its HELLO, once the handshake passed.
     client: Option<u32>,
+    /// Cut to make room for a newer connection (it never passed its HELLO); it no longer
+    /// holds a slot, and its serving thread closes it at the next event.
+    evicted: bool,
     fence: Arc<Fence>,
 }
 
@@ -260,6 +359,17 @@ struct Live {
 struct Fence {
     fenced: AtomicBool,
     running: Mutex<()>,
+    /// Set by the serving thread while it reads and answers the bytes of a connection that
+    /// has not passed its HELLO: the acceptor spares it (its HELLO may be in hand).
+    greeting: AtomicBool,
+}
+
+/// Whether bytes wait unread in a live connection's socket.
+fn has_unread(fd: RawFd) -> bool {
+    let mut n: libc::c_int = 0;
+    // SAFETY: `fd` is an open socket (see `cut`); FIONREAD writes one int.
+    let r = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) };
+    r == 0 && n > 0
 }
 
 /// Shut a live connection's socket down both ways (the peer sees the connection drop; its
@@ -330,7 +440,12 @@ impl Shared {
     }
 
     fn forget(&self, id: u64) {
-        self.registry.lock().unwrap().live.retain(|l| l.id != id);
+        let mut reg = self.registry.lock().unwrap();
+        if let Some(i) = reg.live.iter().position(|l| l.id == id) {
+            if reg.live.remove(i).evicted {
+                reg.evicted -= 1;
+            }
+        }
         self.live_count.fetch_sub(1, Ordering::SeqCst);
     }
 
@@ -382,16 +497,24 @@ impl Server {
                 "region_bytes is 0; give the region some memory".into(),
             ));
         }
-        let listener = TcpListener::bind(config.listen).map_err(|source| ServerError::Bind {
+        let listener = TcpListener::bind(config.listen).map_err(|error| ServerError::Bind {
             addr: config.listen,
-            source,
+            error,
         })?;
         listener.set_nonblocking(true)?;
+        // A longer accept queue than std's 128, so that a burst of connections (a flood
+        // of strangers) does not make the kernel drop a client's SYN, which costs that
+        // client a 1 s retransmission. Calling listen(2) again on a listening socket
+        // only changes its backlog; the kernel caps it at `net.core.somaxconn`.
+        // SAFETY: listen(2) on the listener's own open descriptor.
+        unsafe {
+            libc::listen(listener.as_raw_fd(), LISTEN_BACKLOG);
+        }
         let pollers = (0..config.threads)
             .map(|_| Poller::new())
             .collect::<io::Result<Vec<_>>>()?;
         let node = Arc::new(match &config.backing {
-            None => MemNode::new(config.node_id, config.region_bytes),
+            None => MemNode::try_new(config.node_id, config.region_bytes)?,
             Some(path) => {
                 MemNode::open_backed(config.node_id, path, config.region_bytes)
                     .map_err(|e| ServerError::Config(format!("--backing: {e}")))?
@@ -602,6 +725,12 @@ fn accept_loop(
         if !wait_readable(listener.as_raw_fd(), TICK) {
             continue;
         }
+        // Too many cut strangers not yet closed: leave new connections in the backlog
+        // until their threads close some (module doc, "Strangers").
+        if shared.registry.lock().unwrap().evicted >= shared.config.connections_max {
+            std::thread::sleep(TICK);
+            continue;
+        }
         let stream = match listener.accept() {
             Ok((s, _peer)) => s,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => continue,
@@ -612,30 +741,36 @@ fn accept_loop(
             }
         };
         let _ = stream.set_nodelay(true);
-        let max = shared.config.connections_max;
-        if shared.live_count.load(Ordering::SeqCst) >= max {
-            refuse(
-                stream,
-                ErrorCode::TOO_MANY_CONNECTIONS,
-                &format!(
-                    "{} serves at most {max} connections; raise connections_max or use fewer workers",
-                    shared.config.node_id
-                ),
-            );
-            continue;
-        }
         if stream.set_nonblocking(true).is_err() {
             continue;
         }
+        let max = shared.config.connections_max;
         let id = shared.next_conn.fetch_add(1, Ordering::SeqCst);
         let fence = Arc::new(Fence::default());
-        shared.registry.lock().unwrap().live.push(Live {
-            id,
-            fd: stream.as_raw_fd(),
-            client: None,
-            fence: Arc::clone(&fence),
-        });
-        shared.live_count.fetch_add(1, Ordering::SeqCst);
+        {
+            let mut reg = shared.registry.lock().unwrap();
+            if reg.admit(max) == Admission::Full {
+                drop(reg);
+                refuse(
+                    stream,
+                    ErrorCode::TOO_MANY_CONNECTIONS,
+                    &format!(
+                        "{} serves at most {max} connections and every one has a client; \
+                         raise connections_max or use fewer workers",
+                        shared.config.node_id
+                    ),
+                );
+                continue;
+            }
+            reg.live.push(Live {
+                id,
+                fd: stream.as_raw_fd(),
+                client: None,
+                evicted: false,
+                fence: Arc::clone(&fence),
+            });
+            shared.live_count.fetch_add(1, Ordering::SeqCst);
+        }
         let w = pick(&shared.links, &mut rr);
         shared.links[w].hand(Adopt {
             id,

@@ -392,6 +392,20 @@ impl Conn {
 
     /// One round: read once, answer what is complete, write once.
     fn service(&mut self, shared: &Shared, reg: &Registry, token: Token, now: Instant) -> After {
+        // A HELLO read here is answered in this very call; until then the acceptor must
+        // not cut the connection to make room (module doc of `server`, "Strangers").
+        let greeting = !self.ready;
+        if greeting {
+            self.fence.greeting.store(true, Ordering::SeqCst);
+        }
+        let after = self.service_round(shared, reg, token, now);
+        if greeting {
+            self.fence.greeting.store(false, Ordering::SeqCst);
+        }
+        after
+    }
+
+    fn service_round(&mut self, shared: &Shared, reg: &Registry, token: Token, now: Instant) -> After {
         if self.readable && !self.eof && self.closing.is_none() && !self.backpressured() {
             wire::make_room(&mut self.inb, &mut self.start, &mut self.end);
             let room = self.inb.len() - self.end;

@@ -1064,7 +1064,8 @@ impl ErrorCode {
     pub const STALE_EPOCH: Self = Self(5);
     /// A frame other than HELLO before the handshake, or a second HELLO (closes).
     pub const NOT_EXPECTED: Self = Self(6);
-    /// The server is at its connection limit (closes).
+    /// The server is at its connection limit and every connection has passed its HELLO
+    /// (closes). A connection cut to make room for a newer one gets no frame.
     pub const TOO_MANY_CONNECTIONS: Self = Self(7);
     /// A well-formed request the server cannot honour (e.g. an alignment that is not a
     /// power of two); the connection stays open.

@@ -74,12 +74,12 @@ pub enum MsgSetupError {
         cn: u16,
     },
     /// Binding the listener failed.
-    #[error("cannot listen for compute-node messages on {addr}: {source}; check the compute node's address")]
+    #[error("cannot listen for compute-node messages on {addr}: {error}; check the compute node's address")]
     Bind {
         /// The address.
         addr: SocketAddr,
-        /// The OS error.
-        source: io::Error,
+        /// The OS error (its text is in the message, so it is no `source`).
+        error: io::Error,
     },
 }
 
@@ -106,7 +106,7 @@ impl TcpMsgFabric {
     /// Start compute node `cn`'s listener on `listen`. `peers` lists every compute node,
     /// this one included (its address there is what others dial).
     pub fn bind(cn: u16, listen: SocketAddr, peers: Vec<PeerNode>, config: TcpConfig) -> Result<Self, MsgSetupError> {
-        let listener = TcpListener::bind(listen).map_err(|source| MsgSetupError::Bind { addr: listen, source })?;
+        let listener = TcpListener::bind(listen).map_err(|error| MsgSetupError::Bind { addr: listen, error })?;
         Self::with_listener(cn, listener, peers, config)
     }
 
@@ -123,7 +123,7 @@ impl TcpMsgFabric {
             .find(|p| p.cn == cn)
             .ok_or(MsgSetupError::NotListed { cn })?;
         let (my_addr, my_threads) = (me.addr, me.threads);
-        let bind_err = |source| MsgSetupError::Bind { addr: my_addr, source };
+        let bind_err = |error| MsgSetupError::Bind { addr: my_addr, error };
         let local_addr = listener.local_addr().map_err(bind_err)?;
         listener.set_nonblocking(true).map_err(bind_err)?;
         let mut workers: Vec<WorkerAddr> = peers
