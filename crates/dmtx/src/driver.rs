@@ -594,7 +594,7 @@ struct MemoryPool {
 fn local_pool(cfg: &BenchConfig, plan: &crate::plan::MemoryPlan) -> Result<MemoryPool, RunError> {
     let mn_bytes = plan.mn_bytes(cfg.mn_bytes);
     let nodes = plan.need_per_mn.len();
-    let cluster = Arc::new(LocalCluster::new(nodes, mn_bytes));
+    let cluster = Arc::new(LocalCluster::try_new(nodes, mn_bytes).map_err(RunError::Region)?);
     Ok(MemoryPool {
         fabric: Arc::new(cluster.fabric().clone()),
         regions: (0..nodes)

@@ -23,6 +23,10 @@ pub enum RunError {
     /// The run does not fit `--mn-bytes` or this host's memory; nothing was built.
     #[error("{0}")]
     DoesNotFit(Box<crate::plan::PlanError>),
+    /// The in-process memory nodes' regions could not be mapped (the message names the
+    /// size and the flags that set it).
+    #[error("{0}")]
+    Region(dmtx_verbs::region::RegionAllocError),
     /// Ctrl-C came before the measured run started; nothing was run or written.
     #[error("interrupted while {phase}; nothing was run")]
     Interrupted {

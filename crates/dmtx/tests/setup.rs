@@ -437,3 +437,16 @@ fn a_hand_edited_nic_profile_is_recorded_with_its_file_and_parameters() {
     );
     assert!(summary_a.contains("(built-in cx5, parameters "), "{summary_a}");
 }
+
+/// Reserving more address space than the OS will map is a clean error, not an abort.
+#[test]
+fn an_mn_bytes_too_large_to_map_is_a_clean_error() {
+    let out = dmtx(&["bench", "--mn-bytes", "100TiB", "-o", "-"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("cannot allocate a memory-node region") && err.contains("--mn-bytes"),
+        "{err}"
+    );
+}
