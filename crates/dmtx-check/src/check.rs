@@ -104,6 +104,9 @@ pub fn check_options(isolation: dmtx_runtime::Isolation) -> CheckOptions {
         Isolation::Serializable => (Level::Serializable, false),
         Isolation::StrictSerializable => (Level::Serializable, true),
         Isolation::SnapshotIsolation => (Level::SnapshotIsolation, false),
+        // Runs of an unchecked protocol are not checked (the driver says so); a history
+        // of one checked anyway is held to serializability.
+        Isolation::Unchecked => (Level::Serializable, false),
     };
     CheckOptions {
         level,

@@ -16,6 +16,10 @@ pub enum Isolation {
     StrictSerializable,
     /// Snapshot isolation (write skew allowed).
     SnapshotIsolation,
+    /// No guarantee: a paper's unsafe upper bound (OOCC's `upper_bound`, LOTUS's
+    /// idealized RDMA lock). It runs and is measured, its results are marked unsafe, and
+    /// an isolation check does not apply to it.
+    Unchecked,
 }
 
 impl Isolation {
@@ -25,7 +29,13 @@ impl Isolation {
             Isolation::Serializable => "serializable",
             Isolation::StrictSerializable => "strict serializable",
             Isolation::SnapshotIsolation => "snapshot isolation",
+            Isolation::Unchecked => "unchecked",
         }
+    }
+
+    /// Whether a history can be checked against it (every level but [`Isolation::Unchecked`]).
+    pub fn is_checked(self) -> bool {
+        self != Isolation::Unchecked
     }
 }
 
@@ -49,16 +59,21 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     const ABOUT: &'static str;
     /// Knobs accepted with `--set`.
     const KNOBS: &'static [KnobSpec];
-    /// The isolation level it provides.
-    const ISOLATION: Isolation;
-    /// Whether its coordinators message other compute nodes (LOTUS lock RPCs, OOCC
-    /// leases, Calvin): the runtime then gives every worker an [`crate::Rpc`]
-    /// (`ctx.rpc`), driven by the worker's executor. Protocols that only use verbs leave
-    /// it `false` and pay nothing for messaging.
-    const MESSAGING: bool = false;
 
     /// Build from `--set` values (unknown keys are refused before this is called).
     fn from_knobs(knobs: &Knobs) -> std::result::Result<Self, KnobError>;
+
+    /// The isolation level this instance provides: a knob may pick it (Motor and LOTUS
+    /// run SR or SI), and an unsafe upper bound says [`Isolation::Unchecked`].
+    fn isolation(&self) -> Isolation;
+
+    /// Whether its coordinators message other compute nodes (LOTUS lock RPCs, OOCC
+    /// leases, Calvin): the runtime then gives every worker an [`crate::Rpc`]
+    /// (`ctx.rpc`), driven by the worker's executor. Protocols that only use verbs keep
+    /// the default `false` and pay nothing for messaging.
+    fn messaging(&self) -> bool {
+        false
+    }
 
     /// How records look in a slot; tables are created with it.
     fn layout(&self) -> &dyn SlotLayout;
@@ -75,4 +90,22 @@ pub trait Protocol: Send + Sync + Sized + 'static {
 
     /// Release every lock the transaction holds (in the background).
     fn abort(txn: &mut Txn<'_, Self>);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_level_but_unchecked_is_checked() {
+        for level in [
+            Isolation::Serializable,
+            Isolation::StrictSerializable,
+            Isolation::SnapshotIsolation,
+        ] {
+            assert!(level.is_checked(), "{}", level.name());
+        }
+        assert!(!Isolation::Unchecked.is_checked());
+        assert_eq!(Isolation::Unchecked.name(), "unchecked");
+    }
 }

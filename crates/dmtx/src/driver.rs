@@ -273,14 +273,14 @@ pub fn run<P: Protocol, W: Workload>(
         }
     };
     let transport_name = cns[0].fabric.name();
-    if P::MESSAGING && sim.is_some() {
+    if proto.messaging() && sim.is_some() {
         return Err(RunError::Unsupported(format!(
             "protocol `{}` messages other compute nodes, and the simulator has no messaging yet; \
              run it without --transport sim",
             P::NAME
         )));
     }
-    if P::MESSAGING {
+    if proto.messaging() {
         if cfg.cluster.is_some() {
             return Err(RunError::Unsupported(format!(
                 "protocol `{}` messages other compute nodes, and `--cluster` runs do not wire CN-to-CN \
@@ -304,7 +304,16 @@ pub fn run<P: Protocol, W: Workload>(
         )),
         StopRule::Duration(_) => None,
     };
+    // An unsafe upper bound promises no isolation: there is nothing to check.
+    let record_history = cfg.check && proto.isolation().is_checked();
+    if cfg.check && !record_history && !cfg.quiet {
+        eprintln!(
+            "note: --check does not apply: `{}` is an unsafe upper bound (isolation `unchecked`)",
+            P::NAME
+        );
+    }
     let shared = Shared {
+        record_history,
         cns: &cns,
         proto: &proto,
         workload: &workload,
@@ -434,7 +443,7 @@ pub fn run<P: Protocol, W: Workload>(
     let mut locals = Vec::with_capacity(cfg.coordinators());
     let mut end_ns = start_ns;
     let mut last_fault = None;
-    let mut history = cfg.check.then(History::new);
+    let mut history = shared.record_history.then(History::new);
     let mut series: Vec<u64> = Vec::new();
     for outcome in outcomes {
         let o = outcome?;
@@ -519,7 +528,7 @@ pub fn run<P: Protocol, W: Workload>(
                 write_history(path, &h).map_err(RunError::History)?;
             }
             hooks.monitor.phase("checking the history");
-            Some(CheckResult::of(&check_history(&h, &check_options(P::ISOLATION))))
+            Some(CheckResult::of(&check_history(&h, &check_options(proto.isolation()))))
         }
     };
 
@@ -535,6 +544,7 @@ pub fn run<P: Protocol, W: Workload>(
         stop_reason,
         invariant,
         check,
+        isolation: proto.isolation(),
         last_fault,
         started_at_unix_s,
         load,
@@ -682,6 +692,8 @@ fn remote_pool(view: &crate::cluster::ClusterView, need: &[u64]) -> Result<Memor
 
 /// What every worker thread shares.
 struct Shared<'a, P: Protocol, W: Workload> {
+    /// Record every transaction (`--check`, on a protocol whose level can be checked).
+    record_history: bool,
     /// The compute nodes (one, except on the simulator).
     cns: &'a [Cn],
     proto: &'a Arc<P>,
@@ -769,7 +781,7 @@ fn setup_thread<P: Protocol, W: Workload>(
     let mut coords = Vec::with_capacity(shared.cfg.coroutines as usize);
     let mut locals = Vec::with_capacity(shared.cfg.coroutines as usize);
     // The thread's coordinators append to one history; no synchronisation needed.
-    let history = shared.cfg.check.then(|| Rc::new(RefCell::new(History::new())));
+    let history = shared.record_history.then(|| Rc::new(RefCell::new(History::new())));
     for c in 0..shared.cfg.coroutines {
         let mut coord = worker.coordinator(shared.proto, c)?;
         if let Some(h) = &history {

@@ -29,7 +29,8 @@
 //! | `per_txn_type` | object | type name → txn-type object |
 //! | `per_mn` | array | per memory node: `mn`, `ops` {`read`,`write`,`cas`,`faa`,`flush`}, `bytes_in` (received by the node), `bytes_out` (returned by it); every attempt and background post |
 //! | `invariant` | object | `ok` (bool), `detail` (what was checked, or what broke) |
-//! | `check` | object or null | with `--check`: `level` checked, `txns`, `committed`, `clean` (bool), `summary` (one line), `findings` (each anomaly with its smallest cycle) |
+//! | `isolation` | string | the level the protocol claims for the run: `serializable`, `strict serializable`, `snapshot isolation`, or `unchecked` (an unsafe upper bound: no check applies) |
+//! | `check` | object or null | with `--check` (and a checked level): `level` checked, `txns`, `committed`, `clean` (bool), `summary` (one line), `findings` (each anomaly with its smallest cycle) |
 //! | `last_fault` | string or null | the last verb error a coordinator saw, if any |
 //! | `sim` | object or null | `--transport sim` only: `note` (the numbers are simulated), `profile` (its name), `profile_source` (`built-in cx5` or the file), `profile_fingerprint` (a hash of every parameter), `profile_params` (every parameter), `cpu_mode`, `compute_nodes`, `verbs` (completed), `events`, `nics` (per node `node` (`mn0`, `cn0`, ...), `ops` {…}, `tx_bytes`, `rx_bytes` (wire bytes, headers included), `link_utilisation` (busier direction's share of the run)), `waits_us` (per op kind: `ops`, `admission_mean` (waiting for the connection's outstanding-READ bound), `responder_mean` (queued at the responder NIC), `latency_mean` (doorbell to reply)), `cpus` (per worker thread `cn`, `thread`, `utilisation` of its virtual CPU), `timeseries_ms` (commits per 1 ms of virtual time), `faults` (each fault fired by `--faults`, with its virtual time), `tears` (`overlaps`: READ/WRITE pairs in service together on common words; `torn`: READs that saw old and new words), `stranded` (coordinators still in a transaction a grace after an interrupt or 1 s of virtual time after the deadline, dropped there: their locks and writes stay) |
 //! | `timeseries` | object or null | commits over the measured run: `bucket_s` (bucket width, seconds), `clock` (`real`: 1 s buckets of real time on mem/tcp; `virtual`: 1 ms buckets of virtual time on sim), `committed` (commits per bucket) |
@@ -136,6 +137,10 @@ pub struct BenchResult {
     /// The isolation check of the recorded history (`--check`), else `null`.
     #[serde(default)]
     pub check: Option<CheckResult>,
+    /// The isolation level the protocol claims for this run (`serializable`, `strict
+    /// serializable`, `snapshot isolation`, or `unchecked`: an unsafe upper bound).
+    #[serde(default)]
+    pub isolation: String,
     /// The last verb error a coordinator saw.
     pub last_fault: Option<String>,
     /// What a simulated run adds (null otherwise).
@@ -699,6 +704,8 @@ pub struct RawRun<'a> {
     pub invariant: InvariantResult,
     /// History check outcome.
     pub check: Option<CheckResult>,
+    /// The protocol's claimed level.
+    pub isolation: dmtx_runtime::Isolation,
     /// Last verb error seen.
     pub last_fault: Option<String>,
     /// Start of the measured run, Unix seconds.
@@ -789,6 +796,7 @@ impl BenchResult {
                 .collect(),
             invariant: raw.invariant,
             check: raw.check,
+            isolation: raw.isolation.name().to_string(),
             last_fault: raw.last_fault,
             run_info: RunInfo {
                 host: host_name(),
@@ -1014,6 +1022,13 @@ impl BenchResult {
             if self.invariant.ok { "ok" } else { "VIOLATED" },
             self.invariant.detail
         );
+        if self.isolation == dmtx_runtime::Isolation::Unchecked.name() {
+            let _ = writeln!(
+                o,
+                "  isolation   UNCHECKED: `{}` is an unsafe upper bound; its commits promise no isolation, and --check does not apply",
+                self.protocol
+            );
+        }
         if let Some(c) = &self.check {
             let _ = writeln!(o, "  {}", c.summary);
             for f in &c.findings {

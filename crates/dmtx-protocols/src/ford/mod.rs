@@ -259,7 +259,6 @@ impl Protocol for Ford {
     const ABOUT: &'static str =
         "FORD (FAST'22/TOS'23): hitchhiked locking, coalescent commit, backup reads, selective flush";
     const KNOBS: &'static [KnobSpec] = &[BACKUP_READ, REREAD_MAX, LOG_BYTES];
-    const ISOLATION: Isolation = Isolation::Serializable;
 
     fn from_knobs(knobs: &Knobs) -> std::result::Result<Self, KnobError> {
         Ok(Self::new(FordConfig {
@@ -274,6 +273,10 @@ impl Protocol for Ford {
             })?,
             variant: FordVariant::Fixed,
         }))
+    }
+
+    fn isolation(&self) -> Isolation {
+        Isolation::Serializable
     }
 
     fn layout(&self) -> &dyn SlotLayout {
