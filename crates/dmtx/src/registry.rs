@@ -78,6 +78,20 @@ fn no_txn_types() -> &'static [&'static str] {
     &[]
 }
 
+/// The driver's knobs, which every run accepts whatever its protocol and workload
+/// ([`driver::KNOBS`]: `retry_aborts`).
+pub static DRIVER: Entry = Entry {
+    name: "driver",
+    about: "every run",
+    knobs: driver::KNOBS,
+    check: check_driver,
+    txn_types: no_txn_types,
+};
+
+fn check_driver(knobs: &Knobs) -> Result<(), KnobError> {
+    driver::Retries::from_knobs(knobs).map(drop)
+}
+
 macro_rules! registry {
     (
         protocols { $($p:ty),* $(,)? }
@@ -139,6 +153,7 @@ pub fn render_list() -> String {
     let width = PROTOCOLS
         .iter()
         .chain(WORKLOADS)
+        .chain([&DRIVER])
         .flat_map(|e| e.knobs.iter().map(|k| setting(k).len()))
         .max()
         .unwrap_or(0);
@@ -159,6 +174,11 @@ pub fn render_list() -> String {
         }
         out.push('\n');
     }
+    let _ = writeln!(out, "every run:");
+    for k in DRIVER.knobs {
+        let _ = writeln!(out, "  {:<12}   --set {:<width$}  {}", "", setting(k), k.help);
+    }
+    out.push('\n');
     out += &crate::preset::render();
     out.pop();
     out
@@ -179,6 +199,10 @@ mod tests {
             }
         }
         assert!(text.contains("ford"));
+        assert!(
+            text.contains("every run:") && text.contains("--set retry_aborts=unbounded"),
+            "{text}"
+        );
     }
 
     #[test]
