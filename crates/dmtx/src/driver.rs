@@ -1404,6 +1404,63 @@ mod tests {
     }
 
     #[test]
+    fn test_latency_buckets_are_ordered_and_within_an_eighth() {
+        let mut last = 0;
+        for ns in (0..100_000u64).chain((17..38).map(|e| (1 << e) - 1)).chain([u64::MAX]) {
+            let b = latency_bucket(ns);
+            assert!(b < LATENCY_BUCKETS, "{ns}");
+            assert!(b >= last, "monotonic at {ns}");
+            last = b;
+            let top = latency_bucket_ns_max(b);
+            let v = ns.min(LATENCY_BUCKET_NS_MAX);
+            assert!(top >= v, "{ns}: bucket {b} tops at {top}");
+            assert!(top - v <= v / 8, "{ns}: bucket {b} tops at {top}, over 1/8 above");
+            assert_eq!(latency_bucket(top), b, "{ns}");
+        }
+        let mut c = LatencyCounts::ZERO;
+        for ns in 1..=100u64 {
+            c.0[latency_bucket(ns * 1000)] += 1;
+        }
+        let p99 = c.quantile_ns(0.99).unwrap();
+        assert!((99_000..=99_000 + 99_000 / 8).contains(&p99), "{p99}");
+        let earlier = c;
+        c.0[latency_bucket(5_000_000)] += 1;
+        assert_eq!(
+            c.since(&earlier).quantile_ns(0.5),
+            Some(latency_bucket_ns_max(latency_bucket(5_000_000)))
+        );
+        assert_eq!(LatencyCounts::ZERO.quantile_ns(0.99), None);
+    }
+
+    #[test]
+    fn test_retries_knob() {
+        let r = |v: &str| Retries::from_knobs(&Knobs::parse([format!("retry_aborts={v}").as_str()]).unwrap());
+        assert_eq!(Retries::from_knobs(&Knobs::default()), Ok(Retries::Unbounded));
+        assert_eq!(r("Unbounded"), Ok(Retries::Unbounded));
+        assert_eq!(r("0"), Ok(Retries::AtMost(0)));
+        assert_eq!(r("20"), Ok(Retries::AtMost(20)));
+        let e = r("-1").unwrap_err().to_string();
+        assert!(e.contains("retry_aborts") && e.contains("`unbounded`"), "{e}");
+        assert!(!Retries::AtMost(0).allows(0));
+        assert!(Retries::AtMost(2).allows(1) && !Retries::AtMost(2).allows(2));
+        assert!(Retries::Unbounded.allows(u32::MAX));
+        assert!(retryable(AbortReason::LockConflict) && retryable(AbortReason::Validation));
+        for no in [AbortReason::User, AbortReason::Fault, AbortReason::TableFull] {
+            assert!(!retryable(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn test_time_series_covers_the_window() {
+        let s = |v: Vec<u64>, ms: u64| time_series(v, 1_000_000_000, Duration::from_millis(ms), "real").committed;
+        assert_eq!(s(vec![5, 6], 2000), [5, 6]);
+        // A commit at the deadline lands past the last whole bucket: counted in it.
+        assert_eq!(s(vec![5, 6, 1], 2000), [5, 7]);
+        assert_eq!(s(vec![5], 2500), [5, 0, 0], "buckets with no commit are zeros");
+        assert_eq!(s(vec![], 0), [0]);
+    }
+
+    #[test]
     fn test_credits_hand_out_exactly_the_budget() {
         let budget = AtomicU64::new(10);
         let (measure_from, measure_until) = (AtomicU64::new(0), AtomicU64::new(u64::MAX));
