@@ -17,11 +17,19 @@
 //!    state;
 //! 5. returns a [`BenchResult`].
 //!
-//! The hot path (one transaction of one coordinator) reads the clock twice, loads the
-//! stop flag, and records into its thread's [`RunStats`] through a `RefCell`: no lock,
-//! no allocation, no shared write. The `--txns` budget is taken from a shared counter
-//! in batches ([`CREDIT_BATCH_MAX`]) and kept per thread; an aborted attempt gives its
-//! credit back, so exactly `N` transactions commit unless the run is interrupted.
+//! Each coordinator draws a transaction ([`Workload::draw`]) and runs it
+//! ([`Workload::run`]) until it commits; an attempt aborted by a conflict
+//! ([`retryable`]) is run again with the same inputs after a short randomized backoff,
+//! as often as `--set retry_aborts` allows ([`Retries`]). A committed transaction's
+//! latency runs from its first attempt to its commit.
+//!
+//! The hot path (one attempt of one coordinator) reads the clock twice, loads the
+//! stop flag, and records into its thread's [`RunStats`] through a `RefCell` and into
+//! its own progress counters (plain stores of single-writer atomics): no lock, no
+//! allocation but a time-series bucket's first commit, no shared write. The `--txns`
+//! budget is taken from a shared counter in batches ([`CREDIT_BATCH_MAX`]) and kept per
+//! thread; a transaction that ends without committing gives its credit back, so
+//! exactly `N` transactions commit unless the run is interrupted.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -177,7 +185,7 @@ pub const RETRY_ABORTS: KnobSpec = KnobSpec {
     name: "retry_aborts",
     default: "unbounded",
     help: "retries of a transaction aborted by a conflict, with the same inputs: `unbounded` (until it commits: \
-           TPC-C, BenchBase), 0 (draw a new one: FORD's and Motor's code) or N (OOCC's code: 20)",
+           TPC-C, BenchBase), 0 (draw a new one: FORD's and Motor's code) or N (OOCC's TPC-C: 19, 20 attempts)",
 };
 
 /// Knobs of the driver, which every run accepts.
