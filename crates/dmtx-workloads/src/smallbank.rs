@@ -337,9 +337,7 @@ impl Workload for SmallBank {
                 let sav_a = txn.add_rw(SAVINGS, a);
                 let chk_a = txn.add_rw(CHECKING, a);
                 let chk_b = txn.add_rw(CHECKING, b);
-                if let Err(abort) = txn.execute().await {
-                    return Err(abort);
-                }
+                txn.execute().await?;
                 let total = *txn.get(sav_a) + *txn.get(chk_a);
                 *txn.get_mut(chk_b) += total;
                 *txn.get_mut(sav_a) = 0;
@@ -353,18 +351,14 @@ impl Workload for SmallBank {
             }
             DEPOSIT_CHECKING => {
                 let chk = txn.add_rw(CHECKING, a);
-                if let Err(abort) = txn.execute().await {
-                    return Err(abort);
-                }
+                txn.execute().await?;
                 *txn.get_mut(chk) += DEPOSIT_CHECKING_CENTS;
                 delta = DEPOSIT_CHECKING_CENTS;
             }
             SEND_PAYMENT => {
                 let chk_a = txn.add_rw(CHECKING, a);
                 let chk_b = txn.add_rw(CHECKING, b);
-                if let Err(abort) = txn.execute().await {
-                    return Err(abort);
-                }
+                txn.execute().await?;
                 if *txn.get(chk_a) < SEND_PAYMENT_CENTS {
                     return Err(txn.abort());
                 }
@@ -374,9 +368,7 @@ impl Workload for SmallBank {
             }
             TRANSACT_SAVING => {
                 let sav = txn.add_rw(SAVINGS, a);
-                if let Err(abort) = txn.execute().await {
-                    return Err(abort);
-                }
+                txn.execute().await?;
                 let balance = *txn.get(sav) + TRANSACT_SAVING_CENTS;
                 if balance < 0 {
                     return Err(txn.abort());
@@ -387,9 +379,7 @@ impl Workload for SmallBank {
             WRITE_CHECK => {
                 let sav = txn.add_ro(SAVINGS, a);
                 let chk = txn.add_rw(CHECKING, a);
-                if let Err(abort) = txn.execute().await {
-                    return Err(abort);
-                }
+                txn.execute().await?;
                 let debit = if *txn.get(sav) + *txn.get(chk) < WRITE_CHECK_CENTS {
                     WRITE_CHECK_CENTS + OVERDRAFT_PENALTY_CENTS
                 } else {

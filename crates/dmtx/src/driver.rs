@@ -1291,7 +1291,7 @@ async fn drive<P: Protocol, W: Workload>(
             if attempts > 0 {
                 coord.ctx.step(W::TXN_STEP, 1);
             }
-            attempts += 1;
+            attempts = attempts.saturating_add(1);
             let outcome = workload.run(local, &input, coord).await;
             coord.ctx.attempt_end(ty);
             let end_ns = coord.ctx.clock.now_ns();
