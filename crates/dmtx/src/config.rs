@@ -150,9 +150,10 @@ pub struct BenchArgs {
     #[arg(long = "on-fault", value_enum, default_value_t = OnFault::Stop)]
     pub on_fault: OnFault,
 
-    /// Print a status line to stderr this often while the run goes: txn/s, abort rate
-    /// and p99 latency over the time since the previous line; `0` or `off` prints none
-    /// [default: 10s when stderr is not a terminal (which gets a progress bar instead)].
+    /// Print a status line to stderr this often (real time) while the run goes: txn/s,
+    /// abort rate and p99 latency over the run's time since the previous line (virtual
+    /// on --transport sim); `0` or `off` prints none [default: 10s when stderr is not a
+    /// terminal, which gets a progress bar instead].
     #[arg(long = "status-interval", value_name = "TIME")]
     pub status_interval: Option<String>,
 }

@@ -567,9 +567,15 @@ impl Status {
             .since(&last.latency)
             .quantile_ns(0.99)
             .map_or_else(|| "-".to_string(), |ns| format!("{:.1}", ns as f64 / 1e3));
+        let at = p.elapsed.as_secs_f64();
+        // Whole seconds; finer early on (a simulated run lasts a fraction of a second).
+        let at = match at {
+            a if a < 1.0 => format!("{:.0} ms", a * 1e3),
+            a if a < 10.0 => format!("{a:.1} s"),
+            a => format!("{a:.0} s"),
+        };
         Some(format!(
-            "{:.0} s: {} txn/s, abort {aborts:.1}%, p99 {p99} us",
-            p.elapsed.as_secs_f64(),
+            "{at}: {} txn/s, abort {aborts:.1}%, p99 {p99} us",
             si(committed as f64 / secs)
         ))
     }

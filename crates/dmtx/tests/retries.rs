@@ -230,8 +230,10 @@ fn a_run_without_a_terminal_prints_status_lines() {
     let lines: Vec<&str> = err.lines().filter(|l| l.contains(" txn/s, abort ")).collect();
     assert!(lines.len() >= 2, "status lines every 300 ms of a 1.2 s run: {err}");
     for l in &lines {
-        let (secs, rest) = l.split_once(" s: ").unwrap_or_else(|| panic!("{l}"));
-        secs.parse::<u64>().unwrap_or_else(|_| panic!("{l}"));
+        let (at, rest) = l.split_once(": ").unwrap_or_else(|| panic!("{l}"));
+        let (n, unit) = at.split_once(' ').unwrap_or_else(|| panic!("{l}"));
+        n.parse::<f64>().unwrap_or_else(|_| panic!("{l}"));
+        assert!(unit == "s" || unit == "ms", "{l}");
         assert!(rest.contains("% ") || rest.contains("%,"), "{l}");
         assert!(rest.ends_with(" us"), "p99 in us: {l}");
     }
