@@ -253,8 +253,18 @@ impl Kvs {
     }
 }
 
+/// One KVS transaction: read-only or read-write, its distinct keys (the first
+/// `objects` of them) and the amount it moves.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct KvsInput {
+    rw: bool,
+    keys: [u64; OBJECTS_MAX],
+    amount: i64,
+}
+
 impl Workload for Kvs {
     type Local = KvsLocal;
+    type Input = KvsInput;
 
     const NAME: &'static str = "kvs";
     const TXN_STEP: &'static str = "kvs.txn";
@@ -304,17 +314,27 @@ impl Workload for Kvs {
         }
     }
 
-    async fn run_one<P: Protocol>(
+    fn draw(&self, local: &mut KvsLocal) -> (usize, KvsInput) {
+        let rw = self.pick_rw(&mut local.rng);
+        let mut keys = [0u64; OBJECTS_MAX];
+        self.pick_keys(&mut local.rng, &mut keys[..self.cfg.objects as usize]);
+        let amount = if rw {
+            1 + uniform(&mut local.rng, AMOUNT_MAX) as i64
+        } else {
+            0
+        };
+        (usize::from(rw), KvsInput { rw, keys, amount })
+    }
+
+    async fn run<P: Protocol>(
         &self,
         local: &mut KvsLocal,
+        input: &KvsInput,
         coord: &mut Coordinator<P>,
-    ) -> (usize, Result<Outcome, Abort>) {
+    ) -> Result<Outcome, Abort> {
         let n = self.cfg.objects as usize;
-        let rw = self.pick_rw(&mut local.rng);
-        let ty = usize::from(rw);
-        let mut keys = [0u64; OBJECTS_MAX];
-        let keys = &mut keys[..n];
-        self.pick_keys(&mut local.rng, keys);
+        let rw = input.rw;
+        let keys = &input.keys[..n];
 
         let mut objs = [None::<ObjRef<KvsValue>>; OBJECTS_MAX];
         let objs = &mut objs[..n];
@@ -322,9 +342,7 @@ impl Workload for Kvs {
         for (o, &k) in objs.iter_mut().zip(keys.iter()) {
             *o = Some(if rw { txn.add_rw(KVS, k) } else { txn.add_ro(KVS, k) });
         }
-        if let Err(abort) = txn.execute().await {
-            return (ty, Err(abort));
-        }
+        txn.execute().await?;
         let objs = objs.iter().map(|o| o.expect("every object was added"));
         let mut intact = true;
         for (o, &k) in objs.clone().zip(keys.iter()) {
@@ -332,7 +350,7 @@ impl Workload for Kvs {
         }
         // A torn or misplaced record is written back as read, so the final scan sees it too.
         if rw && intact {
-            let amount = 1 + uniform(&mut local.rng, AMOUNT_MAX) as i64;
+            let amount = input.amount;
             let out = amount * (n as i64 - 1);
             for (i, o) in objs.enumerate() {
                 let v = txn.get_mut(o);
@@ -342,15 +360,14 @@ impl Workload for Kvs {
                 v.seal();
             }
         }
-        let res = txn.commit().await;
-        if res.is_ok() {
-            if !intact {
-                local.bad_reads += 1;
-            } else if rw {
-                local.writes_committed += n as u64;
-            }
+        txn.commit().await?;
+        // Only the attempt that commits records its writes (a retried one left none).
+        if !intact {
+            local.bad_reads += 1;
+        } else if rw {
+            local.writes_committed += n as u64;
         }
-        (ty, res.map(|()| Outcome::Committed))
+        Ok(Outcome::Committed)
     }
 
     fn check(&self, locals: &[KvsLocal], snapshot: &Snapshot) -> Result<String, InvariantError> {

@@ -21,7 +21,7 @@
 //! - [`Zipf`] and [`KeyGen`]: YCSB's scrambled Zipfian (Gray et al.) and uniform keys.
 //!
 //! Depends on `dmtx-runtime` and `dmtx-store`; never names a protocol or a transport.
-//! The hot path (`run_one`) allocates nothing and draws from one `SmallRng` per
+//! The hot path (`draw` and `run`) allocates nothing and draws from one `SmallRng` per
 //! coordinator.
 //!
 //! ```
@@ -55,6 +55,6 @@ pub use smallbank::{SmallBank, SmallBankConfig, SmallBankLocal};
 pub use snapshot::Snapshot;
 pub use tatp::{Tatp, TatpConfig, TatpLocal};
 pub use tpcc::{Tpcc, TpccConfig, TpccLocal};
-pub use workload::{InvariantError, Outcome, RecordSink, Workload};
+pub use workload::{InvariantError, Metric, Outcome, RecordSink, TypeCounts, Workload};
 pub use ycsb::{Ycsb, YcsbConfig, YcsbLocal};
 pub use zipf::{KeyGen, Zipf};

@@ -248,8 +248,17 @@ impl SmallBank {
     }
 }
 
+/// One SmallBank transaction: its type and accounts (the second unused by
+/// one-account types).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SmallBankInput {
+    ty: usize,
+    accounts: (u64, u64),
+}
+
 impl Workload for SmallBank {
     type Local = SmallBankLocal;
+    type Input = SmallBankInput;
 
     const NAME: &'static str = "smallbank";
     const TXN_STEP: &'static str = "smallbank.txn";
@@ -302,25 +311,34 @@ impl Workload for SmallBank {
         }
     }
 
-    async fn run_one<P: Protocol>(
+    fn draw(&self, local: &mut SmallBankLocal) -> (usize, SmallBankInput) {
+        let rng = &mut local.rng;
+        let ty = Self::pick_type(rng);
+        let accounts = match ty {
+            AMALGAMATE | SEND_PAYMENT => self.two_accounts(rng),
+            BALANCE | DEPOSIT_CHECKING | TRANSACT_SAVING | WRITE_CHECK => (self.account(rng), 0),
+            _ => unreachable!("MIX_TABLE holds type indices below {}", TXN_TYPES.len()),
+        };
+        (ty, SmallBankInput { ty, accounts })
+    }
+
+    async fn run<P: Protocol>(
         &self,
         local: &mut SmallBankLocal,
+        input: &SmallBankInput,
         coord: &mut Coordinator<P>,
-    ) -> (usize, Result<Outcome, Abort>) {
-        let ty = Self::pick_type(&mut local.rng);
-        let rng = &mut local.rng;
+    ) -> Result<Outcome, Abort> {
+        let ty = input.ty;
+        let (a, b) = input.accounts;
         let mut txn = coord.begin();
         // Net money this transaction creates if it commits.
         let delta: i64;
         match ty {
             AMALGAMATE => {
-                let (a, b) = self.two_accounts(rng);
                 let sav_a = txn.add_rw(SAVINGS, a);
                 let chk_a = txn.add_rw(CHECKING, a);
                 let chk_b = txn.add_rw(CHECKING, b);
-                if let Err(abort) = txn.execute().await {
-                    return (ty, Err(abort));
-                }
+                txn.execute().await?;
                 let total = *txn.get(sav_a) + *txn.get(chk_a);
                 *txn.get_mut(chk_b) += total;
                 *txn.get_mut(sav_a) = 0;
@@ -328,54 +346,41 @@ impl Workload for SmallBank {
                 delta = 0;
             }
             BALANCE => {
-                let a = self.account(rng);
                 txn.add_ro(SAVINGS, a);
                 txn.add_ro(CHECKING, a);
                 delta = 0;
             }
             DEPOSIT_CHECKING => {
-                let a = self.account(rng);
                 let chk = txn.add_rw(CHECKING, a);
-                if let Err(abort) = txn.execute().await {
-                    return (ty, Err(abort));
-                }
+                txn.execute().await?;
                 *txn.get_mut(chk) += DEPOSIT_CHECKING_CENTS;
                 delta = DEPOSIT_CHECKING_CENTS;
             }
             SEND_PAYMENT => {
-                let (a, b) = self.two_accounts(rng);
                 let chk_a = txn.add_rw(CHECKING, a);
                 let chk_b = txn.add_rw(CHECKING, b);
-                if let Err(abort) = txn.execute().await {
-                    return (ty, Err(abort));
-                }
+                txn.execute().await?;
                 if *txn.get(chk_a) < SEND_PAYMENT_CENTS {
-                    return (ty, Err(txn.abort()));
+                    return Err(txn.abort());
                 }
                 *txn.get_mut(chk_a) -= SEND_PAYMENT_CENTS;
                 *txn.get_mut(chk_b) += SEND_PAYMENT_CENTS;
                 delta = 0;
             }
             TRANSACT_SAVING => {
-                let a = self.account(rng);
                 let sav = txn.add_rw(SAVINGS, a);
-                if let Err(abort) = txn.execute().await {
-                    return (ty, Err(abort));
-                }
+                txn.execute().await?;
                 let balance = *txn.get(sav) + TRANSACT_SAVING_CENTS;
                 if balance < 0 {
-                    return (ty, Err(txn.abort()));
+                    return Err(txn.abort());
                 }
                 *txn.get_mut(sav) = balance;
                 delta = TRANSACT_SAVING_CENTS;
             }
             WRITE_CHECK => {
-                let a = self.account(rng);
                 let sav = txn.add_ro(SAVINGS, a);
                 let chk = txn.add_rw(CHECKING, a);
-                if let Err(abort) = txn.execute().await {
-                    return (ty, Err(abort));
-                }
+                txn.execute().await?;
                 let debit = if *txn.get(sav) + *txn.get(chk) < WRITE_CHECK_CENTS {
                     WRITE_CHECK_CENTS + OVERDRAFT_PENALTY_CENTS
                 } else {
@@ -386,12 +391,11 @@ impl Workload for SmallBank {
             }
             _ => unreachable!("MIX_TABLE holds type indices below {}", TXN_TYPES.len()),
         }
-        let res = txn.commit().await;
-        if res.is_ok() {
-            local.delta_cents += delta;
-            local.committed[ty] += 1;
-        }
-        (ty, res.map(|()| Outcome::Committed))
+        txn.commit().await?;
+        // Only the attempt that commits records its effect (a retried one left none).
+        local.delta_cents += delta;
+        local.committed[ty] += 1;
+        Ok(Outcome::Committed)
     }
 
     fn check(&self, locals: &[SmallBankLocal], snapshot: &Snapshot) -> Result<String, InvariantError> {

@@ -28,6 +28,9 @@ pub enum Outcome {
 pub trait Workload: Send + Sync + Sized + 'static {
     /// Per-coordinator state: RNG, and whatever the invariants need (committed deltas).
     type Local: Send + 'static;
+    /// One transaction's type and random inputs, drawn by [`Workload::draw`] and reused
+    /// by every attempt of it.
+    type Input;
 
     /// Name used on the command line.
     const NAME: &'static str;
@@ -48,7 +51,7 @@ pub trait Workload: Send + Sync + Sized + 'static {
     /// Build from `--set` values (unknown keys are refused before this is called).
     fn from_knobs(knobs: &Knobs) -> Result<Self, KnobError>;
 
-    /// Names of the transaction types, indexed as `run_one` reports them.
+    /// Names of the transaction types, indexed as `draw` reports them.
     fn txn_types(&self) -> &'static [&'static str];
 
     /// The tables to create.
@@ -60,13 +63,40 @@ pub trait Workload: Send + Sync + Sized + 'static {
     /// Per-coordinator state; `seed` is derived from the run seed and `coord`.
     fn local(&self, coord: CoordId, seed: u64) -> Self::Local;
 
-    /// Pick and run one transaction; report its type index and outcome. Retrying an
+    /// Draw the next transaction: its type index (into [`Workload::txn_types`]) and
+    /// everything random about it. Drawing is apart from running so that the driver can
+    /// retry an aborted transaction with the same inputs (TPC-C §5.2.5, BenchBase,
+    /// OLTPBench).
+    fn draw(&self, local: &mut Self::Local) -> (usize, Self::Input);
+
+    /// Run one attempt of the transaction `input` describes. Whatever `local` records
+    /// about committed effects (deltas, counts the invariants use) is updated only when
+    /// this attempt commits, so an attempt that aborts and is retried leaves no trace.
+    fn run<P: Protocol>(
+        &self,
+        local: &mut Self::Local,
+        input: &Self::Input,
+        coord: &mut Coordinator<P>,
+    ) -> impl Future<Output = Result<Outcome, Abort>>;
+
+    /// Draw and run one transaction; report its type index and outcome. Retrying an
     /// aborted transaction is the driver's business, not the workload's.
     fn run_one<P: Protocol>(
         &self,
         local: &mut Self::Local,
         coord: &mut Coordinator<P>,
-    ) -> impl Future<Output = (usize, Result<Outcome, Abort>)>;
+    ) -> impl Future<Output = (usize, Result<Outcome, Abort>)> {
+        async move {
+            let (ty, input) = self.draw(local);
+            (ty, self.run(local, &input, coord).await)
+        }
+    }
+
+    /// Headline figures of a run beyond transactions per second (TPC-C's tpmC), from
+    /// each type's counts over `elapsed_s` seconds of measured run. None by default.
+    fn metrics(&self, _counts: &[TypeCounts], _elapsed_s: f64) -> Vec<Metric> {
+        Vec::new()
+    }
 
     /// Check the invariants on the quiesced database, given every coordinator's local
     /// state. `Ok` carries a one-line description of what was checked.
@@ -81,6 +111,26 @@ pub(crate) fn invalid(spec: &KnobSpec, value: impl ToString, why: impl Into<Stri
         value: value.to_string(),
         why: why.into(),
     }
+}
+
+/// What one transaction type did in a run, as [`Workload::metrics`] sees it.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct TypeCounts {
+    /// Commits (successful or not).
+    pub committed: u64,
+    /// Transactions the workload rolled back on purpose (TPC-C NewOrder's 1%).
+    pub rolled_back: u64,
+}
+
+/// A named headline figure of a run (`tpmc`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Metric {
+    /// Key in the JSON record (`tpmc`).
+    pub name: &'static str,
+    /// Its value.
+    pub value: f64,
+    /// What it counts, for the summary (`NewOrders per minute over 2 warehouses`).
+    pub about: String,
 }
 
 /// Where [`Workload::load`] hands each initial record: `(key, value bytes)`, e.g.

@@ -155,6 +155,13 @@ pub struct BenchArgs {
     /// the node; `continue` keeps running and counts fault aborts (failure experiments).
     #[arg(long = "on-fault", value_enum, default_value_t = OnFault::Stop)]
     pub on_fault: OnFault,
+
+    /// Print a status line to stderr this often (real time) while the run goes: txn/s,
+    /// abort rate and p99 latency over the run's time since the previous line (virtual
+    /// on --transport sim); `0` or `off` prints none [default: 10s when stderr is not a
+    /// terminal, which gets a progress bar instead].
+    #[arg(long = "status-interval", value_name = "TIME")]
+    pub status_interval: Option<String>,
 }
 
 /// `--transport`: how an in-process run reaches its memory nodes.
@@ -258,6 +265,7 @@ impl Default for BenchArgs {
             nic: None,
             cpu: None,
             faults: None,
+            status_interval: None,
         }
     }
 }
@@ -436,11 +444,12 @@ impl BenchConfig {
         pairs.extend(sets.into_iter().cloned());
         let args = &args;
         let knobs = Knobs::parse(pairs.iter().map(String::as_str))?;
-        knobs.check_known(&[protocol.knobs, workload.knobs])?;
+        knobs.check_known(&[protocol.knobs, workload.knobs, registry::DRIVER.knobs])?;
         (protocol.check)(&knobs)?;
         (workload.check)(&knobs)?;
+        (registry::DRIVER.check)(&knobs)?;
         let mut cfg = Self::from_args_unchecked(args, knobs)?;
-        cfg.knobs_effective = effective_knobs(&cfg.knobs, &[protocol, workload]);
+        cfg.knobs_effective = effective_knobs(&cfg.knobs, &[protocol, workload, &registry::DRIVER]);
         if let (Some(_), TransportKind::Sim) = (&args.cluster, args.transport) {
             return Err(ConfigError::Conflict {
                 first: "--cluster".into(),
@@ -772,6 +781,21 @@ pub use dmtx_runtime::did_you_mean;
 /// Parse `--duration`: plain seconds (`10`, `0.5`) or a number with `ms`, `s` or `m`.
 pub fn parse_duration(raw: &str) -> Result<Duration, ConfigError> {
     parse_time("--duration", raw)
+}
+
+/// Default `--status-interval` when stderr is not a terminal.
+pub const STATUS_INTERVAL_DEFAULT: Duration = Duration::from_secs(10);
+
+/// `--status-interval`: how often to print a status line, or `None` for never. Without
+/// the flag, [`STATUS_INTERVAL_DEFAULT`] unless stderr is a terminal (which shows a
+/// progress bar instead).
+pub fn status_interval(raw: Option<&str>, stderr_is_terminal: bool) -> Result<Option<Duration>, ConfigError> {
+    match raw.map(str::trim) {
+        None if stderr_is_terminal => Ok(None),
+        None => Ok(Some(STATUS_INTERVAL_DEFAULT)),
+        Some("0" | "off") => Ok(None),
+        Some(t) => parse_time("--status-interval", t).map(Some),
+    }
 }
 
 /// Parse a time given to `flag` (the error names it).

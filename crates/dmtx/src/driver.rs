@@ -17,11 +17,19 @@
 //!    state;
 //! 5. returns a [`BenchResult`].
 //!
-//! The hot path (one transaction of one coordinator) reads the clock twice, loads the
-//! stop flag, and records into its thread's [`RunStats`] through a `RefCell`: no lock,
-//! no allocation, no shared write. The `--txns` budget is taken from a shared counter
-//! in batches ([`CREDIT_BATCH_MAX`]) and kept per thread; an aborted attempt gives its
-//! credit back, so exactly `N` transactions commit unless the run is interrupted.
+//! Each coordinator draws a transaction ([`Workload::draw`]) and runs it
+//! ([`Workload::run`]) until it commits; an attempt aborted by a conflict
+//! ([`retryable`]) is run again with the same inputs after a short randomized backoff,
+//! as often as `--set retry_aborts` allows ([`Retries`]). A committed transaction's
+//! latency runs from its first attempt to its commit.
+//!
+//! The hot path (one attempt of one coordinator) reads the clock twice, loads the
+//! stop flag, and records into its thread's [`RunStats`] through a `RefCell` and into
+//! its own progress counters (plain stores of single-writer atomics): no lock, no
+//! allocation but a time-series bucket's first commit, no shared write. The `--txns`
+//! budget is taken from a shared counter in batches ([`CREDIT_BATCH_MAX`]) and kept per
+//! thread; a transaction that ends without committing gives its credit back, so
+//! exactly `N` transactions commit unless the run is interrupted.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -35,17 +43,17 @@ use dmtx_check::recorder::Recorder;
 use dmtx_check::{check as check_history, check_options};
 use dmtx_memnode::{Control, ControlError, LocalCluster, TableMeta};
 use dmtx_runtime::{
-    block_on, scan_table, AbortReason, AddrCache, Clock, Cn, CoordCtx, CoordId, Coordinator, Protocol, RealClock,
-    SharedAddrCache,
+    block_on, scan_table, AbortReason, AddrCache, Clock, Cn, CoordCtx, CoordId, Coordinator, KnobError, KnobSpec,
+    Knobs, Protocol, RealClock, SharedAddrCache,
 };
 use dmtx_sim::{NodeClock, Sim, SimConfig, SimExecutor, SimFabric};
 use dmtx_store::{create_table, Catalog, TableBuilder, TableSpec};
 use dmtx_verbs::{Fabric, MemFabric, MnCounters, MnId, Region, Transport};
-use dmtx_workloads::{Outcome, Snapshot, Workload};
+use dmtx_workloads::{Outcome, Snapshot, TypeCounts, Workload};
 
 use crate::config::{BenchConfig, OnFault, StopRule};
 use crate::error::RunError;
-use crate::results::{BenchResult, CheckResult, InvariantResult, RawRun, SimRaw, StopReason};
+use crate::results::{BenchResult, CheckResult, InvariantResult, RawRun, SimRaw, StopReason, TimeSeries};
 use crate::stats::RunStats;
 
 /// Largest batch of `--txns` credits a thread takes from the shared budget at once.
@@ -91,7 +99,136 @@ pub struct Progress {
     pub committed: u64,
     /// Attempts so far.
     pub attempted: u64,
+    /// Commits so far by latency (first attempt to commit), warm-up included.
+    pub latency: LatencyCounts,
 }
+
+/// Sub-buckets per power of two of [`latency_bucket`]: 2^3, so a bucket is at most
+/// 1/8 of its lower edge wide (12.5%).
+pub const LATENCY_SUB_BITS: u32 = 3;
+/// Largest latency told apart by [`latency_bucket`]: 2^37 ns (137 s), above
+/// [`LATENCY_NS_MAX`](crate::stats::LATENCY_NS_MAX).
+pub const LATENCY_BUCKET_NS_MAX: u64 = (1 << 37) - 1;
+/// Buckets of [`latency_bucket`].
+pub const LATENCY_BUCKETS: usize = latency_bucket(LATENCY_BUCKET_NS_MAX) + 1;
+
+/// The bucket of a latency in a coarse log-linear histogram: exact below 8 ns, then 8
+/// buckets per power of two. Cheap enough for every commit of the hot path, which
+/// keeps the exact HDR histograms apart, for the results.
+#[inline]
+pub const fn latency_bucket(ns: u64) -> usize {
+    let v = if ns > LATENCY_BUCKET_NS_MAX {
+        LATENCY_BUCKET_NS_MAX
+    } else {
+        ns
+    };
+    if v < 1 << LATENCY_SUB_BITS {
+        return v as usize;
+    }
+    let e = 63 - v.leading_zeros();
+    let sub = (v >> (e - LATENCY_SUB_BITS)) & ((1 << LATENCY_SUB_BITS) - 1);
+    (((e - LATENCY_SUB_BITS + 1) << LATENCY_SUB_BITS) as u64 + sub) as usize
+}
+
+/// The largest latency in bucket `b` of [`latency_bucket`], in ns.
+pub const fn latency_bucket_ns_max(b: usize) -> u64 {
+    if b < 1 << LATENCY_SUB_BITS {
+        return b as u64;
+    }
+    let e = (b >> LATENCY_SUB_BITS) as u32 + LATENCY_SUB_BITS - 1;
+    let sub = (b & ((1 << LATENCY_SUB_BITS) - 1)) as u64;
+    let lo = ((1 << LATENCY_SUB_BITS) + sub) << (e - LATENCY_SUB_BITS);
+    lo + (1 << (e - LATENCY_SUB_BITS)) - 1
+}
+
+/// Commits per latency bucket ([`latency_bucket`]), summed over the threads.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LatencyCounts(pub [u64; LATENCY_BUCKETS]);
+
+impl LatencyCounts {
+    /// No commits.
+    pub const ZERO: LatencyCounts = LatencyCounts([0; LATENCY_BUCKETS]);
+
+    /// The commits counted here and not in `earlier` (a snapshot of the same run).
+    pub fn since(&self, earlier: &LatencyCounts) -> LatencyCounts {
+        let mut d = *self;
+        for (a, b) in d.0.iter_mut().zip(earlier.0) {
+            *a = a.saturating_sub(b);
+        }
+        d
+    }
+
+    /// The upper edge of the bucket holding quantile `q` (0 to 1) in ns: at most 12.5%
+    /// above the exact value. `None` without commits.
+    pub fn quantile_ns(&self, q: f64) -> Option<u64> {
+        let total: u64 = self.0.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
+        let mut seen = 0;
+        for (b, &n) in self.0.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return Some(latency_bucket_ns_max(b));
+            }
+        }
+        unreachable!("rank {rank} is at most the total {total}")
+    }
+}
+
+/// `--set retry_aborts`: retries of an aborted transaction, with the same inputs.
+pub const RETRY_ABORTS: KnobSpec = KnobSpec {
+    name: "retry_aborts",
+    default: "unbounded",
+    help: "retries of a transaction aborted by a conflict, with the same inputs: `unbounded` (until it commits: \
+           TPC-C, BenchBase), 0 (draw a new one: FORD's and Motor's code) or N (OOCC's TPC-C: 19, 20 attempts)",
+};
+
+/// Knobs of the driver, which every run accepts.
+pub const KNOBS: &[KnobSpec] = &[RETRY_ABORTS];
+
+/// How often an aborted transaction is run again with the same inputs
+/// ([`RETRY_ABORTS`]). Only [`retryable`] aborts are; a run's stop flag ends retrying.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Retries {
+    /// Until it commits (or the run stops).
+    Unbounded,
+    /// At most this many times; 0 draws a new transaction after every abort.
+    AtMost(u32),
+}
+
+impl Retries {
+    /// From `--set retry_aborts` (or its default).
+    pub fn from_knobs(knobs: &Knobs) -> Result<Self, KnobError> {
+        let raw: String = knobs.get(&RETRY_ABORTS)?;
+        if raw.eq_ignore_ascii_case("unbounded") {
+            return Ok(Retries::Unbounded);
+        }
+        raw.parse().map(Retries::AtMost).map_err(|_| KnobError::Invalid {
+            key: RETRY_ABORTS.name.into(),
+            value: raw.clone(),
+            why: format!(
+                "expected `unbounded` or a count of retries up to {}; e.g. `--set retry_aborts=20`",
+                u32::MAX
+            ),
+        })
+    }
+
+    /// Whether a transaction that has been retried `done` times may be retried again.
+    #[inline]
+    pub fn allows(self, done: u32) -> bool {
+        match self {
+            Retries::Unbounded => true,
+            Retries::AtMost(n) => done < n,
+        }
+    }
+}
+
+/// Bucket of the time series on a real clock (`mem`, `tcp`): 1 s.
+pub const SERIES_BUCKET_NS_REAL: u64 = 1_000_000_000;
+/// Bucket of the time series on the simulator's virtual clock: 1 ms.
+pub const SERIES_BUCKET_NS_SIM: u64 = 1_000_000;
 
 /// How the caller talks to a run in progress.
 pub struct RunHooks<'a> {
@@ -104,12 +241,23 @@ pub struct RunHooks<'a> {
     pub probes: Option<Arc<dyn dmtx_runtime::ProbeSource>>,
 }
 
-/// One thread's progress counters, on their own cache line; written by that thread only.
-#[derive(Default)]
+/// One thread's progress counters, on their own cache lines; written by that thread only.
 #[repr(align(128))]
 struct ThreadProgress {
     committed: AtomicU64,
     attempted: AtomicU64,
+    /// Commits by latency bucket ([`latency_bucket`]).
+    latency: [AtomicU64; LATENCY_BUCKETS],
+}
+
+impl Default for ThreadProgress {
+    fn default() -> Self {
+        Self {
+            committed: AtomicU64::new(0),
+            attempted: AtomicU64::new(0),
+            latency: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
 }
 
 /// A [`Control`] that hands out addresses without memory: measures what a
@@ -312,6 +460,11 @@ pub fn run<P: Protocol, W: Workload>(
             P::NAME
         );
     }
+    let series_bucket_ns = if sim.is_some() {
+        SERIES_BUCKET_NS_SIM
+    } else {
+        SERIES_BUCKET_NS_REAL
+    };
     let shared = Shared {
         record_history,
         cns: &cns,
@@ -332,11 +485,21 @@ pub fn run<P: Protocol, W: Workload>(
         limit: Mutex::new(None),
         measure_from_ns: AtomicU64::new(0),
         measure_until_ns: AtomicU64::new(u64::MAX),
+        retries: Retries::from_knobs(&cfg.knobs)?,
+        series_bucket_ns,
+        series_origin_ns: AtomicU64::new(0),
     };
     let warmup_ns = cfg.warmup.as_nanos() as u64;
     // The measured window: from the end of the warm-up to the deadline.
     let open_window = |start_ns: u64| {
-        shared.measure_from_ns.store(start_ns + warmup_ns, Ordering::Relaxed);
+        let from = start_ns + warmup_ns;
+        shared.measure_from_ns.store(from, Ordering::Relaxed);
+        let origin = if sim.is_some() {
+            from - from % series_bucket_ns
+        } else {
+            from
+        };
+        shared.series_origin_ns.store(origin, Ordering::Relaxed);
         if let StopRule::Duration(d) = cfg.stop {
             let until = start_ns + warmup_ns + d.as_nanos() as u64;
             shared.measure_until_ns.store(until, Ordering::Relaxed);
@@ -533,14 +696,36 @@ pub fn run<P: Protocol, W: Workload>(
     };
 
     // 6. The record.
+    let elapsed = Duration::from_nanos(end_ns.saturating_sub(start_ns));
+    let counts: Vec<TypeCounts> = stats
+        .types
+        .iter()
+        .map(|t| TypeCounts {
+            committed: t.committed,
+            rolled_back: t.rolled_back,
+        })
+        .collect();
+    let metrics = workload.metrics(&counts, elapsed.as_secs_f64());
+    let timeseries = Some(time_series(
+        series.clone(),
+        shared.series_bucket_ns,
+        elapsed,
+        if sim.is_some() {
+            crate::results::Clock::Virtual
+        } else {
+            crate::results::Clock::Real
+        },
+    ));
     Ok(BenchResult::from_run(RawRun {
+        metrics,
+        timeseries,
         cfg,
         transport: transport_name,
         mn_bytes,
         txn_types: types,
         stats: &stats,
         per_mn: &per_mn,
-        elapsed: Duration::from_nanos(end_ns.saturating_sub(start_ns)),
+        elapsed,
         stop_reason,
         invariant,
         check,
@@ -552,8 +737,6 @@ pub fn run<P: Protocol, W: Workload>(
         real,
         sim: match (&sim, &cfg.sim) {
             (Some(sim), Some(setup)) => {
-                // The series counts from virtual 0; the run started at `start_ns`.
-                let skip = (start_ns / 1_000_000) as usize;
                 // The fabric's and CPUs' counters over the window: at the deadline (or the
                 // end) less those at the end of the warm-up.
                 let (mut load, mut cpus, mut stats) = match sim_window.1.take() {
@@ -574,7 +757,7 @@ pub fn run<P: Protocol, W: Workload>(
                     load,
                     cpus,
                     stats,
-                    series: series.get(skip..).unwrap_or_default().to_vec(),
+                    series: series.clone(),
                     faults: sim
                         .fault_log()
                         .into_iter()
@@ -721,6 +904,13 @@ struct Shared<'a, P: Protocol, W: Workload> {
     /// Clock time when measuring ends (`--duration`'s deadline; `u64::MAX` for
     /// `--txns`): attempts that end later are finished but not counted.
     measure_until_ns: AtomicU64,
+    /// How often an aborted transaction is run again (`retry_aborts`).
+    retries: Retries,
+    /// Width of a time-series bucket, ns of the run's clock.
+    series_bucket_ns: u64,
+    /// Clock time of the series' first bucket: the end of the warm-up (on the
+    /// simulator, rounded down to its bucket, so buckets are whole ms of virtual time).
+    series_origin_ns: AtomicU64,
 }
 
 impl<P: Protocol, W: Workload> Shared<'_, P, W> {
@@ -729,10 +919,14 @@ impl<P: Protocol, W: Workload> Shared<'_, P, W> {
             elapsed,
             committed: 0,
             attempted: 0,
+            latency: LatencyCounts::ZERO,
         };
         for t in &self.progress {
             p.committed += t.committed.load(Ordering::Relaxed);
             p.attempted += t.attempted.load(Ordering::Relaxed);
+            for (a, b) in p.latency.0.iter_mut().zip(&t.latency) {
+                *a += b.load(Ordering::Relaxed);
+            }
         }
         p
     }
@@ -747,7 +941,7 @@ struct ThreadOutcome<L> {
     last_fault: Option<String>,
     /// Every transaction of the thread's coordinators (with `--check`).
     history: Option<History>,
-    /// Commits per ms (simulated runs).
+    /// Commits per bucket of the series.
     series: Vec<u64>,
 }
 
@@ -813,7 +1007,10 @@ fn thread_ctx<'a, P: Protocol, W: Workload>(t: u16, shared: &'a Shared<'a, P, W>
         attempted: Cell::new(0),
         stop_on_fault: (shared.cfg.on_fault == OnFault::Stop).then_some(&shared.fault),
         stop_on_limit: Some(&shared.limit),
-        series: shared.cfg.sim.is_some().then(|| RefCell::new(Vec::new())),
+        series: RefCell::new(Vec::new()),
+        series_bucket_ns: shared.series_bucket_ns,
+        series_origin_ns: &shared.series_origin_ns,
+        retries: shared.retries,
         measure_from_ns: &shared.measure_from_ns,
         measure_until_ns: &shared.measure_until_ns,
     }
@@ -840,7 +1037,7 @@ fn finish_thread<P: Protocol, L>(
     // A budget handed out but not used (the run was interrupted) is simply dropped.
     ThreadOutcome {
         history,
-        series: th.series.map(RefCell::into_inner).unwrap_or_default(),
+        series: th.series.into_inner(),
         stats: th.stats.into_inner(),
         locals,
         per_mn,
@@ -1000,8 +1197,14 @@ struct ThreadCtx<'a> {
     stop_on_fault: Option<&'a Mutex<Option<(String, u64)>>>,
     /// Where the first `log_full` abort goes (and the run stops).
     stop_on_limit: Option<&'a Mutex<Option<(AbortReason, u64)>>>,
-    /// Commits per ms of the run (simulated runs: `timeseries_ms`).
-    series: Option<RefCell<Vec<u64>>>,
+    /// Commits per bucket of [`ThreadCtx::series_bucket_ns`] from the series origin.
+    series: RefCell<Vec<u64>>,
+    /// [`SERIES_BUCKET_NS_REAL`] or [`SERIES_BUCKET_NS_SIM`].
+    series_bucket_ns: u64,
+    /// Clock time of the series' first bucket.
+    series_origin_ns: &'a AtomicU64,
+    /// How often an aborted transaction is run again.
+    retries: Retries,
     /// When measuring starts (clock ns).
     measure_from_ns: &'a AtomicU64,
     /// When measuring ends (clock ns).
@@ -1057,8 +1260,10 @@ impl ThreadCtx<'_> {
         }
     }
 
+    /// Count an attempt in the thread's progress counters (read by the main thread's
+    /// status), and a commit's latency in the coarse histogram of [`LatencyCounts`].
     #[inline]
-    fn publish(&self, committed: bool) {
+    fn publish(&self, committed: bool, latency_ns: u64) {
         // Single writer per thread: a plain store of the thread's own count.
         let a = self.attempted.get() + 1;
         self.attempted.set(a);
@@ -1067,11 +1272,51 @@ impl ThreadCtx<'_> {
             let c = self.committed.get() + 1;
             self.committed.set(c);
             self.progress.committed.store(c, Ordering::Relaxed);
+            let slot = &self.progress.latency[latency_bucket(latency_ns)];
+            slot.store(slot.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         }
+    }
+
+    /// Count a commit that ended at `end_ns` in its bucket of the time series.
+    #[inline]
+    fn record_series(&self, end_ns: u64) {
+        let at = end_ns.saturating_sub(self.series_origin_ns.load(Ordering::Relaxed)) / self.series_bucket_ns;
+        let mut s = self.series.borrow_mut();
+        let at = at as usize;
+        if s.len() <= at {
+            // Grows once per bucket of time; a run of 1 s buckets allocates a few times.
+            s.resize(at + 1, 0);
+        }
+        s[at] += 1;
     }
 }
 
-/// One coordinator's loop: run transactions until stopped, counting each attempt.
+/// Whether an abort for `reason` is retried: the concurrency aborts, whose next
+/// attempt may well commit. Not the workload's own decision (`user`: SmallBank's
+/// insufficient funds), a lost node (`fault`) or a full table (`table_full`), which the
+/// same inputs would meet again.
+pub fn retryable(reason: AbortReason) -> bool {
+    matches!(
+        reason,
+        AbortReason::LockConflict
+            | AbortReason::Validation
+            | AbortReason::Invisible
+            | AbortReason::Torn
+            // Escapes a workload only where a concurrent commit explains it (TPC-C
+            // StockLevel's ORDER not inserted yet; TATP's not-found is an outcome).
+            | AbortReason::NotFound
+            | AbortReason::Duplicate
+    )
+}
+
+/// One coordinator's loop: draw a transaction, run it until it commits or may not be
+/// retried ([`Retries`], [`retryable`]), then the next, until stopped; every attempt is
+/// counted.
+///
+/// A committed transaction's latency runs from its first attempt's start to the commit
+/// (what TPC-C and BenchBase report); every attempt, and every abort, goes through
+/// [`ThreadCtx::stop_on`]. An attempt that ends outside the measured window is run but
+/// not counted.
 async fn drive<P: Protocol, W: Workload>(
     workload: &W,
     coord: &mut Coordinator<P>,
@@ -1079,57 +1324,103 @@ async fn drive<P: Protocol, W: Workload>(
     th: &ThreadCtx<'_>,
 ) {
     let mut measuring = false;
-    loop {
+    let mut backoff_rng = splitmix64(coord.ctx.id.global());
+    'txns: loop {
         if th.stop.load(Ordering::Relaxed) || !th.take_credit() {
             return;
         }
-        let start_ns = coord.ctx.clock.now_ns();
-        if !measuring && start_ns >= th.measure_from_ns.load(Ordering::Relaxed) {
-            // The warm-up is over: count this coordinator's load from here.
-            measuring = true;
-            coord.ctx.per_mn.iter_mut().for_each(|m| *m = MnCounters::default());
-        }
+        let first_ns = coord.ctx.clock.now_ns();
+        let mut start_ns = first_ns;
         coord.ctx.step(W::TXN_STEP, 1);
-        let (ty, outcome) = workload.run_one(local, coord).await;
-        coord.ctx.attempt_end(ty);
-        let end_ns = coord.ctx.clock.now_ns();
-        let latency_ns = end_ns.saturating_sub(start_ns);
-        let counters = coord.ctx.txn_counters;
-        // Attempts of the warm-up, and those that end after the deadline (the
-        // transactions in hand when it came), are run, not counted.
-        let counted = measuring && end_ns <= th.measure_until_ns.load(Ordering::Relaxed);
-        match outcome {
-            // A fault still stops the run below.
-            Ok(_) if !counted => {}
-            Err(abort) if !counted => {
-                th.return_credit();
-                th.stop_on(abort.reason, coord);
+        let (ty, input) = workload.draw(local);
+        let mut attempts: u32 = 0;
+        loop {
+            if !measuring && start_ns >= th.measure_from_ns.load(Ordering::Relaxed) {
+                // The warm-up is over: count this coordinator's load from here.
+                measuring = true;
+                coord.ctx.per_mn.iter_mut().for_each(|m| *m = MnCounters::default());
             }
-            Ok(o @ (Outcome::Committed | Outcome::Unsuccessful)) => {
-                if let Some(series) = &th.series {
-                    // Virtual time starts at 0 with the run.
-                    let ms = (end_ns / 1_000_000) as usize;
-                    let mut s = series.borrow_mut();
-                    if s.len() <= ms {
-                        s.resize(ms + 1, 0);
+            if attempts > 0 {
+                coord.ctx.step(W::TXN_STEP, 1);
+            }
+            attempts = attempts.saturating_add(1);
+            let outcome = workload.run(local, &input, coord).await;
+            coord.ctx.attempt_end(ty);
+            let end_ns = coord.ctx.clock.now_ns();
+            let counters = coord.ctx.txn_counters;
+            // Attempts of the warm-up, and those that end after the deadline (the
+            // transactions in hand when it came), are run, not counted.
+            let counted = measuring && end_ns <= th.measure_until_ns.load(Ordering::Relaxed);
+            let committed = matches!(outcome, Ok(Outcome::Committed | Outcome::Unsuccessful));
+            let latency_ns = end_ns.saturating_sub(first_ns);
+            th.publish(committed, latency_ns);
+            match outcome {
+                Ok(o @ (Outcome::Committed | Outcome::Unsuccessful)) => {
+                    if counted {
+                        th.record_series(end_ns);
+                        th.stats
+                            .borrow_mut()
+                            .commit(ty, &counters, latency_ns, o == Outcome::Committed, attempts);
                     }
-                    s[ms] += 1;
+                    continue 'txns;
                 }
-                th.stats
-                    .borrow_mut()
-                    .commit(ty, &counters, latency_ns, o == Outcome::Committed)
-            }
-            Ok(Outcome::RolledBack) => {
-                th.stats.borrow_mut().rolled_back(ty, &counters);
-                th.return_credit();
-            }
-            Err(abort) => {
-                th.stats.borrow_mut().abort(ty, abort.reason, &counters);
-                th.return_credit();
-                th.stop_on(abort.reason, coord);
+                Ok(Outcome::RolledBack) => {
+                    if counted {
+                        th.stats.borrow_mut().rolled_back(ty, &counters);
+                    }
+                    th.return_credit();
+                    continue 'txns;
+                }
+                Err(abort) => {
+                    if counted {
+                        th.stats.borrow_mut().abort(ty, abort.reason, &counters);
+                    }
+                    th.stop_on(abort.reason, coord);
+                    if retryable(abort.reason) && th.retries.allows(attempts - 1) && !th.stop.load(Ordering::Relaxed) {
+                        backoff(&mut backoff_rng, attempts).await;
+                        start_ns = coord.ctx.clock.now_ns();
+                        continue;
+                    }
+                    th.return_credit();
+                    continue 'txns;
+                }
             }
         }
-        th.publish(matches!(outcome, Ok(Outcome::Committed | Outcome::Unsuccessful)));
+    }
+}
+
+/// The record's time series: `series` (commits per bucket from the start of the
+/// window) cut to the buckets the window covers, `ceil(elapsed / bucket)`. A commit
+/// that ends exactly at the deadline falls just past the last whole bucket and is
+/// counted in the last one, so the buckets sum to the committed count.
+fn time_series(mut series: Vec<u64>, bucket_ns: u64, elapsed: Duration, clock: crate::results::Clock) -> TimeSeries {
+    let buckets = (elapsed.as_nanos() as u64).div_ceil(bucket_ns).max(1) as usize;
+    if series.len() > buckets {
+        let late: u64 = series.drain(buckets..).sum();
+        series[buckets - 1] += late;
+    }
+    series.resize(buckets, 0);
+    TimeSeries {
+        bucket_s: bucket_ns as f64 / 1e9,
+        clock,
+        committed: series,
+    }
+}
+
+/// Largest exponent of the backoff before a retry: at most 2^this yields.
+pub const RETRY_BACKOFF_EXP_MAX: u32 = 10;
+
+/// Wait before retry `attempts` of a transaction: yield to the thread's other
+/// coordinators a random number of times below `2^min(attempts, RETRY_BACKOFF_EXP_MAX)`
+/// (randomized exponential backoff, as Deneva's abort queue does in time). Without
+/// it, transactions that abort each other on partly taken locks retry in step and
+/// abort each other again (a livelock seen on TPC-C with 2 warehouses). Counted in
+/// yields, not clock time, so it ends on the simulator too whatever else is pending.
+async fn backoff(rng: &mut u64, attempts: u32) {
+    *rng = splitmix64(*rng);
+    let yields = *rng % (1u64 << attempts.min(RETRY_BACKOFF_EXP_MAX));
+    for _ in 0..yields {
+        dmtx_runtime::yield_now().await;
     }
 }
 
@@ -1173,6 +1464,70 @@ mod tests {
     }
 
     #[test]
+    fn test_latency_buckets_are_ordered_and_within_an_eighth() {
+        let mut last = 0;
+        for ns in (0..100_000u64).chain((17..38).map(|e| (1 << e) - 1)).chain([u64::MAX]) {
+            let b = latency_bucket(ns);
+            assert!(b < LATENCY_BUCKETS, "{ns}");
+            assert!(b >= last, "monotonic at {ns}");
+            last = b;
+            let top = latency_bucket_ns_max(b);
+            let v = ns.min(LATENCY_BUCKET_NS_MAX);
+            assert!(top >= v, "{ns}: bucket {b} tops at {top}");
+            assert!(top - v <= v / 8, "{ns}: bucket {b} tops at {top}, over 1/8 above");
+            assert_eq!(latency_bucket(top), b, "{ns}");
+        }
+        let mut c = LatencyCounts::ZERO;
+        for ns in 1..=100u64 {
+            c.0[latency_bucket(ns * 1000)] += 1;
+        }
+        let p99 = c.quantile_ns(0.99).unwrap();
+        assert!((99_000..=99_000 + 99_000 / 8).contains(&p99), "{p99}");
+        let earlier = c;
+        c.0[latency_bucket(5_000_000)] += 1;
+        assert_eq!(
+            c.since(&earlier).quantile_ns(0.5),
+            Some(latency_bucket_ns_max(latency_bucket(5_000_000)))
+        );
+        assert_eq!(LatencyCounts::ZERO.quantile_ns(0.99), None);
+    }
+
+    #[test]
+    fn test_retries_knob() {
+        let r = |v: &str| Retries::from_knobs(&Knobs::parse([format!("retry_aborts={v}").as_str()]).unwrap());
+        assert_eq!(Retries::from_knobs(&Knobs::default()), Ok(Retries::Unbounded));
+        assert_eq!(r("Unbounded"), Ok(Retries::Unbounded));
+        assert_eq!(r("0"), Ok(Retries::AtMost(0)));
+        assert_eq!(r("20"), Ok(Retries::AtMost(20)));
+        let e = r("-1").unwrap_err().to_string();
+        assert!(e.contains("retry_aborts") && e.contains("`unbounded`"), "{e}");
+        assert!(!Retries::AtMost(0).allows(0));
+        assert!(Retries::AtMost(2).allows(1) && !Retries::AtMost(2).allows(2));
+        assert!(Retries::Unbounded.allows(u32::MAX));
+        assert!(retryable(AbortReason::LockConflict) && retryable(AbortReason::Validation));
+        for no in [
+            AbortReason::User,
+            AbortReason::Fault,
+            AbortReason::TableFull,
+            AbortReason::LogFull,
+        ] {
+            assert!(!retryable(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn test_time_series_covers_the_window() {
+        let s = |v: Vec<u64>, ms: u64| {
+            time_series(v, 1_000_000_000, Duration::from_millis(ms), crate::results::Clock::Real).committed
+        };
+        assert_eq!(s(vec![5, 6], 2000), [5, 6]);
+        // A commit at the deadline lands past the last whole bucket: counted in it.
+        assert_eq!(s(vec![5, 6, 1], 2000), [5, 7]);
+        assert_eq!(s(vec![5], 2500), [5, 0, 0], "buckets with no commit are zeros");
+        assert_eq!(s(vec![], 0), [0]);
+    }
+
+    #[test]
     fn test_credits_hand_out_exactly_the_budget() {
         let budget = AtomicU64::new(10);
         let (measure_from, measure_until) = (AtomicU64::new(0), AtomicU64::new(u64::MAX));
@@ -1189,7 +1544,10 @@ mod tests {
             attempted: Cell::new(0),
             stop_on_fault: None,
             stop_on_limit: None,
-            series: None,
+            series: RefCell::new(Vec::new()),
+            series_bucket_ns: SERIES_BUCKET_NS_REAL,
+            series_origin_ns: &measure_from,
+            retries: Retries::Unbounded,
             measure_from_ns: &measure_from,
             measure_until_ns: &measure_until,
         };

@@ -30,6 +30,20 @@ pub struct Preset {
     pub replicas: u32,
     /// Per workload, the knobs the paper states.
     pub workloads: &'static [(&'static str, &'static [(&'static str, &'static str)])],
+    /// `retry_aborts` per workload as the paper's code retries; `*` for the others.
+    pub retry_aborts: &'static [(&'static str, &'static str)],
+    /// Where `retry_aborts` comes from.
+    pub retry_source: &'static str,
+}
+
+impl Preset {
+    /// The `retry_aborts` value of this preset for `workload`.
+    pub fn retry_aborts_for(&self, workload: &str) -> &'static str {
+        let find = |w: &str| self.retry_aborts.iter().find(|(n, _)| *n == w).map(|(_, v)| *v);
+        find(workload)
+            .or_else(|| find("*"))
+            .unwrap_or(crate::driver::RETRY_ABORTS.default)
+    }
 }
 
 /// The simulator's NIC profile for a preset's testbed (`--transport sim`): FORD §6.1,
@@ -50,6 +64,8 @@ pub const PRESETS: &[Preset] = &[
         source: "FORD §6.1",
         memory_nodes: 2,
         replicas: 2,
+        retry_aborts: &[("*", "0")],
+        retry_source: "FORD's compute_pool/worker/worker.cc runs a drawn transaction once (its retry loop is compiled out)",
         workloads: &[
             ("kvs", &[("keys", "1000000"), ("zipf_theta", "0.99")]),
             ("smallbank", &[]),
@@ -62,6 +78,8 @@ pub const PRESETS: &[Preset] = &[
         source: "Motor §7.1",
         memory_nodes: 3,
         replicas: 3,
+        retry_aborts: &[("*", "0")],
+        retry_source: "Motor's compute_node/handler/worker.cc runs a drawn transaction once (but for TPC-C StockLevel, redrawn until one commits)",
         workloads: &[
             ("kvs", &[("keys", "10000000"), ("zipf_theta", "0.99"), ("objects", "1")]),
             ("smallbank", &[("accounts", "10000000")]),
@@ -74,6 +92,8 @@ pub const PRESETS: &[Preset] = &[
         source: "LOTUS §8.1",
         memory_nodes: 3,
         replicas: 3,
+        retry_aborts: &[("*", "unbounded")],
+        retry_source: "LOTUS's paper does not say and its code is not public: the benchmarks' rule (TPC-C, BenchBase)",
         workloads: &[
             ("kvs", &[("keys", "20000000"), ("zipf_theta", "0.99")]),
             ("smallbank", &[("accounts", "20000000")]),
@@ -86,6 +106,8 @@ pub const PRESETS: &[Preset] = &[
         source: "OOCC §VIII-A/B",
         memory_nodes: 2,
         replicas: 1,
+        retry_aborts: &[("tpcc", "19"), ("*", "0")],
+        retry_source: "OOCC's dtx/tpcc/bench.cpp makes up to 20 attempts of a TPC-C transaction; its other benchmarks one",
         workloads: &[
             // "Read-intensive": 90% read-only transactions, 8-byte records, uniform keys.
             (
@@ -107,6 +129,8 @@ pub const PRESETS: &[Preset] = &[
         source: "RCBench §6.1",
         memory_nodes: 4,
         replicas: 1,
+        retry_aborts: &[("*", "unbounded")],
+        retry_source: "RCBench (Deneva's system/abort_queue.cpp) restarts an aborted transaction after a backoff until it commits",
         workloads: &[
             // 10 M 1 KB records per node, partitioned over the 4 nodes; write ratio and
             // skew 0.2 per operation.
@@ -159,7 +183,13 @@ pub fn lookup(name: &str, workload: &str) -> Result<(&'static Preset, Vec<String
             ),
         ));
     };
-    Ok((p, knobs.iter().map(|(k, v)| format!("{k}={v}")).collect()))
+    let retry = format!("{}={}", crate::driver::RETRY_ABORTS.name, p.retry_aborts_for(workload));
+    Ok((
+        p,
+        std::iter::once(retry)
+            .chain(knobs.iter().map(|(k, v)| format!("{k}={v}")))
+            .collect(),
+    ))
 }
 
 /// `dmtx list`'s lines about presets.
@@ -179,6 +209,23 @@ pub fn render() -> String {
             } else {
                 ws.join(", ")
             }
+        );
+        let retries: Vec<String> = p
+            .retry_aborts
+            .iter()
+            .map(|(w, v)| {
+                if *w == "*" {
+                    v.to_string()
+                } else {
+                    format!("{v} on {w}")
+                }
+            })
+            .collect();
+        out += &format!(
+            "  {:<12}   retry_aborts={}: {}\n",
+            "",
+            retries.join(", otherwise "),
+            p.retry_source
         );
     }
     out
@@ -234,6 +281,30 @@ mod tests {
             "--memory-nodes wins, replicas stay"
         );
         assert_eq!(c.knobs_effective["accounts"], "5000", "--set wins");
+    }
+
+    /// Goal: each preset retries aborts as its paper's code does, says so in `dmtx
+    /// list`, and `--set retry_aborts` wins over it.
+    #[test]
+    fn presets_set_retry_aborts_and_set_wins() {
+        let retry = |preset: &str, workload: &str, set: &[&str]| {
+            let c = BenchConfig::from_args(&BenchArgs {
+                set: set.iter().map(|s| s.to_string()).collect(),
+                ..args(preset, workload)
+            })
+            .unwrap();
+            c.knobs_effective["retry_aborts"].clone()
+        };
+        assert_eq!(retry("ford", "smallbank", &[]), "0");
+        assert_eq!(retry("motor", "tpcc", &[]), "0");
+        assert_eq!(retry("oocc", "tpcc", &[]), "19");
+        assert_eq!(retry("oocc", "tatp", &[]), "0");
+        assert_eq!(retry("rcbench", "ycsb", &[]), "unbounded");
+        assert_eq!(retry("lotus", "kvs", &[]), "unbounded");
+        assert_eq!(retry("ford", "smallbank", &["retry_aborts=5"]), "5", "--set wins");
+        let text = render();
+        assert!(text.contains("retry_aborts=19 on tpcc, otherwise 0"), "{text}");
+        assert!(text.contains("retry_aborts=0: FORD's"), "{text}");
     }
 
     #[test]

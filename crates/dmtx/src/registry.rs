@@ -79,6 +79,20 @@ fn no_txn_types() -> &'static [&'static str] {
     &[]
 }
 
+/// The driver's knobs, which every run accepts whatever its protocol and workload
+/// ([`driver::KNOBS`]: `retry_aborts`).
+pub static DRIVER: Entry = Entry {
+    name: "driver",
+    about: "every run",
+    knobs: driver::KNOBS,
+    check: check_driver,
+    txn_types: no_txn_types,
+};
+
+fn check_driver(knobs: &Knobs) -> Result<(), KnobError> {
+    driver::Retries::from_knobs(knobs).map(drop)
+}
+
 macro_rules! registry {
     (
         protocols { $($p:ty),* $(,)? }
@@ -163,6 +177,7 @@ pub fn render_list() -> String {
     let width = PROTOCOLS
         .iter()
         .chain(WORKLOADS)
+        .chain([&DRIVER])
         .flat_map(|e| e.knobs.iter().map(|k| setting(k).len()))
         .max()
         .unwrap_or(0);
@@ -183,6 +198,11 @@ pub fn render_list() -> String {
         }
         out.push('\n');
     }
+    let _ = writeln!(out, "every run:");
+    for k in DRIVER.knobs {
+        let _ = writeln!(out, "  {:<12}   --set {:<width$}  {}", "", setting(k), k.help);
+    }
+    out.push('\n');
     out += &crate::preset::render();
     out.push('\n');
     out += &crate::plan::render_presets();
@@ -205,6 +225,10 @@ mod tests {
             }
         }
         assert!(text.contains("ford"));
+        assert!(
+            text.contains("every run:") && text.contains("--set retry_aborts=unbounded"),
+            "{text}"
+        );
     }
 
     #[test]

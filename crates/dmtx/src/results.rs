@@ -24,7 +24,7 @@
 //! | `committed_tps`, `attempted_tps` | float | per second of `elapsed_s` |
 //! | `abort_rate` | float | `aborted / attempted`, 0 to 1 |
 //! | `abort_reasons` | object | every abort reason (`lock_conflict`, `validation`, `invisible`, `torn`, `not_found`, `duplicate`, `user`, `fault`, `table_full`) → count, zeros included |
-//! | `latency_us` | object or null | committed attempts, HDR histogram (3 significant figures): `p50`, `p90`, `p99`, `p999`, `max`, `mean` |
+//! | `latency_us` | object or null | committed transactions, from the first attempt's start to the commit (below), HDR histogram (3 significant figures): `p50`, `p90`, `p99`, `p999`, `max`, `mean` |
 //! | `total` | txn-type object | all types together (below) |
 //! | `per_txn_type` | object | type name → txn-type object |
 //! | `per_mn` | array | per memory node: `mn`, `ops` {`read`,`write`,`cas`,`faa`,`flush`}, `bytes_in` (received by the node), `bytes_out` (returned by it); every attempt and background post |
@@ -33,7 +33,8 @@
 //! | `check` | object or null | with `--check` (and a checked level): `level` checked, `txns`, `committed`, `clean` (bool), `summary` (one line), `findings` (each anomaly with its smallest cycle) |
 //! | `last_fault` | string or null | the last verb error a coordinator saw, if any |
 //! | `sim` | object or null | `--transport sim` only: `note` (the numbers are simulated), `profile` (its name), `profile_source` (`built-in cx5` or the file), `profile_fingerprint` (a hash of every parameter), `profile_params` (every parameter), `cpu_mode`, `compute_nodes`, `verbs` (completed), `events`, `nics` (per node `node` (`mn0`, `cn0`, ...), `ops` {…}, `tx_bytes`, `rx_bytes` (wire bytes, headers included), `link_utilisation` (busier direction's share of the run)), `waits_us` (per op kind: `ops`, `admission_mean` (waiting for the connection's outstanding-READ bound), `responder_mean` (queued at the responder NIC), `latency_mean` (doorbell to reply)), `cpus` (per worker thread `cn`, `thread`, `utilisation` of its virtual CPU), `timeseries_ms` (commits per 1 ms of virtual time), `faults` (each fault fired by `--faults`, with its virtual time), `tears` (`overlaps`: READ/WRITE pairs in service together on common words; `torn`: READs that saw old and new words), `stranded` (coordinators still in a transaction a grace after an interrupt or 1 s of virtual time after the deadline, dropped there: their locks and writes stay) |
-//! | `timeseries` | object or null | commits over the measured run: `bucket_s` (bucket width, seconds), `clock` (`real`: 1 s buckets of real time on mem/tcp; `virtual`: 1 ms buckets of virtual time on sim), `committed` (commits per bucket) |
+//! | `timeseries` | object or null | commits per bucket of time over the measured window, on every transport: `bucket_s` (1.0 on `mem`/`tcp`, 0.001 on `sim`), `clock` (`real` or `virtual`), `committed` (commits that ended in each bucket, from the end of the warm-up; `ceil(elapsed_s / bucket_s)` buckets, a commit ending at the deadline counted in the last, so they sum to `committed`) |
+//! | `metrics` | object, absent when empty | the workload's headline figures beyond txn/s, name → {`value`, `about`}: TPC-C's `tpmc` (NewOrders, rolled back ones included, per minute of `elapsed_s`) and `warehouses` |
 //! | `run_info` | object | what no two runs repeat: `host`, `started_at` (RFC 3339, UTC), `started_at_unix_s`, `dmtx_version`, `cpus`, `load_s` (building and loading the tables, real time), `load_records` (records loaded, one copy each), `load_records_per_s`, `real_s` (the measured run's real time), `real_s_per_sim_s` (`sim` only: real seconds per simulated second, over all the virtual time the run simulated, warm-up and drain included) |
 //!
 //! A txn-type object:
@@ -48,12 +49,19 @@
 //! | `background_posts_per_commit` | posts never waited for (background release) / committed |
 //! | `ts_per_commit`, `ts_rtts_per_commit` | timestamps committed attempts asked of the timestamp service / committed, and of those the ones waited a round trip for (an RPC to the oracle's host, a FAA); never in `rtt_per_commit` or `ops_per_commit` (DESIGN §4) |
 //! | `wasted_rtts_per_commit` | round trips of *aborted* attempts / committed |
+//! | `attempts_per_commit` | attempts of the committed transactions (the commit and the aborted attempts retried before it) / committed; 1 when nothing was retried |
 //! | `latency_us` | as above, for this type, or null |
 //! | `committed_counters`, `aborted_counters` | raw sums: `rtts`, `background_posts`, `ops` {…}, `bytes_out`, `bytes_in`, `ts_requests`, `ts_rtts` (for re-aggregating runs) |
 //!
-//! Latency is measured per attempt (from before the workload picks a transaction to
-//! its outcome); an aborted attempt is not retried with the same parameters, the
-//! coordinator simply runs the next transaction.
+//! An attempt aborted by a conflict is retried with the same inputs as `--set
+//! retry_aborts` says (default `unbounded`: until it commits, as TPC-C, BenchBase and
+//! OLTPBench do; `0` draws a new transaction instead, as FORD's and Motor's code do).
+//! Every attempt counts in `attempted`, `aborted` and the abort reasons; a committed
+//! transaction counts once in `committed`, and its latency runs from before its first
+//! attempt (the workload drawing it) to its commit, retries included: what a client
+//! waits for, and what retried benchmarks report. The workload's own aborts (`user`:
+//! SmallBank's insufficient funds; `rolled_back`), `fault` and `table_full` are not
+//! retried.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -146,9 +154,13 @@ pub struct BenchResult {
     /// What a simulated run adds (null otherwise).
     #[serde(default)]
     pub sim: Option<SimResult>,
-    /// Commits per bucket of time over the measured run (null in older records).
+    /// Commits per bucket (every transport).
     #[serde(default)]
     pub timeseries: Option<TimeSeries>,
+    /// The workload's headline figures beyond txn/s (TPC-C: `tpmc`, `warehouses`), by
+    /// name; empty for most workloads.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metrics: BTreeMap<String, MetricResult>,
     /// Where and when.
     pub run_info: RunInfo,
 }
@@ -172,6 +184,15 @@ pub enum Clock {
     Real,
     /// The simulator's virtual time (`sim`).
     Virtual,
+}
+
+/// One headline figure of a workload ([`dmtx_workloads::Metric`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MetricResult {
+    /// Its value.
+    pub value: f64,
+    /// What it counts.
+    pub about: String,
 }
 
 /// The settings of a run, as recorded.
@@ -341,6 +362,10 @@ pub struct TxnTypeResult {
     pub background_posts_per_commit: Option<f64>,
     /// Round trips of aborted attempts per commit.
     pub wasted_rtts_per_commit: Option<f64>,
+    /// Attempts of the committed transactions per commit: 1 when none was retried
+    /// (absent from records before retries: `null`).
+    #[serde(default)]
+    pub attempts_per_commit: Option<f64>,
     /// Timestamps asked by committed attempts per commit.
     #[serde(default)]
     pub ts_per_commit: Option<f64>,
@@ -384,6 +409,7 @@ impl TxnTypeResult {
             }),
             background_posts_per_commit: per(c.background_posts),
             wasted_rtts_per_commit: per(t.aborted_counters.rtts),
+            attempts_per_commit: per(t.commit_attempts),
             ts_per_commit: per(c.ts_requests),
             ts_rtts_per_commit: per(c.ts_rtts),
             latency_us: Latency::of(&t.latency_ns),
@@ -718,6 +744,10 @@ pub struct RawRun<'a> {
     pub real: Duration,
     /// What the simulator adds (`--transport sim`).
     pub sim: Option<SimRaw>,
+    /// Commits per bucket of time.
+    pub timeseries: Option<TimeSeries>,
+    /// The workload's headline figures.
+    pub metrics: Vec<dmtx_workloads::Metric>,
 }
 
 impl BenchResult {
@@ -814,7 +844,20 @@ impl BenchResult {
                     .map(|s| round(raw.real.as_secs_f64() / (s.simulated_ns as f64 / 1e9).max(1e-9), 2)),
             },
             sim: raw.sim.map(|s| SimResult::of(s, raw.elapsed.as_nanos() as u64)),
-            timeseries: None,
+            timeseries: raw.timeseries,
+            metrics: raw
+                .metrics
+                .into_iter()
+                .map(|m| {
+                    (
+                        m.name.to_string(),
+                        MetricResult {
+                            value: round(m.value, 3),
+                            about: m.about,
+                        },
+                    )
+                })
+                .collect(),
         }
     }
 
@@ -921,6 +964,9 @@ impl BenchResult {
             "  committed   {:>12} txns  {:>12.1} txn/s",
             self.committed, self.committed_tps
         );
+        for (name, m) in &self.metrics {
+            let _ = writeln!(o, "  {name:<11} {:>12.1}   ({})", m.value, m.about);
+        }
         if self.successful != self.committed {
             let _ = writeln!(
                 o,
@@ -965,10 +1011,11 @@ impl BenchResult {
         let _ = writeln!(o);
         let _ = writeln!(
             o,
-            "  {:<20} {:>10} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7} {:>8} {:>8}",
+            "  {:<20} {:>10} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7} {:>8} {:>8}",
             "txn type",
             "committed",
             "abort%",
+            "att/c",
             "rtt/c",
             "read/c",
             "writ/c",
@@ -990,10 +1037,11 @@ impl BenchResult {
             let ops = t.ops_per_commit;
             let _ = writeln!(
                 o,
-                "  {:<20} {:>10} {:>7.2} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7} {:>8} {:>8}",
+                "  {:<20} {:>10} {:>7.2} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7} {:>8} {:>8}",
                 name,
                 t.committed,
                 t.abort_rate * 100.0,
+                f(t.attempts_per_commit),
                 f(t.rtt_per_commit),
                 f(ops.map(|o| o.read)),
                 f(ops.map(|o| o.write)),
@@ -1171,8 +1219,8 @@ mod tests {
             ..Default::default()
         };
         c.ops[OpKind::Cas as usize] = 2;
-        s.commit(0, &c, 5_000, true);
-        s.commit(0, &c, 7_000, true);
+        s.commit(0, &c, 5_000, true, 2);
+        s.commit(0, &c, 7_000, true, 1);
         s.abort(
             0,
             AbortReason::LockConflict,
@@ -1186,6 +1234,7 @@ mod tests {
         assert_eq!(t.ops_per_commit.unwrap().cas, 2.0);
         assert_eq!(t.bytes_per_commit.unwrap().r#in, 50.0);
         assert_eq!(t.wasted_rtts_per_commit, Some(0.5));
+        assert_eq!(t.attempts_per_commit, Some(1.5), "3 attempts for 2 commits");
         assert_eq!((t.ts_per_commit, t.ts_rtts_per_commit), (Some(2.0), Some(1.0)));
         assert_eq!((t.committed_counters.ts_requests, t.committed_counters.ts_rtts), (4, 2));
         assert_eq!(t.abort_rate, round(1.0 / 3.0, 6));

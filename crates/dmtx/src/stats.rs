@@ -52,7 +52,11 @@ pub struct TypeStats {
     pub committed_counters: PostCounters,
     /// Verbs of aborted attempts, summed.
     pub aborted_counters: PostCounters,
-    /// Latency of committed attempts, ns.
+    /// Attempts of the committed transactions (the committing one and the aborted ones
+    /// retried before it), summed.
+    pub commit_attempts: u64,
+    /// Latency of committed transactions, ns: from the first attempt's start to the
+    /// commit.
     pub latency_ns: Histogram<u64>,
 }
 
@@ -66,6 +70,7 @@ impl Default for TypeStats {
             abort_reasons: [0; REASON_SLOTS],
             committed_counters: PostCounters::default(),
             aborted_counters: PostCounters::default(),
+            commit_attempts: 0,
             latency_ns: latency_histogram(),
         }
     }
@@ -83,6 +88,7 @@ impl TypeStats {
         }
         self.committed_counters.add(&other.committed_counters);
         self.aborted_counters.add(&other.aborted_counters);
+        self.commit_attempts += other.commit_attempts;
         self.latency_ns.add(&other.latency_ns).expect("histograms share bounds");
     }
 
@@ -117,16 +123,18 @@ impl RunStats {
         let n = self.types.len();
         match self.types.get_mut(ty) {
             Some(t) => t,
-            None => panic!("run_one reported txn type {ty}, but the workload declares {n}"),
+            None => panic!("draw reported txn type {ty}, but the workload declares {n}"),
         }
     }
 
     /// Count a committed attempt of type `ty` (`successful` as the workload's spec
-    /// counts it).
+    /// counts it), the `attempts`-th of its transaction, `latency_ns` after the first.
     #[inline]
-    pub fn commit(&mut self, ty: usize, counters: &PostCounters, latency_ns: u64, successful: bool) {
+    pub fn commit(&mut self, ty: usize, counters: &PostCounters, latency_ns: u64, successful: bool, attempts: u32) {
+        debug_assert!(attempts >= 1, "a commit is an attempt");
         let t = self.ty(ty);
         t.committed += 1;
+        t.commit_attempts += u64::from(attempts);
         t.unsuccessful += u64::from(!successful);
         t.committed_counters.add(counters);
         t.latency_ns.saturating_record(latency_ns.max(1));
@@ -181,12 +189,12 @@ mod tests {
             rtts: 2,
             ..Default::default()
         };
-        a.commit(0, &c, 1_000, true);
-        a.commit(0, &c, 3_000, false);
+        a.commit(0, &c, 1_000, true, 1);
+        a.commit(0, &c, 3_000, false, 3);
         a.abort(1, AbortReason::Validation, &c);
         a.rolled_back(1, &c);
         let mut b = RunStats::new(2);
-        b.commit(1, &c, 2_000, true);
+        b.commit(1, &c, 2_000, true, 1);
         b.merge(&a);
         assert_eq!(b.types[0].committed, 2);
         assert_eq!(b.types[1].committed, 1);
@@ -196,6 +204,7 @@ mod tests {
         assert_eq!(all.committed, 3);
         assert_eq!((all.successful(), all.unsuccessful, all.rolled_back), (2, 1, 1));
         assert_eq!(all.attempted(), 5);
+        assert_eq!(all.commit_attempts, 5, "1 + 3 + 1 attempts of the three commits");
         assert_eq!(all.committed_counters.rtts, 6);
         assert_eq!(all.aborted_counters.rtts, 4);
         assert_eq!(all.latency_ns.len(), 3);
@@ -207,6 +216,6 @@ mod tests {
     #[test]
     #[should_panic(expected = "txn type 5")]
     fn test_type_out_of_range_is_a_workload_bug() {
-        RunStats::new(1).commit(5, &PostCounters::default(), 1, true);
+        RunStats::new(1).commit(5, &PostCounters::default(), 1, true, 1);
     }
 }

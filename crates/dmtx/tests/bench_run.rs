@@ -269,6 +269,7 @@ struct TinyLocal {
 
 impl Workload for TinyBank {
     type Local = TinyLocal;
+    type Input = (usize, u64, u64);
     const NAME: &'static str = "tinybank";
     const ABOUT: &'static str = "test-only transfers";
     const KNOBS: &'static [KnobSpec] = &[ACCOUNTS, BROKEN];
@@ -302,29 +303,33 @@ impl Workload for TinyBank {
         }
     }
 
-    async fn run_one<P: Protocol>(
-        &self,
-        local: &mut TinyLocal,
-        coord: &mut Coordinator<P>,
-    ) -> (usize, Result<Outcome, Abort>) {
+    fn draw(&self, local: &mut TinyLocal) -> (usize, Self::Input) {
         let a = local.rng.random_range(0..self.accounts);
         let b = (a + local.rng.random_range(1..self.accounts)) % self.accounts;
-        let transfer = local.rng.random_bool(0.5);
+        let ty = usize::from(!local.rng.random_bool(0.5));
+        (ty, (ty, a, b))
+    }
+
+    async fn run<P: Protocol>(
+        &self,
+        local: &mut TinyLocal,
+        &(ty, a, b): &Self::Input,
+        coord: &mut Coordinator<P>,
+    ) -> Result<Outcome, Abort> {
+        let transfer = ty == 0;
         let mut txn = coord.begin();
         if transfer {
             let (ra, rb) = (txn.add_rw(BALANCES, a), txn.add_rw(BALANCES, b));
-            if let Err(e) = txn.execute().await {
-                return (0, Err(e));
-            }
+            txn.execute().await?;
             *txn.get_mut(ra) -= 1;
             *txn.get_mut(rb) += 1;
             let res = txn.commit().await;
             local.committed += u64::from(res.is_ok());
-            (0, res.map(|()| Outcome::Committed))
+            res.map(|()| Outcome::Committed)
         } else {
             txn.add_ro(BALANCES, a);
             txn.add_ro(BALANCES, b);
-            (1, txn.commit().await.map(|()| Outcome::Committed))
+            txn.commit().await.map(|()| Outcome::Committed)
         }
     }
 

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use dmtx::registry::{Entry, PROTOCOLS, WORKLOADS};
+use dmtx::registry::{Entry, DRIVER, PROTOCOLS, WORKLOADS};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -41,7 +41,7 @@ fn table_after<'a>(text: &'a str, marker: &str) -> Vec<Vec<&'a str>> {
 }
 
 fn entries() -> impl Iterator<Item = &'static Entry> {
-    PROTOCOLS.iter().chain(WORKLOADS)
+    PROTOCOLS.iter().chain(WORKLOADS).chain(std::iter::once(&DRIVER))
 }
 
 #[test]
@@ -171,7 +171,7 @@ fn introduction_names_every_protocol_and_workload() {
     let intro = &text[..text
         .find("## Two commands")
         .expect("README.md keeps its `## Two commands` section")];
-    for e in entries() {
+    for e in PROTOCOLS.iter().chain(WORKLOADS) {
         assert!(
             intro.contains(&format!("`{}`", e.name)),
             "README.md's introduction does not name `{}`",

@@ -127,6 +127,7 @@ use crate::zipf::uniform;
 use crate::{InvariantError, Outcome, RecordSink, Snapshot, Workload};
 use schema::population;
 pub use schema::*;
+pub use txns::TatpInput;
 
 /// Transaction type names, in `run_one`'s index order.
 pub const TXN_TYPES: [&str; 7] = [
@@ -386,6 +387,7 @@ impl Tatp {
 
 impl Workload for Tatp {
     type Local = TatpLocal;
+    type Input = TatpInput;
 
     const NAME: &'static str = "tatp";
     const TXN_STEP: &'static str = "tatp.txn";
@@ -531,28 +533,26 @@ impl Workload for Tatp {
         }
     }
 
-    async fn run_one<P: Protocol>(
+    fn draw(&self, local: &mut TatpLocal) -> (usize, TatpInput) {
+        let ty = self.pick_type(&mut local.rng);
+        (ty, self.draw_input(ty, &mut local.rng))
+    }
+
+    async fn run<P: Protocol>(
         &self,
         local: &mut TatpLocal,
+        input: &TatpInput,
         coord: &mut Coordinator<P>,
-    ) -> (usize, Result<Outcome, Abort>) {
-        let ty = self.pick_type(&mut local.rng);
-        let res = match ty {
-            GSD => self.get_subscriber_data(local, coord).await,
-            GND => self.get_new_destination(local, coord).await,
-            GAD => self.get_access_data(local, coord).await,
-            USD => self.update_subscriber_data(local, coord).await,
-            UL => self.update_location(local, coord).await,
-            ICF => self.insert_call_forwarding(local, coord).await,
-            DCF => self.delete_call_forwarding(local, coord).await,
-            _ => unreachable!("pick_type returns an index below {}", TXN_TYPES.len()),
-        };
+    ) -> Result<Outcome, Abort> {
+        let ty = input.type_index();
+        let res = self.run_input(local, input, coord).await;
+        // Only the attempt that commits is counted (a retried one left nothing).
         match res {
             Ok(Outcome::Committed) => local.successful[ty] += 1,
             Ok(_) => local.unsuccessful[ty] += 1,
             Err(_) => {}
         }
-        (ty, res)
+        res
     }
 
     fn check(&self, locals: &[TatpLocal], snapshot: &Snapshot) -> Result<String, InvariantError> {

@@ -1,6 +1,7 @@
 //! The seven transactions (the module doc of `tatp`, "Transactions").
 
 use dmtx_runtime::{Abort, AbortReason, Coordinator, Protocol, Txn};
+use rand::rngs::SmallRng;
 
 use super::schema::{ACCESS_INFO, CALL_FORWARDING, CF_INDEX, SPECIAL_FACILITY, SUBSCRIBER, SUB_NBR_INDEX};
 use super::*;
@@ -38,7 +39,98 @@ async fn finish<P: Protocol>(
     Ok(outcome)
 }
 
+/// One TATP transaction with its random inputs (the module doc of `tatp`,
+/// "Transactions", names each).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum TatpInput {
+    /// GET_SUBSCRIBER_DATA: `s_id`, and a second subscriber with `ro_keys=2`.
+    GetSubscriberData(u64, Option<u64>),
+    /// GET_NEW_DESTINATION: `s_id`, `sf_type`, `start_time`, `end_time`.
+    GetNewDestination(u64, u8, u8, u8),
+    /// GET_ACCESS_DATA: `s_id`, `ai_type`.
+    GetAccessData(u64, u8),
+    /// UPDATE_SUBSCRIBER_DATA: `s_id`, `sf_type`, `bit_1`, `data_a`.
+    UpdateSubscriberData(u64, u8, u16, u8),
+    /// UPDATE_LOCATION: `s_id` (looked up by its sub_nbr), `vlr_location`.
+    UpdateLocation(u64, u32),
+    /// INSERT_CALL_FORWARDING: `s_id`, `sf_type`, start-time slot, `end_time`, `numberx`.
+    InsertCallForwarding(u64, u8, u8, u8, [u8; 15]),
+    /// DELETE_CALL_FORWARDING: `s_id`, `sf_type`, start-time slot.
+    DeleteCallForwarding(u64, u8, u8),
+}
+
+impl TatpInput {
+    /// Its transaction type index (into `TXN_TYPES`).
+    pub fn type_index(&self) -> usize {
+        match self {
+            TatpInput::GetSubscriberData(..) => GSD,
+            TatpInput::GetNewDestination(..) => GND,
+            TatpInput::GetAccessData(..) => GAD,
+            TatpInput::UpdateSubscriberData(..) => USD,
+            TatpInput::UpdateLocation(..) => UL,
+            TatpInput::InsertCallForwarding(..) => ICF,
+            TatpInput::DeleteCallForwarding(..) => DCF,
+        }
+    }
+}
+
 impl Tatp {
+    /// Draw a transaction of type `ty` (draws in the order the transactions used to).
+    pub(super) fn draw_input(&self, ty: usize, rng: &mut SmallRng) -> TatpInput {
+        let s = self.subscriber(rng);
+        match ty {
+            GSD => TatpInput::GetSubscriberData(s, (self.cfg.ro_keys == 2).then(|| self.other_subscriber(rng, s))),
+            GND => {
+                let sf_type = 1 + uniform(rng, 4) as u8;
+                let start = START_TIMES[uniform(rng, 3) as usize];
+                let end = 1 + uniform(rng, END_TIME_MAX as u64) as u8;
+                TatpInput::GetNewDestination(s, sf_type, start, end)
+            }
+            GAD => TatpInput::GetAccessData(s, 1 + uniform(rng, 4) as u8),
+            USD => {
+                let sf_type = 1 + uniform(rng, 4) as u8;
+                let bit_1 = uniform(rng, 2) as u16;
+                let data_a = uniform(rng, 256) as u8;
+                TatpInput::UpdateSubscriberData(s, sf_type, bit_1, data_a)
+            }
+            UL => TatpInput::UpdateLocation(s, 1 + uniform(rng, u32::MAX as u64) as u32),
+            ICF => {
+                let sf_type = 1 + uniform(rng, 4) as u8;
+                let slot = uniform(rng, 3) as u8;
+                let end = 1 + uniform(rng, END_TIME_MAX as u64) as u8;
+                let mut numberx = [0u8; 15];
+                for d in numberx.iter_mut() {
+                    *d = b'0' + uniform(rng, 10) as u8;
+                }
+                TatpInput::InsertCallForwarding(s, sf_type, slot, end, numberx)
+            }
+            DCF => TatpInput::DeleteCallForwarding(s, 1 + uniform(rng, 4) as u8, uniform(rng, 3) as u8),
+            _ => unreachable!("pick_type returns an index below {}", TXN_TYPES.len()),
+        }
+    }
+
+    /// Run one attempt of `input`.
+    pub(super) async fn run_input<P: Protocol>(
+        &self,
+        local: &mut TatpLocal,
+        input: &TatpInput,
+        coord: &mut Coordinator<P>,
+    ) -> Result<Outcome, Abort> {
+        match *input {
+            TatpInput::GetSubscriberData(s, s2) => self.get_subscriber_data(local, (s, s2), coord).await,
+            TatpInput::GetNewDestination(s, f, st, e) => self.get_new_destination(local, (s, f, st, e), coord).await,
+            TatpInput::GetAccessData(s, a) => self.get_access_data(local, (s, a), coord).await,
+            TatpInput::UpdateSubscriberData(s, f, b, d) => {
+                self.update_subscriber_data(local, (s, f, b, d), coord).await
+            }
+            TatpInput::UpdateLocation(s, v) => self.update_location(local, (s, v), coord).await,
+            TatpInput::InsertCallForwarding(s, f, sl, e, n) => {
+                self.insert_call_forwarding(local, (s, f, sl, e, n), coord).await
+            }
+            TatpInput::DeleteCallForwarding(s, f, sl) => self.delete_call_forwarding(local, (s, f, sl), coord).await,
+        }
+    }
+
     /// Resolve `nbr` to an s_id: through SUB_NBR_INDEX (one round) or locally.
     async fn lookup<P: Protocol>(
         &self,
@@ -66,10 +158,9 @@ impl Tatp {
     pub(super) async fn get_subscriber_data<P: Protocol>(
         &self,
         local: &mut TatpLocal,
+        (s, s2): (u64, Option<u64>),
         coord: &mut Coordinator<P>,
     ) -> Result<Outcome, Abort> {
-        let s = self.subscriber(&mut local.rng);
-        let s2 = (self.cfg.ro_keys == 2).then(|| self.other_subscriber(&mut local.rng, s));
         let mut txn = coord.begin();
         let a = txn.add_ro(SUBSCRIBER, subscriber_key(s));
         let b = s2.map(|s2| txn.add_ro(SUBSCRIBER, subscriber_key(s2)));
@@ -87,13 +178,9 @@ impl Tatp {
     pub(super) async fn get_new_destination<P: Protocol>(
         &self,
         local: &mut TatpLocal,
+        (s, sf_type, start, end): (u64, u8, u8, u8),
         coord: &mut Coordinator<P>,
     ) -> Result<Outcome, Abort> {
-        let rng = &mut local.rng;
-        let s = self.subscriber(rng);
-        let sf_type = 1 + uniform(rng, 4) as u8;
-        let start = START_TIMES[uniform(rng, 3) as usize];
-        let end = 1 + uniform(rng, END_TIME_MAX as u64) as u8;
         let key = special_facility_key(s, sf_type);
         let mut txn = coord.begin();
         let sf = txn.add_ro(SPECIAL_FACILITY, key);
@@ -158,10 +245,9 @@ impl Tatp {
     pub(super) async fn get_access_data<P: Protocol>(
         &self,
         local: &mut TatpLocal,
+        (s, ai_type): (u64, u8),
         coord: &mut Coordinator<P>,
     ) -> Result<Outcome, Abort> {
-        let s = self.subscriber(&mut local.rng);
-        let ai_type = 1 + uniform(&mut local.rng, 4) as u8;
         let key = access_info_key(s, ai_type);
         let mut txn = coord.begin();
         let ai = txn.add_ro(ACCESS_INFO, key);
@@ -187,13 +273,9 @@ impl Tatp {
     pub(super) async fn update_subscriber_data<P: Protocol>(
         &self,
         local: &mut TatpLocal,
+        (s, sf_type, bit_1, data_a): (u64, u8, u16, u8),
         coord: &mut Coordinator<P>,
     ) -> Result<Outcome, Abort> {
-        let rng = &mut local.rng;
-        let s = self.subscriber(rng);
-        let sf_type = 1 + uniform(rng, 4) as u8;
-        let bit_1 = uniform(rng, 2) as u16;
-        let data_a = uniform(rng, 256) as u8;
         let key = special_facility_key(s, sf_type);
         let mut txn = coord.begin();
         let sub = txn.add_rw(SUBSCRIBER, subscriber_key(s));
@@ -222,11 +304,10 @@ impl Tatp {
     pub(super) async fn update_location<P: Protocol>(
         &self,
         local: &mut TatpLocal,
+        (s, vlr): (u64, u32),
         coord: &mut Coordinator<P>,
     ) -> Result<Outcome, Abort> {
-        let s = self.subscriber(&mut local.rng);
         let nbr = sub_nbr(s);
-        let vlr = 1 + uniform(&mut local.rng, u32::MAX as u64) as u32;
         let mut bad = None;
         let mut txn = coord.begin();
         let s_id = match self.lookup(&mut txn, &nbr, &mut bad).await {
@@ -247,18 +328,10 @@ impl Tatp {
     pub(super) async fn insert_call_forwarding<P: Protocol>(
         &self,
         local: &mut TatpLocal,
+        (s, sf_type, slot, end, numberx): (u64, u8, u8, u8, [u8; 15]),
         coord: &mut Coordinator<P>,
     ) -> Result<Outcome, Abort> {
-        let rng = &mut local.rng;
-        let s = self.subscriber(rng);
         let nbr = sub_nbr(s);
-        let sf_type = 1 + uniform(rng, 4) as u8;
-        let slot = uniform(rng, 3) as u8;
-        let end = 1 + uniform(rng, END_TIME_MAX as u64) as u8;
-        let mut numberx = [0u8; 15];
-        for d in numberx.iter_mut() {
-            *d = b'0' + uniform(rng, 10) as u8;
-        }
         let start = START_TIMES[slot as usize];
         let mut bad = None;
         let mut txn = coord.begin();
@@ -311,13 +384,10 @@ impl Tatp {
     pub(super) async fn delete_call_forwarding<P: Protocol>(
         &self,
         local: &mut TatpLocal,
+        (s, sf_type, slot): (u64, u8, u8),
         coord: &mut Coordinator<P>,
     ) -> Result<Outcome, Abort> {
-        let rng = &mut local.rng;
-        let s = self.subscriber(rng);
         let nbr = sub_nbr(s);
-        let sf_type = 1 + uniform(rng, 4) as u8;
-        let slot = uniform(rng, 3) as u8;
         let start = START_TIMES[slot as usize];
         let mut bad = None;
         let mut txn = coord.begin();

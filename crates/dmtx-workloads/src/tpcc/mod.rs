@@ -107,6 +107,7 @@ mod check;
 mod load;
 pub mod schema;
 mod txns;
+pub use txns::TpccInput;
 
 #[cfg(test)]
 mod tests;
@@ -118,7 +119,7 @@ use rand::SeedableRng;
 
 use crate::workload::invalid;
 use crate::zipf::uniform;
-use crate::{InvariantError, Outcome, RecordSink, Snapshot, Workload};
+use crate::{InvariantError, Metric, Outcome, RecordSink, Snapshot, TypeCounts, Workload};
 use schema::*;
 
 /// Transaction type names, in `run_one`'s index order.
@@ -428,6 +429,7 @@ impl Tpcc {
 
 impl Workload for Tpcc {
     type Local = TpccLocal;
+    type Input = TpccInput;
 
     const NAME: &'static str = "tpcc";
     const TXN_STEP: &'static str = "tpcc.txn";
@@ -521,26 +523,52 @@ impl Workload for Tpcc {
         }
     }
 
-    async fn run_one<P: Protocol>(
+    fn draw(&self, local: &mut TpccLocal) -> (usize, TpccInput) {
+        let ty = self.pick_type(&mut local.rng);
+        (ty, self.draw_input(ty, local))
+    }
+
+    async fn run<P: Protocol>(
         &self,
         local: &mut TpccLocal,
+        input: &TpccInput,
         coord: &mut Coordinator<P>,
-    ) -> (usize, Result<Outcome, Abort>) {
-        let ty = self.pick_type(&mut local.rng);
-        let res = match ty {
-            NEW_ORDER_TXN => self.new_order(local, coord).await,
-            PAYMENT_TXN => self.payment(local, coord).await,
-            ORDER_STATUS_TXN => self.order_status(local, coord).await,
-            DELIVERY_TXN => self.delivery(local, coord).await,
-            STOCK_LEVEL_TXN => self.stock_level(local, coord).await,
-            _ => unreachable!("five transaction types"),
-        };
+    ) -> Result<Outcome, Abort> {
+        let res = self.run_input(local, input, coord).await;
+        // Only the attempt that ends the transaction is counted (a retried one left
+        // nothing).
         match res {
             Ok(Outcome::RolledBack) => local.rolled_back += 1,
-            Ok(_) => local.committed[ty] += 1,
+            Ok(_) => local.committed[input.type_index()] += 1,
             Err(_) => {}
         }
-        (ty, res)
+        res
+    }
+
+    /// tpmC (TPC-C §5.4.1): NewOrders per minute of the measured run, over
+    /// `warehouses`.
+    fn metrics(&self, counts: &[TypeCounts], elapsed_s: f64) -> Vec<Metric> {
+        let new_orders = counts.get(NEW_ORDER_TXN).copied().unwrap_or_default();
+        let per_min = if elapsed_s > 0.0 {
+            (new_orders.committed + new_orders.rolled_back) as f64 * 60.0 / elapsed_s
+        } else {
+            0.0
+        };
+        vec![
+            Metric {
+                name: "tpmc",
+                value: per_min,
+                about: format!(
+                    "NewOrders per minute (rolled back ones included, TPC-C §5.4.1), {} warehouses",
+                    self.cfg.warehouses
+                ),
+            },
+            Metric {
+                name: "warehouses",
+                value: self.cfg.warehouses as f64,
+                about: "TPC-C scale".to_string(),
+            },
+        ]
     }
 
     fn check(&self, locals: &[TpccLocal], snapshot: &Snapshot) -> Result<String, InvariantError> {

@@ -621,6 +621,7 @@ struct Measured(Tpcc);
 
 impl Workload for Measured {
     type Local = (TpccLocal, Vec<Vec<u64>>);
+    type Input = TpccInput;
     const NAME: &'static str = "tpcc_measured";
     const ABOUT: &'static str = "";
     const KNOBS: &'static [KnobSpec] = &[];
@@ -639,16 +640,20 @@ impl Workload for Measured {
     fn local(&self, coord: CoordId, seed: u64) -> Self::Local {
         (self.0.local(coord, seed), vec![Vec::new(); 5])
     }
-    async fn run_one<P: Protocol>(
+    fn draw(&self, local: &mut Self::Local) -> (usize, TpccInput) {
+        self.0.draw(&mut local.0)
+    }
+    async fn run<P: Protocol>(
         &self,
         local: &mut Self::Local,
+        input: &TpccInput,
         coord: &mut Coordinator<P>,
-    ) -> (usize, Result<Outcome, Abort>) {
-        let (ty, res) = self.0.run_one(&mut local.0, coord).await;
+    ) -> Result<Outcome, Abort> {
+        let res = self.0.run(&mut local.0, input, coord).await;
         if res == Ok(Outcome::Committed) {
-            local.1[ty].push(coord.ctx.txn_counters.rtts);
+            local.1[input.type_index()].push(coord.ctx.txn_counters.rtts);
         }
-        (ty, res)
+        res
     }
     fn check(&self, locals: &[Self::Local], snapshot: &Snapshot) -> Result<String, InvariantError> {
         let locals: Vec<_> = locals.iter().map(|l| TpccLocal { ..l.0.clone_counts() }).collect();

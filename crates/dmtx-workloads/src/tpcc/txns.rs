@@ -6,7 +6,7 @@ use std::io::Write as _;
 use dmtx_runtime::{Abort, AbortReason, Coordinator, ObjRef, Protocol};
 
 use super::schema::*;
-use super::{Tpcc, TpccLocal, Variant};
+use super::{Tpcc, TpccLocal, Variant, DELIVERY_TXN, NEW_ORDER_TXN, ORDER_STATUS_TXN, PAYMENT_TXN, STOCK_LEVEL_TXN};
 use crate::zipf::uniform;
 use crate::Outcome;
 
@@ -42,13 +42,117 @@ fn middle_customer(rec: &CustomerName) -> u32 {
     rec.c_ids[n.div_ceil(2).max(1) - 1] as u32
 }
 
+/// NewOrder's inputs: home warehouse, district, customer, and per order line the
+/// item, supplying warehouse and quantity.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(super) struct NewOrderInput {
+    w: u32,
+    d: u32,
+    c: u32,
+    ol_cnt: usize,
+    rollback: bool,
+    i_ids: [u32; OL_CNT_MAX as usize],
+    supply: [u32; OL_CNT_MAX as usize],
+    qty: [u8; OL_CNT_MAX as usize],
+}
+
+/// Payment's inputs, with the HISTORY sequence number it inserts under.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(super) struct PaymentInput {
+    w: u32,
+    d: u32,
+    c_w: u32,
+    c_d: u32,
+    by_name: bool,
+    name_or_id: u32,
+    amount: i64,
+    seq: u32,
+}
+
+/// OrderStatus's inputs (`ford_o`: the order FORD's variant reads).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(super) struct OrderStatusInput {
+    w: u32,
+    d: u32,
+    by_name: bool,
+    name_or_id: u32,
+    ford_o: u32,
+}
+
+/// Delivery's inputs (`ford_o`: the orders FORD's variant delivers).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(super) struct DeliveryInput {
+    w: u32,
+    carrier: u8,
+    ford_o: [u32; DISTRICTS as usize],
+}
+
+/// StockLevel's inputs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(super) struct StockLevelInput {
+    w: u32,
+    d: u32,
+    threshold: i32,
+}
+
+/// One TPC-C transaction with its random inputs (the terminal's input screen,
+/// §2.4.1–§2.8.1), drawn once and reused by every attempt.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct TpccInput(Input);
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Input {
+    NewOrder(NewOrderInput),
+    Payment(PaymentInput),
+    OrderStatus(OrderStatusInput),
+    Delivery(DeliveryInput),
+    StockLevel(StockLevelInput),
+}
+
+impl TpccInput {
+    /// Its transaction type index (into `TXN_TYPES`).
+    pub fn type_index(&self) -> usize {
+        match self.0 {
+            Input::NewOrder(_) => NEW_ORDER_TXN,
+            Input::Payment(_) => PAYMENT_TXN,
+            Input::OrderStatus(_) => ORDER_STATUS_TXN,
+            Input::Delivery(_) => DELIVERY_TXN,
+            Input::StockLevel(_) => STOCK_LEVEL_TXN,
+        }
+    }
+}
+
 impl Tpcc {
-    /// NewOrder (§2.4).
-    pub(super) async fn new_order<P: Protocol>(
+    /// Draw a transaction of type `ty`.
+    pub(super) fn draw_input(&self, ty: usize, local: &mut TpccLocal) -> TpccInput {
+        TpccInput(match ty {
+            NEW_ORDER_TXN => Input::NewOrder(self.draw_new_order(local)),
+            PAYMENT_TXN => Input::Payment(self.draw_payment(local)),
+            ORDER_STATUS_TXN => Input::OrderStatus(self.draw_order_status(local)),
+            DELIVERY_TXN => Input::Delivery(self.draw_delivery(local)),
+            STOCK_LEVEL_TXN => Input::StockLevel(self.draw_stock_level(local)),
+            _ => unreachable!("five transaction types"),
+        })
+    }
+
+    /// Run one attempt of `input`.
+    pub(super) async fn run_input<P: Protocol>(
         &self,
         local: &mut TpccLocal,
+        input: &TpccInput,
         coord: &mut Coordinator<P>,
     ) -> Result<Outcome, Abort> {
+        match &input.0 {
+            Input::NewOrder(i) => self.new_order(i, coord).await,
+            Input::Payment(i) => self.payment(local, i, coord).await,
+            Input::OrderStatus(i) => self.order_status(local, i, coord).await,
+            Input::Delivery(i) => self.delivery(local, i, coord).await,
+            Input::StockLevel(i) => self.stock_level(local, i, coord).await,
+        }
+    }
+
+    /// NewOrder's inputs (§2.4.1).
+    fn draw_new_order(&self, local: &mut TpccLocal) -> NewOrderInput {
         let w = self.home(local);
         let rng = &mut local.rng;
         let d = 1 + uniform(rng, DISTRICTS as u64) as u32;
@@ -74,6 +178,34 @@ impl Tpcc {
             // The last item is an unused I_ID (§2.4.1.5): not found, the txn rolls back.
             i_ids[ol_cnt - 1] = self.cfg.items + 1;
         }
+        NewOrderInput {
+            w,
+            d,
+            c,
+            ol_cnt,
+            rollback,
+            i_ids,
+            supply,
+            qty,
+        }
+    }
+
+    /// NewOrder (§2.4).
+    pub(super) async fn new_order<P: Protocol>(
+        &self,
+        input: &NewOrderInput,
+        coord: &mut Coordinator<P>,
+    ) -> Result<Outcome, Abort> {
+        let NewOrderInput {
+            w,
+            d,
+            c,
+            ol_cnt,
+            rollback,
+            i_ids,
+            supply,
+            qty,
+        } = *input;
         let all_local = supply[..ol_cnt].iter().all(|&s| s == w);
         let date = now(coord);
 
@@ -163,12 +295,8 @@ impl Tpcc {
         Ok(Outcome::Committed)
     }
 
-    /// Payment (§2.5).
-    pub(super) async fn payment<P: Protocol>(
-        &self,
-        local: &mut TpccLocal,
-        coord: &mut Coordinator<P>,
-    ) -> Result<Outcome, Abort> {
+    /// Payment's inputs (§2.5.1).
+    fn draw_payment(&self, local: &mut TpccLocal) -> PaymentInput {
         let w = self.home(local);
         let rng = &mut local.rng;
         let d = 1 + uniform(rng, DISTRICTS as u64) as u32;
@@ -184,11 +312,45 @@ impl Tpcc {
             self.nurand_c_id(rng)
         };
         let amount = rand_range(rng, 100, 500_000) as i64;
+        // Each drawn Payment takes its own HISTORY key; its retries reuse it (an aborted
+        // attempt inserted nothing). Past the key space the sequence stays put and
+        // `payment` reports the table full.
         let seq = local.hist_seq;
+        if seq < 1 << HISTORY_SEQ_BITS {
+            local.hist_seq += 1;
+        }
+        PaymentInput {
+            w,
+            d,
+            c_w,
+            c_d,
+            by_name,
+            name_or_id,
+            amount,
+            seq,
+        }
+    }
+
+    /// Payment (§2.5).
+    pub(super) async fn payment<P: Protocol>(
+        &self,
+        local: &TpccLocal,
+        input: &PaymentInput,
+        coord: &mut Coordinator<P>,
+    ) -> Result<Outcome, Abort> {
+        let PaymentInput {
+            w,
+            d,
+            c_w,
+            c_d,
+            by_name,
+            name_or_id,
+            amount,
+            seq,
+        } = *input;
         if seq >= 1 << HISTORY_SEQ_BITS {
             return Err(table_full());
         }
-        local.hist_seq += 1;
         let date = now(coord);
 
         let mut txn = coord.begin();
@@ -255,23 +417,43 @@ impl Tpcc {
         Ok(Outcome::Committed)
     }
 
-    /// OrderStatus (§2.6).
-    pub(super) async fn order_status<P: Protocol>(
-        &self,
-        local: &mut TpccLocal,
-        coord: &mut Coordinator<P>,
-    ) -> Result<Outcome, Abort> {
+    /// OrderStatus's inputs (§2.6.1).
+    fn draw_order_status(&self, local: &mut TpccLocal) -> OrderStatusInput {
         let w = self.home(local);
-        let TpccLocal { rng, scratch, .. } = local;
+        let rng = &mut local.rng;
         let d = 1 + uniform(rng, DISTRICTS as u64) as u32;
-        let spec = self.cfg.variant == Variant::Spec;
-        let by_name = spec && uniform(rng, 100) < BY_NAME_PCT;
+        let by_name = self.cfg.variant == Variant::Spec && uniform(rng, 100) < BY_NAME_PCT;
         let name_or_id = if by_name {
             self.nurand_c_last(rng)
         } else {
             self.nurand_c_id(rng)
         };
         let ford_o = rand_range(rng, 1, self.cfg.customers as u64) as u32;
+        OrderStatusInput {
+            w,
+            d,
+            by_name,
+            name_or_id,
+            ford_o,
+        }
+    }
+
+    /// OrderStatus (§2.6).
+    pub(super) async fn order_status<P: Protocol>(
+        &self,
+        local: &mut TpccLocal,
+        input: &OrderStatusInput,
+        coord: &mut Coordinator<P>,
+    ) -> Result<Outcome, Abort> {
+        let OrderStatusInput {
+            w,
+            d,
+            by_name,
+            name_or_id,
+            ford_o,
+        } = *input;
+        let scratch = &mut local.scratch;
+        let spec = self.cfg.variant == Variant::Spec;
 
         let mut txn = coord.begin();
         let c = if by_name {
@@ -308,20 +490,28 @@ impl Tpcc {
         Ok(Outcome::Committed)
     }
 
-    /// Delivery (§2.7), run in one transaction over the 10 districts.
-    pub(super) async fn delivery<P: Protocol>(
-        &self,
-        local: &mut TpccLocal,
-        coord: &mut Coordinator<P>,
-    ) -> Result<Outcome, Abort> {
+    /// Delivery's inputs (§2.7.1).
+    fn draw_delivery(&self, local: &mut TpccLocal) -> DeliveryInput {
         let w = self.home(local);
-        let TpccLocal { rng, scratch, .. } = local;
+        let rng = &mut local.rng;
         let carrier = rand_range(rng, 1, 10) as u8;
-        let spec = self.cfg.variant == Variant::Spec;
         let mut ford_o = [0u32; DISTRICTS as usize];
         for o in &mut ford_o {
             *o = rand_range(rng, self.first_new_order() as u64, self.cfg.customers as u64) as u32;
         }
+        DeliveryInput { w, carrier, ford_o }
+    }
+
+    /// Delivery (§2.7), run in one transaction over the 10 districts.
+    pub(super) async fn delivery<P: Protocol>(
+        &self,
+        local: &mut TpccLocal,
+        input: &DeliveryInput,
+        coord: &mut Coordinator<P>,
+    ) -> Result<Outcome, Abort> {
+        let DeliveryInput { w, carrier, ford_o } = *input;
+        let scratch = &mut local.scratch;
+        let spec = self.cfg.variant == Variant::Spec;
         let date = now(coord);
         const ND: usize = DISTRICTS as usize;
 
@@ -425,16 +615,24 @@ impl Tpcc {
         Ok(Outcome::Committed)
     }
 
+    /// StockLevel's inputs (§2.8.1).
+    fn draw_stock_level(&self, local: &mut TpccLocal) -> StockLevelInput {
+        let w = self.home(local);
+        let rng = &mut local.rng;
+        let d = 1 + uniform(rng, DISTRICTS as u64) as u32;
+        let threshold = rand_range(rng, 10, 20) as i32;
+        StockLevelInput { w, d, threshold }
+    }
+
     /// StockLevel (§2.8).
     pub(super) async fn stock_level<P: Protocol>(
         &self,
         local: &mut TpccLocal,
+        input: &StockLevelInput,
         coord: &mut Coordinator<P>,
     ) -> Result<Outcome, Abort> {
-        let w = self.home(local);
-        let TpccLocal { rng, scratch, .. } = local;
-        let d = 1 + uniform(rng, DISTRICTS as u64) as u32;
-        let threshold = rand_range(rng, 10, 20) as i32;
+        let StockLevelInput { w, d, threshold } = *input;
+        let scratch = &mut local.scratch;
 
         let mut txn = coord.begin();
         let di = txn.add_ro(DISTRICT, district_key(w, d));

@@ -544,8 +544,13 @@ fn knob_given(knobs: &Knobs, spec: &KnobSpec) -> bool {
     knobs.iter().any(|(k, _)| k == spec.name)
 }
 
+/// One YCSB transaction: its operations, drawn before it begins.
+#[derive(Clone, Debug)]
+pub struct YcsbInput(Plan);
+
 impl Workload for Ycsb {
     type Local = YcsbLocal;
+    type Input = YcsbInput;
 
     const NAME: &'static str = "ycsb";
     const TXN_STEP: &'static str = "ycsb.txn";
@@ -677,14 +682,19 @@ impl Workload for Ycsb {
         }
     }
 
-    async fn run_one<P: Protocol>(
-        &self,
-        local: &mut YcsbLocal,
-        coord: &mut Coordinator<P>,
-    ) -> (usize, Result<Outcome, Abort>) {
+    fn draw(&self, local: &mut YcsbLocal) -> (usize, YcsbInput) {
         let mut plan = Plan::EMPTY;
         self.plan(local, &mut plan);
-        let ty = plan.ty;
+        (plan.ty, YcsbInput(plan))
+    }
+
+    async fn run<P: Protocol>(
+        &self,
+        local: &mut YcsbLocal,
+        input: &YcsbInput,
+        coord: &mut Coordinator<P>,
+    ) -> Result<Outcome, Abort> {
+        let plan = &input.0;
         let mut objs = [None::<ObjRef<[u8]>>; OPS_MAX];
         let mut txn = coord.begin();
         for (o, op) in objs.iter_mut().zip(plan.ops()) {
@@ -695,9 +705,7 @@ impl Workload for Ycsb {
                 OpKind::Insert => txn.add_insert(table, op.key),
             });
         }
-        if let Err(abort) = txn.execute().await {
-            return (ty, Err(abort));
-        }
+        txn.execute().await?;
         let objs = &objs[..plan.n];
         let obj = |i: usize| objs[i].expect("every operation was added");
         let mut intact = true;
@@ -715,19 +723,19 @@ impl Workload for Ycsb {
                 _ => {}
             }
         }
-        let res = txn.commit().await;
-        if res.is_ok() {
-            if intact {
-                local.field_writes += field_writes;
-            } else {
-                local.bad_reads += 1;
-            }
-            for op in plan.ops().iter().filter(|o| o.kind == OpKind::Insert) {
-                local.inserted[op.table as usize] += 1;
-                local.inserted_total += 1;
-            }
+        txn.commit().await?;
+        // Only the attempt that commits records its writes and inserts (a retried one
+        // left none, and reuses the same insert keys).
+        if intact {
+            local.field_writes += field_writes;
+        } else {
+            local.bad_reads += 1;
         }
-        (ty, res.map(|()| Outcome::Committed))
+        for op in plan.ops().iter().filter(|o| o.kind == OpKind::Insert) {
+            local.inserted[op.table as usize] += 1;
+            local.inserted_total += 1;
+        }
+        Ok(Outcome::Committed)
     }
 
     fn check(&self, locals: &[YcsbLocal], snapshot: &Snapshot) -> Result<String, InvariantError> {
