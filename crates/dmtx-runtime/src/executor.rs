@@ -6,6 +6,12 @@
 //! its completion queue; a task waiting for the network costs one cheap poll. Protocol
 //! code depends only on `Future` and `Waker`, so another executor (the simulator's
 //! virtual-time one) can drive the same coordinators.
+//!
+//! A task may sleep ([`crate::sleep_until`], module [`crate::timer`]): it stays in the
+//! round and checks its clock when polled, and when every task of the pass was asleep
+//! the executor blocks the thread until the earliest deadline (in slices of
+//! [`crate::timer::IDLE_SLICE_MAX`]) instead of spinning. Telling which tasks sleep costs
+//! one thread-local read after each `Pending` poll.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,6 +22,7 @@ use std::rc::Rc;
 use dmtx_verbs::Transport;
 
 use crate::rpc::Progress;
+use crate::timer;
 
 /// Round-robin executor for one worker thread.
 #[derive(Default)]
@@ -49,12 +56,21 @@ impl<'a> LocalExecutor<'a> {
     /// after each pass over the tasks.
     pub fn run(mut self, transport: &dyn Transport) {
         let mut cx = Context::from_waker(Waker::noop());
+        // A sleep parked outside this run is nobody's here.
+        let _ = timer::take_parked();
         while !self.tasks.is_empty() {
             let mut i = 0;
+            // Tasks of this pass that returned `Pending` from a sleep, and the shortest wait.
+            let mut asleep = 0usize;
+            let mut wait_ns = u64::MAX;
             while i < self.tasks.len() {
                 if self.tasks[i].as_mut().poll(&mut cx).is_ready() {
                     drop(self.tasks.swap_remove(i));
                 } else {
+                    if let Some(w) = timer::take_parked() {
+                        asleep += 1;
+                        wait_ns = wait_ns.min(w);
+                    }
                     i += 1;
                 }
             }
@@ -66,6 +82,9 @@ impl<'a> LocalExecutor<'a> {
                 for p in &self.pollers {
                     p.progress();
                 }
+            }
+            if asleep > 0 && asleep == self.tasks.len() {
+                timer::idle(wait_ns);
             }
         }
     }
@@ -79,6 +98,9 @@ pub fn block_on<F: Future>(fut: F) -> F::Output {
         // No spin hint: a pending future here is one that yielded, and is ready again.
         if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
             return v;
+        }
+        if let Some(w) = timer::take_parked() {
+            timer::idle(w);
         }
     }
 }
