@@ -119,6 +119,8 @@ use crate::{yield_now, CoordCtx, CoordId, Probe};
 
 mod hybrid;
 pub use hybrid::{HybridTimestamps, HYBRID_RANGE_MAX};
+#[cfg(test)]
+mod watermark_tests;
 
 /// Most timestamps one request may take.
 pub const RANGE_MAX: u32 = 1 << 16;
@@ -253,7 +255,8 @@ pub enum TsError {
     #[error(transparent)]
     Control(#[from] ControlError),
     /// The `faa` kind's resolution ring is full: the commit timestamp `index` places
-    /// lies a whole ring beyond the watermark, and the watermark did not move.
+    /// lies a whole ring beyond the watermark, and the watermark did not move. That
+    /// timestamp was taken and can never be resolved: the watermark stops below it.
     #[error("timestamp area at {counter}: commit timestamp #{index} is {WATERMARK_RING_SLOTS} or more past the watermark (#{watermark_index}) after {rounds} tries to advance it; a coordinator holds a commit timestamp it neither completes nor abandons, or more than {WATERMARK_RING_SLOTS} commits are in flight at once: resolve every CommitTs")]
     RingFull {
         /// The counter word.
