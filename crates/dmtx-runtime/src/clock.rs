@@ -60,7 +60,10 @@ impl RealClock {
     /// This clock, promising a drift of at most `ppm` (what the deployment's oscillators
     /// and clock synchronization guarantee).
     pub fn with_drift_bound_ppm(mut self, ppm: u64) -> Self {
-        assert!(ppm < 1_000_000, "a drift bound of {ppm} ppm lets the clock stop; give less than 1000000");
+        assert!(
+            ppm < 1_000_000,
+            "a drift bound of {ppm} ppm lets the clock stop; give less than 1000000"
+        );
         self.drift_bound_ppm = ppm;
         self
     }

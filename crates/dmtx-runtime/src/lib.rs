@@ -52,8 +52,8 @@ pub use rpc::{Handled, Request, Rpc, RpcConfig, RpcError};
 pub use scan::scan_table;
 pub use timer::{sleep, sleep_until, Sleep};
 pub use timestamp::{
-    CommitTs, FaaTimestamps, HybridTimestamps, OracleTimestamps, RpcTimestamps, TimestampService, Timestamps,
-    TsError, TsKind, TsKindError,
+    CommitTs, FaaTimestamps, HybridTimestamps, OracleTimestamps, RpcTimestamps, TimestampService, Timestamps, TsError,
+    TsKind, TsKindError,
 };
 pub use txn::{
     Access, Coordinator, Obj, ObjRef, ObjSummary, Phase, Table, Txn, TxnObserver, TxnSet, TxnSummary, STEP_ADD,

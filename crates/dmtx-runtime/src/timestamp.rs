@@ -590,7 +590,10 @@ impl TimestampService for RpcTimestamps {
         ctx.txn_counters.ts_requests += 1;
         let host = self.host;
         if self.is_host(ctx.id) {
-            let ts = self.counter.grant_commit(None, false).ok_or(TsError::LedgerFull { host })?;
+            let ts = self
+                .counter
+                .grant_commit(None, false)
+                .ok_or(TsError::LedgerFull { host })?;
             return Ok(CommitTs { ts, index: 0 });
         }
         let reply = self.call_host(ctx, &[TAG_TIMESTAMPS, OP_COMMIT]).await?;
@@ -643,7 +646,9 @@ impl RpcTimestamps {
         };
         ctx.txn_counters.ts_rtts += 1;
         let host = self.host;
-        rpc.call(host, req).await.map_err(|source| TsError::Rpc { host, source })
+        rpc.call(host, req)
+            .await
+            .map_err(|source| TsError::Rpc { host, source })
     }
 }
 

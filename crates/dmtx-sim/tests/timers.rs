@@ -23,11 +23,17 @@ type Woke = (usize, u64, u64);
 /// returns every wake-up, the clocks and the run's polls.
 fn sleepers(seed: u64) -> (Vec<Woke>, Vec<NodeClock>, u64) {
     let sim = sim(seed);
-    let clocks: Vec<NodeClock> = [(0, 0), (5_000, 100), (-3_000, -250), (1_000_000, 300_000), (0, -600_000)]
-        .into_iter()
-        .enumerate()
-        .map(|(i, (off, ppm))| sim.node_clock(Node::Cn(i as u32), off, ppm).unwrap())
-        .collect();
+    let clocks: Vec<NodeClock> = [
+        (0, 0),
+        (5_000, 100),
+        (-3_000, -250),
+        (1_000_000, 300_000),
+        (0, -600_000),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, (off, ppm))| sim.node_clock(Node::Cn(i as u32), off, ppm).unwrap())
+    .collect();
     const SLEEPS: usize = 20;
     let log = Rc::new(RefCell::new(Vec::new()));
     let mut ex = SimExecutor::new(&sim);
@@ -60,7 +66,11 @@ fn virtual_sleeps_wake_at_exactly_the_deadline_and_never_spin() {
     let (log, clocks, polls) = sleepers(9);
     for &(i, deadline, at) in &log {
         let c = &clocks[i];
-        assert!(c.at(at) >= deadline, "cn{i} woke at {at}, clock {} < {deadline}", c.at(at));
+        assert!(
+            c.at(at) >= deadline,
+            "cn{i} woke at {at}, clock {} < {deadline}",
+            c.at(at)
+        );
         assert!(
             c.at(at - 1) < deadline,
             "cn{i} woke late: at {} the clock already read {}",
@@ -69,7 +79,11 @@ fn virtual_sleeps_wake_at_exactly_the_deadline_and_never_spin() {
         );
     }
     // One poll per sleep (its event) plus the first poll of each task.
-    assert_eq!(polls, log.len() as u64 + 15, "a sleep was polled more than at its event");
+    assert_eq!(
+        polls,
+        log.len() as u64 + 15,
+        "a sleep was polled more than at its event"
+    );
     assert_eq!(sleepers(9).0, log, "one seed, one run");
 }
 
@@ -154,6 +168,9 @@ fn reaches_at_is_the_first_crossing() {
         let t = c.reaches_at(now, deadline).unwrap();
         assert!(t >= now);
         assert!(c.at(t) >= deadline, "{c:?} now {now} deadline {deadline}: {t}");
-        assert!(t == now || c.at(t - 1) < deadline, "{c:?} now {now} deadline {deadline}: {t} is late");
+        assert!(
+            t == now || c.at(t - 1) < deadline,
+            "{c:?} now {now} deadline {deadline}: {t} is late"
+        );
     }
 }

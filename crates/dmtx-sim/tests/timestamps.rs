@@ -547,7 +547,10 @@ fn watermark_run(seed: u64, kind: TsKind) -> (Vec<(u64, u64, u64)>, u64, Vec<dmt
                 let w_before = model.borrow().w_max;
                 let commit = ts.next_commit(ctx).await.unwrap();
                 let t = commit.get();
-                assert!(t > w_before, "{kind}: commit {t} at or below watermark {w_before} read before it");
+                assert!(
+                    t > w_before,
+                    "{kind}: commit {t} at or below watermark {w_before} read before it"
+                );
                 {
                     let mut m = model.borrow_mut();
                     m.unresolved.insert(t);
@@ -568,7 +571,12 @@ fn watermark_run(seed: u64, kind: TsKind) -> (Vec<(u64, u64, u64)>, u64, Vec<dmt
     let report = ex.run().unwrap();
     assert_eq!(report.pending, 0);
     let m = model.borrow();
-    assert!(m.moved > m.reads / 10, "{kind}: the watermark barely moved: {} of {}", m.moved, m.reads);
+    assert!(
+        m.moved > m.reads / 10,
+        "{kind}: the watermark barely moved: {} of {}",
+        m.moved,
+        m.reads
+    );
     assert!(m.unresolved.is_empty());
     let counters = ctxs.iter().map(|c| c.txn_counters).collect();
     // Everything resolved: a last read passes every commit.

@@ -105,7 +105,13 @@ enum Expect {
 /// model: never at or above an unresolved commit timestamp, never below one it read
 /// before, never above a later grant, and past every commit whose predecessors are all
 /// resolved. Returns how many watermarks moved.
-fn check_steps(ts: &Timestamps, ctx: &mut CoordCtx, clock: Option<&HandClock>, steps: &[Step], expect: Expect) -> usize {
+fn check_steps(
+    ts: &Timestamps,
+    ctx: &mut CoordCtx,
+    clock: Option<&HandClock>,
+    steps: &[Step],
+    expect: Expect,
+) -> usize {
     block_on(async {
         let mut held: Vec<CommitTs> = Vec::new();
         let mut pending = BTreeSet::new();
@@ -115,7 +121,10 @@ fn check_steps(ts: &Timestamps, ctx: &mut CoordCtx, clock: Option<&HandClock>, s
         let mut moved = 0;
         // Grants `lo..=hi`: above the watermark read (invariant 4), increasing (invariant 2).
         fn grant(lo: u64, hi: u64, w_max: u64, granted_max: &mut u64) {
-            assert!(lo > w_max, "{lo} handed out at or below watermark {w_max} (invariant 4)");
+            assert!(
+                lo > w_max,
+                "{lo} handed out at or below watermark {w_max} (invariant 4)"
+            );
             assert!(lo > *granted_max, "{lo} after {granted_max}: not increasing");
             *granted_max = hi;
         }
@@ -265,7 +274,12 @@ fn a_watermark_that_ignores_pending_commits_is_caught() {
     }
     let liar = Liar(OracleTimestamps::new());
     let fabric = dmtx_verbs::MemFabric::new(vec![]);
-    let mut ctx = ctx_on(coord(0, 0, 0), Rc::new(fabric.transport()), Arc::new(RealClock::new()), None);
+    let mut ctx = ctx_on(
+        coord(0, 0, 0),
+        Rc::new(fabric.transport()),
+        Arc::new(RealClock::new()),
+        None,
+    );
     block_on(async {
         let c = liar.next_commit(&mut ctx).await.unwrap();
         let w = liar.watermark(&mut ctx).await.unwrap();
@@ -289,7 +303,12 @@ fn rpc_watermark_over_messages() {
     let ts = RpcTimestamps::default();
     ts.serve_on(&host, None);
     let fabric = dmtx_verbs::MemFabric::new(vec![]);
-    let mut ctx = ctx_on(coord(1, 0, 0), Rc::new(fabric.transport()), Arc::new(RealClock::new()), Some(Rc::clone(&caller)));
+    let mut ctx = ctx_on(
+        coord(1, 0, 0),
+        Rc::new(fabric.transport()),
+        Arc::new(RealClock::new()),
+        Some(Rc::clone(&caller)),
+    );
     let seen = Rc::new(RefCell::new(Vec::new()));
     let (s, ts2) = (Rc::clone(&seen), ts.clone());
     let task = Box::pin(async move {
@@ -303,7 +322,8 @@ fn rpc_watermark_over_messages() {
         ts2.abandon(&mut ctx, a).await.unwrap();
         let w2 = ts2.watermark(&mut ctx).await.unwrap();
         let c = ctx.txn_counters;
-        s.borrow_mut().extend([start, a_ts, b_ts, w0, w1, w2, c.ts_requests, c.ts_rtts, c.rtts]);
+        s.borrow_mut()
+            .extend([start, a_ts, b_ts, w0, w1, w2, c.ts_requests, c.ts_rtts, c.rtts]);
     });
     run_all(&[Rc::clone(&host), Rc::clone(&caller)], vec![task]);
     // T_start 1 is not tracked: the watermark waits only for the commits 2 and 3.
@@ -326,7 +346,12 @@ fn a_retried_commit_request_gets_the_same_timestamp() {
     let ts = RpcTimestamps::default();
     ts.serve_on(&host, None);
     let fabric = dmtx_verbs::MemFabric::new(vec![]);
-    let mut ctx = ctx_on(coord(1, 0, 0), Rc::new(fabric.transport()), clock.clone(), Some(Rc::clone(&caller)));
+    let mut ctx = ctx_on(
+        coord(1, 0, 0),
+        Rc::new(fabric.transport()),
+        clock.clone(),
+        Some(Rc::clone(&caller)),
+    );
     let mut cx = Context::from_waker(Waker::noop());
     let c = {
         let mut fut = pin!(ts.next_commit(&mut ctx));
@@ -348,7 +373,11 @@ fn a_retried_commit_request_gets_the_same_timestamp() {
     block_on(ts.complete(&mut host_ctx, c)).unwrap();
     let later = block_on(ts.next(&mut host_ctx)).unwrap();
     assert_eq!(later, 2, "the retry took no timestamp");
-    assert_eq!(block_on(ts.watermark(&mut host_ctx)), Ok(2), "no second commit holds it back");
+    assert_eq!(
+        block_on(ts.watermark(&mut host_ctx)),
+        Ok(2),
+        "no second commit holds it back"
+    );
 }
 
 /// Goal: the `faa` kind's costs as documented: a commit grant one round trip (FAA and
@@ -359,7 +388,12 @@ fn a_retried_commit_request_gets_the_same_timestamp() {
 fn faa_watermark_costs() {
     let cluster = LocalCluster::new(1, 1 << 16);
     let f = FaaTimestamps::reserve(&cluster, MnId(0)).unwrap();
-    let mut ctx = ctx_on(coord(0, 0, 0), Rc::new(cluster.fabric().transport()), Arc::new(RealClock::new()), None);
+    let mut ctx = ctx_on(
+        coord(0, 0, 0),
+        Rc::new(cluster.fabric().transport()),
+        Arc::new(RealClock::new()),
+        None,
+    );
     // The round trips of the last call; never the protocol's round trips, ops or bytes.
     let rtts_of = |ctx: &mut CoordCtx| {
         let c = std::mem::take(&mut ctx.txn_counters);
@@ -369,7 +403,11 @@ fn faa_watermark_costs() {
     let c = block_on(f.next_commit(&mut ctx)).unwrap();
     assert_eq!((c.get(), rtts_of(&mut ctx)), (1, 1));
     assert_eq!(block_on(f.watermark(&mut ctx)), Ok(0));
-    assert_eq!(rtts_of(&mut ctx), 2, "READ the words, READ the ring; nothing to publish");
+    assert_eq!(
+        rtts_of(&mut ctx),
+        2,
+        "READ the words, READ the ring; nothing to publish"
+    );
     block_on(f.complete(&mut ctx, c)).unwrap();
     assert_eq!(rtts_of(&mut ctx), 1);
     assert_eq!(block_on(f.watermark(&mut ctx)), Ok(1));
@@ -378,7 +416,11 @@ fn faa_watermark_costs() {
     assert_eq!(rtts_of(&mut ctx), 1, "published: no ring left to read");
     let load = &ctx.per_mn[0];
     assert_eq!(
-        (load.ops[OpKind::Faa as usize], load.ops[OpKind::Write as usize], load.ops[OpKind::Cas as usize]),
+        (
+            load.ops[OpKind::Faa as usize],
+            load.ops[OpKind::Write as usize],
+            load.ops[OpKind::Cas as usize]
+        ),
         (1, 1, 1)
     );
 }
@@ -391,7 +433,12 @@ fn faa_watermark_costs() {
 fn faa_commit_grants_wait_for_the_ring() {
     let cluster = LocalCluster::new(1, 1 << 16);
     let f = FaaTimestamps::reserve(&cluster, MnId(0)).unwrap();
-    let mut ctx = ctx_on(coord(0, 0, 0), Rc::new(cluster.fabric().transport()), Arc::new(RealClock::new()), None);
+    let mut ctx = ctx_on(
+        coord(0, 0, 0),
+        Rc::new(cluster.fabric().transport()),
+        Arc::new(RealClock::new()),
+        None,
+    );
     block_on(async {
         for _ in 0..WATERMARK_RING_SLOTS {
             let c = f.next_commit(&mut ctx).await.unwrap();
@@ -493,7 +540,11 @@ fn hybrid_counter_overflow_runs_ahead_of_the_clock() {
     let next = block_on(ts.next_range(&mut ctx, 2)).unwrap();
     assert_eq!(next.start, 6 << 16 | 7 << 8, "next µs, same node");
     clock.set(9_000);
-    assert_eq!(block_on(ts.next(&mut ctx)).unwrap(), 9 << 16 | 7 << 8, "the clock again");
+    assert_eq!(
+        block_on(ts.next(&mut ctx)).unwrap(),
+        9 << 16 | 7 << 8,
+        "the clock again"
+    );
 }
 
 /// Goal: invariant 4 across nodes with skewed clocks: after a watermark is read, a node
