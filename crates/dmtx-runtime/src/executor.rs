@@ -10,8 +10,8 @@
 //! A task may sleep ([`crate::sleep_until`], module [`crate::timer`]): it stays in the
 //! round and checks its clock when polled, and when every task of the pass was asleep
 //! the executor blocks the thread until the earliest deadline (in slices of
-//! [`crate::timer::IDLE_SLICE_MAX`]) instead of spinning. Telling which tasks sleep costs
-//! one thread-local read after each `Pending` poll.
+//! [`crate::timer::IDLE_SLICE_MAX`]) instead of spinning. Telling whether every task
+//! sleeps costs one thread-local read per pass.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -60,20 +60,15 @@ impl<'a> LocalExecutor<'a> {
         let _ = timer::take_parked();
         while !self.tasks.is_empty() {
             let mut i = 0;
-            // Tasks of this pass that returned `Pending` from a sleep, and the shortest wait.
-            let mut asleep = 0usize;
-            let mut wait_ns = u64::MAX;
             while i < self.tasks.len() {
                 if self.tasks[i].as_mut().poll(&mut cx).is_ready() {
                     drop(self.tasks.swap_remove(i));
                 } else {
-                    if let Some(w) = timer::take_parked() {
-                        asleep += 1;
-                        wait_ns = wait_ns.min(w);
-                    }
                     i += 1;
                 }
             }
+            // The sleeps of this pass, and the shortest wait (one per sleeping task).
+            let parked = timer::take_parked();
             if self.pollers.is_empty() {
                 transport.progress();
             } else {
@@ -83,8 +78,10 @@ impl<'a> LocalExecutor<'a> {
                     p.progress();
                 }
             }
-            if asleep > 0 && asleep == self.tasks.len() {
-                timer::idle(wait_ns);
+            if let Some((asleep, wait_ns)) = parked {
+                if asleep >= self.tasks.len() {
+                    timer::idle(wait_ns);
+                }
             }
         }
     }
@@ -99,8 +96,8 @@ pub fn block_on<F: Future>(fut: F) -> F::Output {
         if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
             return v;
         }
-        if let Some(w) = timer::take_parked() {
-            timer::idle(w);
+        if let Some((_, wait_ns)) = timer::take_parked() {
+            timer::idle(wait_ns);
         }
     }
 }

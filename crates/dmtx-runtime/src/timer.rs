@@ -8,7 +8,7 @@
 //!
 //! | executor | how a sleeping task waits | cost |
 //! | --- | --- | --- |
-//! | [`crate::LocalExecutor`] (`mem`, `tcp`) | it is polled every pass like any task (one clock read, [`Clock::ns_until`]); when **every** task of the thread sleeps, the executor blocks the thread until the earliest deadline, in slices of at most [`IDLE_SLICE_MAX`] so CN↔CN requests and background completions are still served | nothing when no task sleeps: one thread-local read after a poll that returned `Pending`, no allocation |
+//! | [`crate::LocalExecutor`] (`mem`, `tcp`) | it is polled every pass like any task (one clock read, [`Clock::ns_until`]); when the pass's sleeps are as many as its tasks, the executor blocks the thread until the earliest deadline, in slices of at most [`IDLE_SLICE_MAX`] so CN↔CN requests and background completions are still served | nothing when no task sleeps: one thread-local read per pass, no allocation |
 //! | `dmtx_sim::SimExecutor` (`sim`) | one `Wake` event at the virtual instant the node's clock reaches the deadline ([`Clock::ns_until`] of its `NodeClock`: offset and drift applied), like `Sim::sleep` | no spinning and no polls before the event |
 //! | [`crate::block_on`] (setup) | as the local executor, one task | — |
 //!
@@ -17,9 +17,11 @@
 //! so a clock that jumped back (a scripted clock fault) makes it wait on: it returns only
 //! once the clock reads at least the deadline.
 //!
-//! A sleep races nothing on the local executor: a task that awaits a sleep and something
-//! else at once (a `select`) is woken late by up to [`IDLE_SLICE_MAX`] if every task of the
-//! thread sleeps meanwhile. A sleeping task dropped before its deadline (a run's end)
+//! The local executor counts sleeps, not tasks, so a task awaits at most one sleep at a
+//! time (two at once would make a busy thread look asleep and stall it for up to
+//! [`IDLE_SLICE_MAX`] a pass). A task that awaits a sleep and something else at once (a
+//! `select`) is woken late by up to [`IDLE_SLICE_MAX`] if every task of the thread sleeps
+//! meanwhile. A sleeping task dropped before its deadline (a run's end)
 //! leaves at most a stale `Wake` event behind, which wakes nothing.
 
 use std::cell::{Cell, RefCell};
@@ -44,15 +46,12 @@ pub trait TimerService {
     fn wake_at(&self, at_ns: u64, waker: &Waker);
 }
 
-/// No sleep is parked: the value of [`PARKED`] between polls.
-const NOT_PARKED: u64 = u64::MAX;
-
 thread_local! {
     /// The timer service of the executor running on this thread, if it has one.
     static SERVICE: RefCell<Option<Rc<dyn TimerService>>> = const { RefCell::new(None) };
-    /// The shortest wait (host ns) of a sleep that returned `Pending` since the local
-    /// executor last looked; [`NOT_PARKED`] when none did.
-    static PARKED: Cell<u64> = const { Cell::new(NOT_PARKED) };
+    /// Sleeps that returned `Pending` since the local executor last looked (once per
+    /// pass), and the shortest of their waits (host ns).
+    static PARKED: Cell<(usize, u64)> = const { Cell::new((0, u64::MAX)) };
 }
 
 /// Restores the previous timer service when dropped ([`install_timer_service`]).
@@ -74,12 +73,17 @@ pub fn install_timer_service(service: Rc<dyn TimerService>) -> TimerServiceGuard
     TimerServiceGuard { previous }
 }
 
-/// The shortest wait of the sleeps parked since the last call, clearing it (the local
-/// executor, after each poll that returned `Pending`).
+/// How many sleeps parked since the last call and the shortest wait, clearing them (the
+/// local executor, once per pass).
 #[inline]
-pub(crate) fn take_parked() -> Option<u64> {
-    let p = PARKED.replace(NOT_PARKED);
-    (p != NOT_PARKED).then_some(p)
+pub(crate) fn take_parked() -> Option<(usize, u64)> {
+    // A load alone when nothing sleeps.
+    let p = PARKED.get();
+    if p.0 == 0 {
+        return None;
+    }
+    PARKED.set((0, u64::MAX));
+    Some(p)
 }
 
 /// Block the thread for up to `wait_ns` host ns, at most [`IDLE_SLICE_MAX`].
@@ -142,8 +146,10 @@ impl Future for Sleep<'_> {
         });
         match armed {
             Some(at) => self.armed_at = Some(at),
-            // A wait of "never" still parks (for the longest slice), never reads as unparked.
-            None => PARKED.set(PARKED.get().min(wait.min(NOT_PARKED - 1))),
+            None => {
+                let (n, w) = PARKED.get();
+                PARKED.set((n + 1, w.min(wait)));
+            }
         }
         Poll::Pending
     }
@@ -308,6 +314,7 @@ mod tests {
         let mut s = pin!(sleep_until(&clock, 9_000));
         assert!(s.as_mut().poll(&mut cx).is_pending());
         assert_eq!(svc.asked.borrow().len(), 2, "uninstalled");
-        assert_eq!(take_parked(), Some(4_000));
+        assert_eq!(take_parked(), Some((1, 4_000)));
+        assert_eq!(take_parked(), None, "taken");
     }
 }
