@@ -10,7 +10,8 @@
 //! isolation checker's hook). The [`AddrCache`] maps keys to slot addresses per CN.
 //! Time comes from a [`Clock`], so the simulator can supply virtual time; a task waits
 //! for time with [`sleep_until`] on any executor ([`timer`]).
-//! MVCC and T/O protocols take timestamps from a [`TimestampService`] ([`timestamp`]).
+//! MVCC and T/O protocols take timestamps from a [`TimestampService`] ([`timestamp`]),
+//! which also keeps a completed-commit watermark for snapshots that must not miss a commit.
 //!
 //! Depends on `dmtx-verbs`, `dmtx-memnode` and `dmtx-store`; never names a transport.
 //!

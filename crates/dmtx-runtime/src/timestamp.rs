@@ -1,7 +1,7 @@
 //! The timestamp service of MVCC and T/O protocols (DESIGN §4): strictly increasing,
 //! cluster-unique `u64` timestamps, never 0, behind one trait with three kinds.
 //!
-//! Motor (§4 "Timestamp Generation") and LOTUS (§5) take a start timestamp when a
+//! Motor (§5 "Timestamp Generation") and LOTUS (§5) take a start timestamp when a
 //! transaction begins and a commit timestamp once its writes are locked, from "a
 //! scalable timestamp service in the compute pool" that they leave out of scope and
 //! count as free; RCBench's T/O, MVCC and Silo (§5.2, Alg. 5 line 7) take "the current
@@ -22,14 +22,13 @@
 //! which its 500 ms garbage collection compares with the local clock): `µs << 16 |
 //! cn << 8 | counter`, taken on the coordinator's own compute node, free. It is built by
 //! the protocol that needs it and is not a knob value ([`TsKind::ALL`] lists the counter
-//! kinds); its module doc says how uniqueness and order hold.
+//! kinds); its doc says how uniqueness and order hold.
 //!
 //! # Completed-commit watermark (Motor §5, LOTUS §5)
 //!
-//! Motor and LOTUS install a transaction's versions before (Motor) or after (LOTUS,
-//! "Write Visible") taking `T_commit`; between that grant and the last visible write, a
-//! reader whose `T_start` exceeds `T_commit` can miss the commit and read an older
-//! version. A snapshot that never misses a smaller commit still being written reads at
+//! Motor (§5.1, Phase 3) and LOTUS (§5.1, "Write Visible") install a transaction's
+//! versions after taking `T_commit`; between that grant and the last write, a reader
+//! whose `T_start` exceeds `T_commit` can miss the commit and read an older version. A snapshot that never misses a smaller commit still being written reads at
 //! the **watermark** instead: the largest timestamp `w` such that every commit timestamp
 //! `<= w` that was handed out has completed (all its writes installed) or been abandoned
 //! (its transaction aborted), and no commit timestamp `<= w` will be handed out later.
@@ -61,8 +60,11 @@
 //! a knob otherwise, built once by [`Timestamps::setup`]), calls
 //! [`TimestampService::attach`] from `Protocol::coord_state` for every coordinator (the
 //! `rpc` kind installs its handler on the host thread there and refuses coordinators
-//! without messaging), then awaits [`TimestampService::next`] once for `T_start` and once
-//! for `T_commit`. [`TimestampService::next_range`] takes `n` consecutive timestamps in
+//! without messaging; the `hybrid` kind registers the node's clock), then awaits
+//! [`TimestampService::next`] once for `T_start` and once for `T_commit`. A protocol
+//! whose snapshots read at the watermark takes `T_commit` with
+//! [`TimestampService::next_commit`] instead, and completes it once its writes are
+//! installed or abandons it on abort. [`TimestampService::next_range`] takes `n` consecutive timestamps in
 //! one request, so a later combiner can serve several coordinators of a thread that ask
 //! at once with one message or one FAA.
 //!
@@ -83,7 +85,7 @@
 //!    skipped, never repeated.
 //! 2. Real-time order: a timestamp is greater than every timestamp granted before its
 //!    request was issued, because the counter is advanced between issue and reply (what
-//!    MVCC needs of `T_start`, Motor §4 Phase 1). Hence a coordinator's timestamps
+//!    MVCC needs of `T_start`, Motor §5.1 Phase 1). Hence a coordinator's timestamps
 //!    strictly increase. A range must therefore be used at once, never kept for later.
 //!    (The `hybrid` kind keeps it per compute node only; across nodes, up to clock skew.)
 //! 3. The watermark never passes a commit timestamp that is unresolved: the `oracle` and

@@ -1,32 +1,4 @@
 //! The `hybrid` kind: timestamps with a physical-clock component (LOTUS §5).
-//!
-//! ```text
-//! bit 63 ............ 16 15 ..... 8 7 ...... 0
-//!     physical µs (48)   cn (8)      counter (8)
-//! ```
-//!
-//! Each compute node grants from its own word (`last`, shared by its worker threads, one
-//! CAS loop per grant): the next grant is the larger of `last + 1` and its clock's
-//! `µs << 16 | cn << 8`, and a range stays inside one (µs, cn) block of 256 values, moving
-//! to the next µs when the counter would overflow.
-//!
-//! - **Cluster-unique**: bits 8–15 hold the node id, so two nodes' values never meet.
-//! - **Strictly increasing per node**, hence per caller: each grant exceeds `last`.
-//! - **Tracks real time**: `ts >> 16` is the node clock's µs at the grant, unless the
-//!   node granted more than 256 timestamps within one µs, in which case it runs ahead
-//!   of the clock (as a hybrid logical clock does) until the clock catches up.
-//! - **Order across nodes** holds only up to their clocks' skew (what LOTUS's bounded
-//!   drift assumes); invariant 2 of the module holds per node.
-//!
-//! Cost: no message and no round trip (`ts_requests` only), like the `oracle`.
-//!
-//! The watermark is kept in process, for the nodes that [`TimestampService::attach`]ed:
-//! a commit grant inserts its timestamp into a ledger under the lock the watermark is
-//! computed under (invariant 3); the watermark first raises every attached node's
-//! `last` to its clock's present (so none of them can grant at or below it again,
-//! invariant 4, even if its clock later jumps back) and is the smallest of those, below
-//! the smallest unresolved commit. A node attaches with its `last` raised to the current
-//! watermark, so a late node with a slow clock never grants below it.
 
 use std::collections::BTreeSet;
 use std::ops::Range;
@@ -42,7 +14,35 @@ pub const HYBRID_RANGE_MAX: u32 = 256;
 /// Compute nodes the layout has room for.
 const NODES_MAX: usize = 256;
 
-/// The `hybrid` timestamp service (module doc).
+/// The `hybrid` timestamp service (LOTUS §5).
+///
+/// ```text
+/// bit 63 ............ 16 15 ..... 8 7 ...... 0
+///     physical µs (48)   cn (8)      counter (8)
+/// ```
+///
+/// Each compute node grants from its own word (`last`, shared by its worker threads, one
+/// CAS loop per grant): the next grant is the larger of `last + 1` and its clock's
+/// `µs << 16 | cn << 8`, and a range stays inside one (µs, cn) block of 256 values, moving
+/// to the next µs when the counter would overflow.
+///
+/// - **Cluster-unique**: bits 8–15 hold the node id, so two nodes' values never meet.
+/// - **Strictly increasing per node**, hence per caller: each grant exceeds `last`.
+/// - **Tracks real time**: `ts >> 16` is the node clock's µs at the grant, unless the
+///   node granted more than 256 timestamps within one µs, in which case it runs ahead
+///   of the clock (as a hybrid logical clock does) until the clock catches up.
+/// - **Order across nodes** holds only up to their clocks' skew (what LOTUS's bounded
+///   drift assumes); invariant 2 of the module holds per node.
+///
+/// Cost: no message and no round trip (`ts_requests` only), like the `oracle`.
+///
+/// The watermark is kept in process, for the nodes that [`TimestampService::attach`]ed:
+/// a commit grant inserts its timestamp into a ledger under the lock the watermark is
+/// computed under (invariant 3); the watermark first raises every attached node's
+/// `last` to its clock's present (so none of them can grant at or below it again,
+/// invariant 4, even if its clock later jumps back) and is the smallest of those, below
+/// the smallest unresolved commit. A node attaches with its `last` raised to the current
+/// watermark, so a late node with a slow clock never grants below it.
 #[derive(Clone)]
 pub struct HybridTimestamps {
     inner: Arc<Inner>,
