@@ -174,3 +174,32 @@ fn reaches_at_is_the_first_crossing() {
         );
     }
 }
+
+/// Goal: a coordinator on a virtual CPU (CPU model on) sleeping on its node's clock
+/// wakes at exactly its deadline when its CPU is idle, and two coordinators of one CPU
+/// whose deadlines coincide run one after the other (the second waits for the CPU, not
+/// for another timer).
+#[test]
+fn a_coordinator_on_a_virtual_cpu_wakes_at_its_deadline() {
+    let mut config = SimConfig::new(4);
+    config.cpu.mode = dmtx_sim::CpuMode::Model;
+    let sim = Sim::new(config, vec![Arc::new(Region::new(1 << 12))]);
+    let clock = sim.node_clock(Node::Cn(0), 0, 0).unwrap();
+    let cpu = sim.cpu_of(0, 0);
+    let woke = Rc::new(RefCell::new(Vec::new()));
+    let mut ex = SimExecutor::new(&sim);
+    for k in 0..2u64 {
+        let (c, w, s) = (clock.clone(), Rc::clone(&woke), sim.clone());
+        ex.spawn_on(cpu, async move {
+            sleep_until(&c, 50_000).await;
+            w.borrow_mut().push((k, s.now()));
+        });
+    }
+    let report = ex.run().unwrap();
+    let woke = woke.borrow();
+    assert_eq!(woke[0], (0, 50_000), "the first wakes at its deadline");
+    assert_eq!(woke[1].0, 1);
+    assert!(woke[1].1 > 50_000, "the second waits for the CPU: {:?}", woke[1]);
+    assert!(woke[1].1 < 51_000, "one poll later, not another timer: {:?}", woke[1]);
+    assert_eq!(report.polls, 4, "each polled at start and at its wake-up");
+}
