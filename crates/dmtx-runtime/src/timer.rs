@@ -136,7 +136,9 @@ impl Future for Sleep<'_> {
             let now = service.now_ns();
             // Polled again before the wake-up (another of the task's futures woke it):
             // the wake-up asked for still stands. Past it, the clock was moved back.
-            if self.armed_at.is_none_or(|at| now >= at) {
+            // A clock that never gets there (stopped) asks for no wake-up: the task waits
+            // for ever, as the virtual-time executor then reports.
+            if wait != u64::MAX && self.armed_at.is_none_or(|at| now >= at) {
                 let at = now.saturating_add(wait);
                 service.wake_at(at, cx.waker());
                 Some(at)

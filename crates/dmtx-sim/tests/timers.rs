@@ -203,3 +203,28 @@ fn a_coordinator_on_a_virtual_cpu_wakes_at_its_deadline() {
     assert!(woke[1].1 < 51_000, "one poll later, not another timer: {:?}", woke[1]);
     assert_eq!(report.polls, 4, "each polled at start and at its wake-up");
 }
+
+/// Goal: a sleep on a clock that a fault script stops (−600 000 ppm configured, −500 000
+/// more scripted: the clock runs backwards) asks for no wake-up at the end of time: the
+/// run reports the sleeper as deadlocked.
+#[test]
+fn a_sleep_on_a_stopped_clock_waits_for_ever() {
+    let sim = sim(5);
+    let clock = sim.node_clock(Node::Cn(0), 0, -600_000).unwrap();
+    sim.install_faults(
+        "clock-drift node=cn0 ppm=-500000 at=1us"
+            .parse::<FaultScript>()
+            .unwrap(),
+    )
+    .unwrap();
+    let mut ex = SimExecutor::new(&sim);
+    let s = sim.clone();
+    ex.spawn(async move {
+        s.sleep(2_000).await;
+        assert_eq!(clock.ns_until(clock.now_ns() + 1), u64::MAX, "stopped");
+        sleep(&clock, 1_000).await;
+        unreachable!("the clock never gets there");
+    });
+    let e = ex.run().unwrap_err();
+    assert!(matches!(e, dmtx_sim::SimError::Deadlock { pending: 1, .. }), "{e}");
+}
