@@ -579,3 +579,60 @@ fn hybrid_watermark_holds_across_skewed_nodes() {
         ts.abandon(&mut late, cl).await.unwrap();
     });
 }
+
+/// Goal: the `rpc` host refuses a commit timestamp once [`PENDING_MAX`] are unresolved
+/// (it never grows without bound on what peers send), locally and over messages, with
+/// an error naming the fix; a resolve frees room again.
+#[test]
+fn a_full_rpc_ledger_refuses_commits() {
+    let net = MemMsgNet::new(2, 1);
+    let rpc_of = |cn| {
+        Rc::new(Rpc::new(
+            net.fabric(cn).mailbox(0).unwrap(),
+            Arc::new(RealClock::new()),
+            RpcConfig::default(),
+        ))
+    };
+    let (host, caller) = (rpc_of(0), rpc_of(1));
+    let ts = RpcTimestamps::default();
+    ts.serve_on(&host, None);
+    let fabric = dmtx_verbs::MemFabric::new(vec![]);
+    let mut host_ctx = ctx_on(
+        coord(0, 0, 0),
+        Rc::new(fabric.transport()),
+        Arc::new(RealClock::new()),
+        None,
+    );
+    let mut held = Vec::with_capacity(PENDING_MAX);
+    block_on(async {
+        for _ in 0..PENDING_MAX {
+            held.push(ts.next_commit(&mut host_ctx).await.unwrap());
+        }
+        let e = ts.next_commit(&mut host_ctx).await.unwrap_err();
+        assert_eq!(e, TsError::LedgerFull { host: ts.host() });
+        assert!(e.to_string().contains("resolve every CommitTs"), "{e}");
+    });
+    let mut ctx = ctx_on(
+        coord(1, 0, 0),
+        Rc::new(fabric.transport()),
+        Arc::new(RealClock::new()),
+        Some(Rc::clone(&caller)),
+    );
+    let got = Rc::new(RefCell::new(Vec::new()));
+    let (g, ts2) = (Rc::clone(&got), ts.clone());
+    let first = held.swap_remove(0);
+    let task = Box::pin(async move {
+        let refused = ts2.next_commit(&mut ctx).await.map(|c| c.get());
+        g.borrow_mut().push(refused);
+        ts2.complete(&mut ctx, first).await.unwrap();
+        let c = ts2.next_commit(&mut ctx).await.unwrap();
+        g.borrow_mut().push(Ok(c.get()));
+        ts2.abandon(&mut ctx, c).await.unwrap();
+    });
+    run_all(&[Rc::clone(&host), Rc::clone(&caller)], vec![task]);
+    let host_addr = ts.host();
+    assert_eq!(
+        *got.borrow(),
+        [Err(TsError::LedgerFull { host: host_addr }), Ok(PENDING_MAX as u64 + 1)]
+    );
+}
