@@ -8,8 +8,10 @@
 //! workloads see only [`Txn`], [`Table`] and [`ObjRef`]. Coordinators count every post
 //! ([`CoordCtx::post`]); a [`TxnObserver`] receives every finished transaction (the
 //! isolation checker's hook). The [`AddrCache`] maps keys to slot addresses per CN.
-//! Time comes from a [`Clock`], so the simulator can supply virtual time.
-//! MVCC and T/O protocols take timestamps from a [`TimestampService`] ([`timestamp`]).
+//! Time comes from a [`Clock`], so the simulator can supply virtual time; a task waits
+//! for time with [`sleep_until`] on any executor ([`timer`]).
+//! MVCC and T/O protocols take timestamps from a [`TimestampService`] ([`timestamp`]),
+//! which also keeps a completed-commit watermark for snapshots that must not miss a commit.
 //!
 //! Depends on `dmtx-verbs`, `dmtx-memnode` and `dmtx-store`; never names a transport.
 //!
@@ -33,13 +35,14 @@ mod probe;
 mod protocol;
 pub mod rpc;
 mod scan;
+pub mod timer;
 pub mod timestamp;
 mod txn;
 mod worker;
 
 pub use abort::{Abort, AbortReason};
 pub use cache::{AddrCache, SharedAddrCache};
-pub use clock::{Clock, RealClock};
+pub use clock::{Clock, RealClock, DRIFT_BOUND_PPM_DEFAULT};
 pub use ctx::{CoordCtx, CoordId};
 pub use error::{Result, RuntimeError};
 pub use executor::{block_on, yield_now, LocalExecutor};
@@ -48,8 +51,10 @@ pub use probe::{Probe, ProbeSource, GENERIC_TXN_STEP};
 pub use protocol::{Isolation, Protocol};
 pub use rpc::{Handled, Request, Rpc, RpcConfig, RpcError};
 pub use scan::scan_table;
+pub use timer::{sleep, sleep_until, Sleep};
 pub use timestamp::{
-    FaaTimestamps, OracleTimestamps, RpcTimestamps, TimestampService, Timestamps, TsError, TsKind, TsKindError,
+    CommitTs, FaaTimestamps, HybridTimestamps, OracleTimestamps, RpcTimestamps, TimestampService, Timestamps, TsError,
+    TsKind, TsKindError,
 };
 pub use txn::{
     Access, Coordinator, Obj, ObjRef, ObjSummary, Phase, Table, Txn, TxnObserver, TxnSet, TxnSummary, STEP_ADD,

@@ -1,7 +1,7 @@
 //! The timestamp service of MVCC and T/O protocols (DESIGN §4): strictly increasing,
 //! cluster-unique `u64` timestamps, never 0, behind one trait with three kinds.
 //!
-//! Motor (§4 "Timestamp Generation") and LOTUS (§5) take a start timestamp when a
+//! Motor (§5 "Timestamp Generation") and LOTUS (§5) take a start timestamp when a
 //! transaction begins and a commit timestamp once its writes are locked, from "a
 //! scalable timestamp service in the compute pool" that they leave out of scope and
 //! count as free; RCBench's T/O, MVCC and Silo (§5.2, Alg. 5 line 7) take "the current
@@ -17,14 +17,54 @@
 //! The `oracle` kind is right for `mem` and `sim`, where every CN lives in one process;
 //! across hosts its counter would not be shared, so there a protocol runs `rpc` or `faa`.
 //!
+//! A fourth kind, `hybrid` ([`HybridTimestamps`]), gives timestamps with a physical-clock
+//! component (LOTUS §5: "timestamps are assumed to include a physical clock component",
+//! which its 500 ms garbage collection compares with the local clock): `µs << 16 |
+//! cn << 8 | counter`, taken on the coordinator's own compute node, free. It is built by
+//! the protocol that needs it and is not a knob value ([`TsKind::ALL`] lists the counter
+//! kinds); its doc says how uniqueness and order hold.
+//!
+//! # Completed-commit watermark (Motor §5, LOTUS §5)
+//!
+//! Motor (§5.1, Phase 3) and LOTUS (§5.1, "Write Visible") install a transaction's
+//! versions after taking `T_commit`; between that grant and the last write, a reader
+//! whose `T_start` exceeds `T_commit` can miss the commit and read an older version. A snapshot that never misses a smaller commit still being written reads at
+//! the **watermark** instead: the largest timestamp `w` such that every commit timestamp
+//! `<= w` that was handed out has completed (all its writes installed) or been abandoned
+//! (its transaction aborted), and no commit timestamp `<= w` will be handed out later.
+//!
+//! - [`TimestampService::next_commit`] hands out a commit timestamp as a [`CommitTs`],
+//!   which holds the watermark back until it is given to [`TimestampService::complete`]
+//!   or [`TimestampService::abandon`] (it is not `Copy`: it is resolved once). Plain
+//!   [`TimestampService::next`] timestamps (`T_start`) are not tracked: they install
+//!   nothing, so the watermark does not wait for them.
+//! - [`TimestampService::watermark`] reads it. It never decreases as published, and it
+//!   passes a commit timestamp once it and every smaller one are resolved.
+//!
+//! | kind | `next_commit` | `complete` / `abandon` | `watermark` |
+//! | --- | --- | --- | --- |
+//! | `oracle` | free (a lock around the grant and a set insert) | free | free: the smallest pending commit − 1, or the last grant |
+//! | `rpc` | one CN↔CN round trip (free on the host thread) | one round trip | one round trip |
+//! | `faa` | one MN round trip: the FAA and a READ of the watermark word in one doorbell | one MN round trip: an 8-byte WRITE | two MN round trips (READ the words, READ the ring), three when it moves (a CAS publishes it) |
+//! | `hybrid` | free | free | free (in process; see [`HybridTimestamps`]) |
+//!
+//! Each round trip adds one to `ts_rtts`, each call one to `ts_requests`, as for grants.
+//! The `faa` kind keeps its state in one memory-node area ([`FaaTimestamps`]: a
+//! watermark word, the counter word, a ring of [`WATERMARK_RING_SLOTS`] resolution
+//! slots): correct with any number of compute nodes, since every step is a verb on it
+//! and every shared word moves by FAA or CAS.
+//!
 //! # How a protocol uses it
 //!
 //! A protocol holds a [`Timestamps`] (its paper's kind by default, [`TsKind`] parsed from
 //! a knob otherwise, built once by [`Timestamps::setup`]), calls
 //! [`TimestampService::attach`] from `Protocol::coord_state` for every coordinator (the
 //! `rpc` kind installs its handler on the host thread there and refuses coordinators
-//! without messaging), then awaits [`TimestampService::next`] once for `T_start` and once
-//! for `T_commit`. [`TimestampService::next_range`] takes `n` consecutive timestamps in
+//! without messaging; the `hybrid` kind registers the node's clock), then awaits
+//! [`TimestampService::next`] once for `T_start` and once for `T_commit`. A protocol
+//! whose snapshots read at the watermark takes `T_commit` with
+//! [`TimestampService::next_commit`] instead, and completes it once its writes are
+//! installed or abandons it on abort. [`TimestampService::next_range`] takes `n` consecutive timestamps in
 //! one request, so a later combiner can serve several coordinators of a thread that ask
 //! at once with one message or one FAA.
 //!
@@ -45,29 +85,44 @@
 //!    skipped, never repeated.
 //! 2. Real-time order: a timestamp is greater than every timestamp granted before its
 //!    request was issued, because the counter is advanced between issue and reply (what
-//!    MVCC needs of `T_start`, Motor §4 Phase 1). Hence a coordinator's timestamps
+//!    MVCC needs of `T_start`, Motor §5.1 Phase 1). Hence a coordinator's timestamps
 //!    strictly increase. A range must therefore be used at once, never kept for later.
+//!    (The `hybrid` kind keeps it per compute node only; across nodes, up to clock skew.)
+//! 3. The watermark never passes a commit timestamp that is unresolved: the `oracle` and
+//!    `rpc` ledgers insert a commit timestamp in the same critical section that advances
+//!    the counter, and compute the watermark under that lock; the `faa` kind's
+//!    watermark passes a tracked index only when its ring slot holds that index's tag.
+//! 4. No commit timestamp `<=` a watermark is handed out after it was computed: every
+//!    grant comes after the counter (or, for `hybrid`, every node's floor) it was
+//!    computed from.
 //!
 //! # Not done
 //!
-//! - Timestamps carry no physical-clock component (LOTUS §5's garbage collection assumes
-//!   one); the counters are pure sequence numbers, as Motor's are.
+//! - The counter kinds carry no physical-clock component; `hybrid` does.
+//! - The `hybrid` watermark covers the compute nodes of one process (`mem`, `sim`);
+//!   across hosts it would need every node's floor, which no service gathers yet.
 //! - Across hosts, the `faa` counter's address must be handed to every compute process
 //!   (a later issue); [`FaaTimestamps::reserve`] serves in-process clusters, and
 //!   [`FaaTimestamps::at`] takes an address reserved elsewhere.
 
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::rc::Rc;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use dmtx_memnode::{Control, ControlError};
 use dmtx_verbs::msg::WorkerAddr;
 use dmtx_verbs::{MnId, Post, RemotePtr, VerbError};
 
 use crate::rpc::{Handled, Request, Rpc, RpcError, TAG_TIMESTAMPS};
-use crate::{CoordCtx, CoordId, Probe};
+use crate::{yield_now, CoordCtx, CoordId, Probe};
+
+mod hybrid;
+pub use hybrid::{HybridTimestamps, HYBRID_RANGE_MAX};
+#[cfg(test)]
+mod watermark_tests;
 
 /// Most timestamps one request may take.
 pub const RANGE_MAX: u32 = 1 << 16;
@@ -80,6 +135,28 @@ const REQUEST_BYTES: usize = 4;
 /// Bytes of an `rpc` reply: the first timestamp of the range, little-endian.
 const REPLY_BYTES: usize = 8;
 
+/// `rpc` requests other than a range are an op byte, and a timestamp for a resolve:
+///
+/// | request (after the tag) | reply |
+/// | --- | --- |
+/// | `n: u32` (4 bytes) | the range's first timestamp (8 bytes) |
+/// | [`OP_COMMIT`] (1 byte) | the commit timestamp (8 bytes) |
+/// | [`OP_WATERMARK`] (1 byte) | the watermark (8 bytes) |
+/// | [`OP_RESOLVE`], `ts: u64` (9 bytes) | one byte, 1 |
+///
+/// A malformed request, or a commit asked of a full ledger, gets an empty reply. The op
+/// codes are high so that no short or stray byte reads as one.
+const OP_COMMIT: u8 = 0xc1;
+/// See [`OP_COMMIT`].
+const OP_WATERMARK: u8 = 0xc2;
+/// See [`OP_COMMIT`].
+const OP_RESOLVE: u8 = 0xc3;
+
+/// Most commit timestamps an in-process ledger (`oracle`, the `rpc` host) holds
+/// unresolved: far above one per coordinator, and a bound on what a host keeps for its
+/// callers.
+pub const PENDING_MAX: usize = 1 << 20;
+
 /// Which timestamp service to run (a knob value: `oracle`, `rpc` or `faa`).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub enum TsKind {
@@ -90,10 +167,14 @@ pub enum TsKind {
     Rpc,
     /// A counter on a memory node, advanced by FAA.
     Faa,
+    /// Physical µs with a per-node counter, taken on the coordinator's node (LOTUS §5);
+    /// built by the protocol that needs it, not a knob value.
+    Hybrid,
 }
 
 impl TsKind {
-    /// Every kind, in the order they are listed in messages.
+    /// Every counter kind, the knob values, in the order they are listed in messages
+    /// ([`TsKind::Hybrid`] is not a knob value: its grants are not one sequence).
     pub const ALL: [TsKind; 3] = [TsKind::Oracle, TsKind::Rpc, TsKind::Faa];
 
     /// The name used in knobs and results.
@@ -102,6 +183,7 @@ impl TsKind {
             TsKind::Oracle => "oracle",
             TsKind::Rpc => "rpc",
             TsKind::Faa => "faa",
+            TsKind::Hybrid => "hybrid",
         }
     }
 }
@@ -174,6 +256,45 @@ pub enum TsError {
     /// The counter word could not be reserved on its memory node.
     #[error(transparent)]
     Control(#[from] ControlError),
+    /// The `faa` kind's resolution ring is full: the commit timestamp `index` places
+    /// lies a whole ring beyond the watermark, and the watermark did not move. That
+    /// timestamp was taken and can never be resolved: the watermark stops below it.
+    #[error("timestamp area at {counter}: commit timestamp #{index} is {WATERMARK_RING_SLOTS} or more past the watermark (#{watermark_index}) after {rounds} tries to advance it; a coordinator holds a commit timestamp it neither completes nor abandons, or more than {WATERMARK_RING_SLOTS} commits are in flight at once: resolve every CommitTs")]
+    RingFull {
+        /// The counter word.
+        counter: RemotePtr,
+        /// The tracked index of the commit timestamp (mod 2^24).
+        index: u64,
+        /// The watermark word's index.
+        watermark_index: u64,
+        /// Tries made.
+        rounds: u32,
+    },
+    /// The `rpc` host refused a commit timestamp: its ledger holds [`PENDING_MAX`]
+    /// unresolved ones.
+    #[error("timestamp oracle on {host}: {PENDING_MAX} commit timestamps are unresolved; a coordinator holds a commit timestamp it neither completes nor abandons: resolve every CommitTs")]
+    LedgerFull {
+        /// The oracle's worker thread.
+        host: WorkerAddr,
+    },
+}
+
+/// A commit timestamp that holds the watermark back until it is given to
+/// [`TimestampService::complete`] or [`TimestampService::abandon`] (module doc,
+/// "Completed-commit watermark").
+#[must_use = "an unresolved commit timestamp holds the watermark back for ever: complete or abandon it"]
+#[derive(Debug, PartialEq, Eq)]
+pub struct CommitTs {
+    ts: u64,
+    /// The `faa` kind's tracked index (mod 2^24); 0 for the others.
+    index: u64,
+}
+
+impl CommitTs {
+    /// The timestamp (what the transaction installs as its version).
+    pub fn get(&self) -> u64 {
+        self.ts
+    }
 }
 
 /// A source of timestamps for coordinators. See the module doc for the kinds, their
@@ -195,6 +316,80 @@ pub trait TimestampService {
     /// One timestamp (`T_start`, `T_commit`).
     async fn next(&self, ctx: &mut CoordCtx) -> Result<u64, TsError> {
         Ok(self.next_range(ctx, 1).await?.start)
+    }
+
+    /// A commit timestamp the watermark waits for (invariant 3): from the same sequence
+    /// as [`TimestampService::next`], resolved later by `complete` or `abandon`.
+    async fn next_commit(&self, ctx: &mut CoordCtx) -> Result<CommitTs, TsError>;
+
+    /// Every write of `ts`'s transaction is installed: the watermark may pass it.
+    async fn complete(&self, ctx: &mut CoordCtx, ts: CommitTs) -> Result<(), TsError>;
+
+    /// `ts`'s transaction aborted and installs nothing: the watermark may pass it (the
+    /// watermark treats it as `complete` does).
+    async fn abandon(&self, ctx: &mut CoordCtx, ts: CommitTs) -> Result<(), TsError> {
+        self.complete(ctx, ts).await
+    }
+
+    /// The completed-commit watermark: every commit timestamp `<=` it that was handed
+    /// out is resolved, and none `<=` it will be handed out (invariants 3–4). A snapshot
+    /// read at it misses no commit.
+    async fn watermark(&self, ctx: &mut CoordCtx) -> Result<u64, TsError>;
+}
+
+/// A counter with its ledger of unresolved commit timestamps (the `oracle` kind's, and
+/// the `rpc` host's).
+#[derive(Debug, Default)]
+struct Counter {
+    /// The last timestamp granted.
+    last: AtomicU64,
+    /// Invariant 3: every commit timestamp granted from `last` and not yet resolved, with
+    /// the (caller, request id) it was granted to over RPC, so a retried request gets the
+    /// same one. Inserted under this lock in the same critical section that advanced
+    /// `last`, and the watermark is computed under it.
+    pending: Mutex<BTreeMap<u64, Option<(WorkerAddr, u64)>>>,
+}
+
+impl Counter {
+    fn pending(&self) -> MutexGuard<'_, BTreeMap<u64, Option<(WorkerAddr, u64)>>> {
+        // A panic elsewhere while holding it cannot leave the map half-updated: every
+        // update is one call.
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A commit timestamp for `origin`; the same one again for a retried request of an
+    /// origin that holds one. `None` when [`PENDING_MAX`] are unresolved.
+    fn grant_commit(&self, origin: Option<(WorkerAddr, u64)>, retry: bool) -> Option<u64> {
+        let mut pending = self.pending();
+        if retry && origin.is_some() {
+            if let Some((&ts, _)) = pending.iter().find(|(_, o)| **o == origin) {
+                return Some(ts);
+            }
+        }
+        if pending.len() >= PENDING_MAX {
+            return None;
+        }
+        let ts = grant(&self.last, 1).start;
+        let fresh = pending.insert(ts, origin).is_none();
+        assert!(fresh, "commit timestamp {ts} granted twice");
+        Some(ts)
+    }
+
+    /// `ts` is resolved. Idempotent, and a timestamp never granted is ignored: a resolve
+    /// may come twice over RPC, and the host never trusts a peer.
+    fn resolve(&self, ts: u64) {
+        self.pending().remove(&ts);
+    }
+
+    /// Invariants 3–4: below the smallest unresolved commit timestamp, and at most the
+    /// last grant (every later grant exceeds it).
+    fn watermark(&self) -> u64 {
+        let pending = self.pending();
+        match pending.keys().next() {
+            Some(&first) => first - 1,
+            // Under the lock, so no commit timestamp is between its grant and its insert.
+            None => self.last.load(Ordering::Relaxed),
+        }
     }
 }
 
@@ -223,8 +418,7 @@ fn range_after(old: u64, n: u32) -> Range<u64> {
 /// The free in-process oracle: one counter shared by every coordinator of the process.
 #[derive(Clone, Debug, Default)]
 pub struct OracleTimestamps {
-    /// The last timestamp granted.
-    last: Arc<AtomicU64>,
+    counter: Arc<Counter>,
 }
 
 impl OracleTimestamps {
@@ -242,7 +436,27 @@ impl TimestampService for OracleTimestamps {
     async fn next_range(&self, ctx: &mut CoordCtx, n: u32) -> Result<Range<u64>, TsError> {
         // No await: the oracle is assumed free, so it does not even yield the thread.
         ctx.txn_counters.ts_requests += 1;
-        Ok(grant(&self.last, n))
+        Ok(grant(&self.counter.last, n))
+    }
+
+    async fn next_commit(&self, ctx: &mut CoordCtx) -> Result<CommitTs, TsError> {
+        ctx.txn_counters.ts_requests += 1;
+        let ts = self
+            .counter
+            .grant_commit(None, false)
+            .unwrap_or_else(|| panic!("{PENDING_MAX} commit timestamps unresolved: a CommitTs was dropped unresolved"));
+        Ok(CommitTs { ts, index: 0 })
+    }
+
+    async fn complete(&self, ctx: &mut CoordCtx, ts: CommitTs) -> Result<(), TsError> {
+        ctx.txn_counters.ts_requests += 1;
+        self.counter.resolve(ts.ts);
+        Ok(())
+    }
+
+    async fn watermark(&self, ctx: &mut CoordCtx) -> Result<u64, TsError> {
+        ctx.txn_counters.ts_requests += 1;
+        Ok(self.counter.watermark())
     }
 }
 
@@ -257,7 +471,7 @@ impl TimestampService for OracleTimestamps {
 #[derive(Clone, Debug)]
 pub struct RpcTimestamps {
     host: WorkerAddr,
-    last: Arc<AtomicU64>,
+    counter: Arc<Counter>,
 }
 
 impl RpcTimestamps {
@@ -268,7 +482,7 @@ impl RpcTimestamps {
     pub fn new(host: WorkerAddr) -> Self {
         Self {
             host,
-            last: Arc::new(AtomicU64::new(0)),
+            counter: Arc::new(Counter::default()),
         }
     }
 
@@ -286,7 +500,7 @@ impl RpcTimestamps {
     /// the host thread; call it directly on a host that runs no coordinator.
     pub fn serve_on(&self, rpc: &Rpc, probe: Option<Rc<dyn Probe>>) {
         assert_eq!(rpc.addr(), self.host, "the oracle serves on its host thread only");
-        let last = Arc::clone(&self.last);
+        let counter = Arc::clone(&self.counter);
         rpc.add_service(TAG_TIMESTAMPS, move |_: &Rpc, req: Request<'_>, out: &mut Vec<u8>| {
             if let Some(p) = &probe {
                 p.step(STEP_GRANT, 1);
@@ -295,7 +509,26 @@ impl RpcTimestamps {
             // caller keeps whichever reply comes first and the other is a stray.
             // A malformed request gets an empty reply, which its caller reports.
             if let Ok(n @ 1..=RANGE_MAX) = <[u8; REQUEST_BYTES]>::try_from(req.payload).map(u32::from_le_bytes) {
-                out.extend_from_slice(&grant(&last, n).start.to_le_bytes());
+                out.extend_from_slice(&grant(&counter.last, n).start.to_le_bytes());
+                return Handled::Reply;
+            }
+            match req.payload {
+                // A commit timestamp is tracked, so a retry must get the one its first
+                // copy got: messages of a pair are FIFO, so a copy always reaches the
+                // host before the caller's resolve of it, while it is still pending.
+                [OP_COMMIT] => {
+                    if let Some(ts) = counter.grant_commit(Some((req.from, req.id)), req.retry) {
+                        out.extend_from_slice(&ts.to_le_bytes());
+                    }
+                }
+                [OP_WATERMARK] => out.extend_from_slice(&counter.watermark().to_le_bytes()),
+                [OP_RESOLVE, ts @ ..] => {
+                    if let Ok(ts) = <[u8; 8]>::try_from(ts) {
+                        counter.resolve(u64::from_le_bytes(ts));
+                        out.push(1);
+                    }
+                }
+                _ => {}
             }
             Handled::Reply
         });
@@ -332,7 +565,7 @@ impl TimestampService for RpcTimestamps {
         if self.is_host(ctx.id) {
             // On the host thread the counter is local memory: no message, as a real
             // deployment's host would do.
-            return Ok(grant(&self.last, n));
+            return Ok(grant(&self.counter.last, n));
         }
         let Some(rpc) = ctx.rpc.clone() else {
             return Err(TsError::NoMessaging { coord: ctx.id });
@@ -354,32 +587,216 @@ impl TimestampService for RpcTimestamps {
             _ => Err(TsError::BadReply { host, len: reply.len() }),
         }
     }
+
+    async fn next_commit(&self, ctx: &mut CoordCtx) -> Result<CommitTs, TsError> {
+        ctx.txn_counters.ts_requests += 1;
+        let host = self.host;
+        if self.is_host(ctx.id) {
+            let ts = self
+                .counter
+                .grant_commit(None, false)
+                .ok_or(TsError::LedgerFull { host })?;
+            return Ok(CommitTs { ts, index: 0 });
+        }
+        let reply = self.call_host(ctx, &[TAG_TIMESTAMPS, OP_COMMIT]).await?;
+        match <[u8; 8]>::try_from(reply.as_slice()).map(u64::from_le_bytes) {
+            Ok(ts) if ts > 0 => Ok(CommitTs { ts, index: 0 }),
+            _ if reply.is_empty() => Err(TsError::LedgerFull { host }),
+            _ => Err(TsError::BadReply { host, len: reply.len() }),
+        }
+    }
+
+    async fn complete(&self, ctx: &mut CoordCtx, ts: CommitTs) -> Result<(), TsError> {
+        ctx.txn_counters.ts_requests += 1;
+        if self.is_host(ctx.id) {
+            self.counter.resolve(ts.ts);
+            return Ok(());
+        }
+        let mut req = [0u8; 10];
+        req[..2].copy_from_slice(&[TAG_TIMESTAMPS, OP_RESOLVE]);
+        req[2..].copy_from_slice(&ts.ts.to_le_bytes());
+        let reply = self.call_host(ctx, &req).await?;
+        match reply.as_slice() {
+            [1] => Ok(()),
+            _ => Err(TsError::BadReply {
+                host: self.host,
+                len: reply.len(),
+            }),
+        }
+    }
+
+    async fn watermark(&self, ctx: &mut CoordCtx) -> Result<u64, TsError> {
+        ctx.txn_counters.ts_requests += 1;
+        if self.is_host(ctx.id) {
+            return Ok(self.counter.watermark());
+        }
+        let reply = self.call_host(ctx, &[TAG_TIMESTAMPS, OP_WATERMARK]).await?;
+        <[u8; 8]>::try_from(reply.as_slice())
+            .map(u64::from_le_bytes)
+            .map_err(|_| TsError::BadReply {
+                host: self.host,
+                len: reply.len(),
+            })
+    }
 }
 
-/// The counter as an 8-byte word on a memory node, advanced by one FAA per request.
+impl RpcTimestamps {
+    /// One round trip to the host, counted in `ts_rtts`.
+    async fn call_host(&self, ctx: &mut CoordCtx, req: &[u8]) -> Result<Vec<u8>, TsError> {
+        let Some(rpc) = ctx.rpc.clone() else {
+            return Err(TsError::NoMessaging { coord: ctx.id });
+        };
+        ctx.txn_counters.ts_rtts += 1;
+        let host = self.host;
+        rpc.call(host, req)
+            .await
+            .map_err(|source| TsError::Rpc { host, source })
+    }
+}
+
+/// Slots of the `faa` kind's resolution ring: how far (in commit timestamps) the
+/// tracked grants may run ahead of the published watermark. Far above the number of
+/// coordinators, each of which holds at most one commit timestamp at a time.
+pub const WATERMARK_RING_SLOTS: u64 = 4096;
+
+/// Bits of the `faa` counter word that count timestamps; the bits above count commit
+/// timestamps (tracked indices, mod 2^24), so one FAA advances both.
+const TS_BITS: u32 = 40;
+const TS_MASK: u64 = (1 << TS_BITS) - 1;
+const INDEX_MASK: u64 = (1 << (64 - TS_BITS)) - 1;
+/// Ring slots one watermark call reads at most (4 KiB).
+const SCAN_MAX: u64 = 512;
+/// Tries a commit grant makes to move the watermark when its slot is a ring ahead.
+const RING_ROUNDS_MAX: u32 = 1_000;
+
+/// The counter as an 8-byte word on a memory node, advanced by one FAA per request;
+/// with the completed-commit watermark beside it.
+///
+/// The area (reserved zeroed by [`FaaTimestamps::reserve`], [`FaaTimestamps::AREA_BYTES`]):
+///
+/// ```text
+/// +0   watermark word   index: 24 | ts: 40   every commit index < `index` is resolved,
+///                                            and `ts` is a watermark (published by CAS)
+/// +8   counter word     index: 24 | ts: 40   FAA +n (plain grants), FAA +(1<<40)+1 (commit)
+/// +16  ring             WATERMARK_RING_SLOTS × 8 bytes: slot[i % SLOTS] = i << 40 | ts
+///                                            once commit index i is resolved
+/// ```
+///
+/// Invariants (numbered after the module's):
+///
+/// 5. A commit grant's FAA gives it both its timestamp and its index, so index order is
+///    timestamp order.
+/// 6. Commit index `i` writes its slot only when the watermark word's index exceeds
+///    `i − SLOTS` (the grant checks it, and the word only grows): the slot's previous
+///    tenant was consumed, so no resolution is ever overwritten unread.
+/// 7. The watermark word moves only by CAS from the value its writer read, and to an
+///    index and timestamp no smaller: it never goes back. A reader reads it before the
+///    counter word (lower address first in one READ), so its index never exceeds the
+///    counter's.
+///
+/// Plain grants cost what they did (one FAA); timestamps are limited to 2^40 (about
+/// 10^12).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct FaaTimestamps {
-    counter: RemotePtr,
+    area: RemotePtr,
 }
 
 impl FaaTimestamps {
-    /// Reserve a zeroed, 8-byte-aligned counter word on `mn` (setup, once per cluster).
+    /// Bytes of the area: the watermark word, the counter word and the ring.
+    pub const AREA_BYTES: u64 = 16 + 8 * WATERMARK_RING_SLOTS;
+
+    /// Reserve the zeroed, 8-byte-aligned area on `mn` (setup, once per cluster).
     pub fn reserve(control: &dyn Control, mn: MnId) -> Result<Self, TsError> {
-        let offset = control.alloc(mn, 8, 8)?;
-        control.load(mn, offset, &0u64.to_le_bytes())?;
+        let offset = control.alloc(mn, Self::AREA_BYTES, 8)?;
+        control.load(mn, offset, &vec![0u8; Self::AREA_BYTES as usize])?;
         Ok(Self::at(RemotePtr::new(mn, offset)))
     }
 
-    /// Use the counter word at `counter` (reserved and zeroed by [`FaaTimestamps::reserve`]
-    /// in some process).
-    pub fn at(counter: RemotePtr) -> Self {
-        assert_eq!(counter.offset % 8, 0, "{counter}: an FAA needs an 8-byte-aligned word");
-        Self { counter }
+    /// Use the area at `area` (reserved and zeroed by [`FaaTimestamps::reserve`] in some
+    /// process).
+    pub fn at(area: RemotePtr) -> Self {
+        assert_eq!(area.offset % 8, 0, "{area}: an FAA needs 8-byte-aligned words");
+        Self { area }
     }
 
     /// The counter word.
     pub fn counter(&self) -> RemotePtr {
-        self.counter
+        RemotePtr::new(self.area.mn, self.area.offset + 8)
+    }
+
+    /// The watermark word.
+    fn watermark_word(&self) -> RemotePtr {
+        self.area
+    }
+
+    /// The ring slot of commit index `index`.
+    fn slot(&self, index: u64) -> RemotePtr {
+        RemotePtr::new(self.area.mn, self.area.offset + 16 + 8 * (index % WATERMARK_RING_SLOTS))
+    }
+
+    /// One round trip for the timestamp service, counted in `ts_rtts`.
+    async fn round_trip(&self, ctx: &mut CoordCtx, post: &mut Post) -> Result<(), TsError> {
+        ctx.txn_counters.ts_rtts += 1;
+        ctx.post_for_timestamp(post).await.map_err(|source| TsError::Verb {
+            counter: self.counter(),
+            source,
+        })
+    }
+
+    /// Read the words and the ring's resolved run after the watermark word's index,
+    /// publish the watermark if it moved; returns it and the watermark word's index.
+    async fn advance(&self, ctx: &mut CoordCtx) -> Result<(u64, u64), TsError> {
+        let mut post = Post::new();
+        let words = post.read(self.watermark_word(), 16);
+        self.round_trip(ctx, &mut post).await?;
+        let bytes = post.bytes(words);
+        let w_word = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+        let c_word = u64::from_le_bytes(bytes[8..].try_into().expect("8 bytes"));
+        let (w_index, w_ts) = (w_word >> TS_BITS, w_word & TS_MASK);
+        let (c_index, c_ts) = (c_word >> TS_BITS, c_word & TS_MASK);
+        // Invariant 7: the watermark word was read first, so it is not ahead.
+        let unconsumed = c_index.wrapping_sub(w_index) & INDEX_MASK;
+        assert!(
+            unconsumed < 1 << 23,
+            "{}: watermark index {w_index} ahead of the counter's {c_index}",
+            self.counter()
+        );
+        let mut index = w_index;
+        let mut ts = w_ts;
+        let scan = unconsumed.min(SCAN_MAX);
+        if scan > 0 {
+            // The run [w_index, w_index + scan) of slots, in one or two READs (the ring wraps).
+            let first = w_index % WATERMARK_RING_SLOTS;
+            let head = scan.min(WATERMARK_RING_SLOTS - first);
+            let mut post = Post::new();
+            let a = post.read(self.slot(w_index), 8 * head as usize);
+            let b = (head < scan).then(|| post.read(self.slot(0), 8 * (scan - head) as usize));
+            self.round_trip(ctx, &mut post).await?;
+            let tail = b.map_or(&[][..], |b| post.bytes(b));
+            for word in post.bytes(a).chunks_exact(8).chain(tail.chunks_exact(8)) {
+                let slot = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+                // Invariant 3: a slot counts only with this index's tag.
+                if slot >> TS_BITS != index & INDEX_MASK || slot & TS_MASK == 0 {
+                    break;
+                }
+                ts = ts.max(slot & TS_MASK);
+                index = (index + 1) & INDEX_MASK;
+            }
+        }
+        // Every commit index the counter had handed out is resolved: every timestamp up to
+        // the counter's is covered (invariant 4: later grants exceed it).
+        if (index.wrapping_sub(w_index) & INDEX_MASK) == unconsumed {
+            ts = ts.max(c_ts);
+        }
+        if index != w_index || ts != w_ts {
+            let mut post = Post::new();
+            let swap = (index << TS_BITS) | ts;
+            post.cas(self.watermark_word(), w_word, swap);
+            // A failed CAS means another caller published first; what this one computed
+            // is still a watermark (invariant 7 keeps the word from going back).
+            self.round_trip(ctx, &mut post).await?;
+        }
+        Ok((ts, index))
     }
 }
 
@@ -394,16 +811,52 @@ impl TimestampService for FaaTimestamps {
             "{n} timestamps asked; 1..={RANGE_MAX} allowed"
         );
         ctx.txn_counters.ts_requests += 1;
-        ctx.txn_counters.ts_rtts += 1;
         let mut post = Post::new();
-        let old = post.faa(self.counter, u64::from(n));
-        ctx.post_for_timestamp(&mut post)
-            .await
-            .map_err(|source| TsError::Verb {
-                counter: self.counter,
-                source,
-            })?;
-        Ok(range_after(post.old(old), n))
+        let old = post.faa(self.counter(), u64::from(n));
+        self.round_trip(ctx, &mut post).await?;
+        let old = post.old(old) & TS_MASK;
+        assert!(old + u64::from(n) < TS_MASK, "the `faa` timestamp counter reached 2^40");
+        Ok(range_after(old, n))
+    }
+
+    async fn next_commit(&self, ctx: &mut CoordCtx) -> Result<CommitTs, TsError> {
+        ctx.txn_counters.ts_requests += 1;
+        let mut post = Post::new();
+        let old = post.faa(self.counter(), (1 << TS_BITS) + 1);
+        let w = post.read(self.watermark_word(), 8);
+        self.round_trip(ctx, &mut post).await?;
+        let old = post.old(old);
+        let (index, ts) = (old >> TS_BITS, (old & TS_MASK) + 1);
+        assert!(ts < TS_MASK, "the `faa` timestamp counter reached 2^40");
+        let mut w_index = u64::from_le_bytes(post.bytes(w).try_into().expect("8 bytes")) >> TS_BITS;
+        // Invariant 6: wait, moving the watermark, until this index's slot is free.
+        let mut rounds = 0;
+        while index.wrapping_sub(w_index) & INDEX_MASK >= WATERMARK_RING_SLOTS {
+            if rounds == RING_ROUNDS_MAX {
+                return Err(TsError::RingFull {
+                    counter: self.counter(),
+                    index,
+                    watermark_index: w_index,
+                    rounds,
+                });
+            }
+            rounds += 1;
+            yield_now().await;
+            w_index = self.advance(ctx).await?.1;
+        }
+        Ok(CommitTs { ts, index })
+    }
+
+    async fn complete(&self, ctx: &mut CoordCtx, ts: CommitTs) -> Result<(), TsError> {
+        ctx.txn_counters.ts_requests += 1;
+        let mut post = Post::new();
+        post.write(self.slot(ts.index), &((ts.index << TS_BITS) | ts.ts).to_le_bytes());
+        self.round_trip(ctx, &mut post).await
+    }
+
+    async fn watermark(&self, ctx: &mut CoordCtx) -> Result<u64, TsError> {
+        ctx.txn_counters.ts_requests += 1;
+        Ok(self.advance(ctx).await?.0)
     }
 }
 
@@ -416,6 +869,8 @@ pub enum Timestamps {
     Rpc(RpcTimestamps),
     /// See [`FaaTimestamps`].
     Faa(FaaTimestamps),
+    /// See [`HybridTimestamps`].
+    Hybrid(HybridTimestamps),
 }
 
 impl Timestamps {
@@ -427,6 +882,7 @@ impl Timestamps {
             TsKind::Oracle => Timestamps::Oracle(OracleTimestamps::new()),
             TsKind::Rpc => Timestamps::Rpc(RpcTimestamps::default()),
             TsKind::Faa => Timestamps::Faa(FaaTimestamps::reserve(control, MnId(0))?),
+            TsKind::Hybrid => Timestamps::Hybrid(HybridTimestamps::new()),
         })
     }
 }
@@ -437,6 +893,7 @@ impl TimestampService for Timestamps {
             Timestamps::Oracle(t) => t.kind(),
             Timestamps::Rpc(t) => t.kind(),
             Timestamps::Faa(t) => t.kind(),
+            Timestamps::Hybrid(t) => t.kind(),
         }
     }
 
@@ -445,6 +902,7 @@ impl TimestampService for Timestamps {
             Timestamps::Oracle(t) => t.attach(ctx),
             Timestamps::Rpc(t) => t.attach(ctx),
             Timestamps::Faa(t) => t.attach(ctx),
+            Timestamps::Hybrid(t) => t.attach(ctx),
         }
     }
 
@@ -453,6 +911,34 @@ impl TimestampService for Timestamps {
             Timestamps::Oracle(t) => t.next_range(ctx, n).await,
             Timestamps::Rpc(t) => t.next_range(ctx, n).await,
             Timestamps::Faa(t) => t.next_range(ctx, n).await,
+            Timestamps::Hybrid(t) => t.next_range(ctx, n).await,
+        }
+    }
+
+    async fn next_commit(&self, ctx: &mut CoordCtx) -> Result<CommitTs, TsError> {
+        match self {
+            Timestamps::Oracle(t) => t.next_commit(ctx).await,
+            Timestamps::Rpc(t) => t.next_commit(ctx).await,
+            Timestamps::Faa(t) => t.next_commit(ctx).await,
+            Timestamps::Hybrid(t) => t.next_commit(ctx).await,
+        }
+    }
+
+    async fn complete(&self, ctx: &mut CoordCtx, ts: CommitTs) -> Result<(), TsError> {
+        match self {
+            Timestamps::Oracle(t) => t.complete(ctx, ts).await,
+            Timestamps::Rpc(t) => t.complete(ctx, ts).await,
+            Timestamps::Faa(t) => t.complete(ctx, ts).await,
+            Timestamps::Hybrid(t) => t.complete(ctx, ts).await,
+        }
+    }
+
+    async fn watermark(&self, ctx: &mut CoordCtx) -> Result<u64, TsError> {
+        match self {
+            Timestamps::Oracle(t) => t.watermark(ctx).await,
+            Timestamps::Rpc(t) => t.watermark(ctx).await,
+            Timestamps::Faa(t) => t.watermark(ctx).await,
+            Timestamps::Hybrid(t) => t.watermark(ctx).await,
         }
     }
 }
@@ -621,7 +1107,7 @@ mod tests {
                     assert!(all.insert(*t), "{kind} {id}: timestamp {t} granted twice");
                 }
                 let waited = match kind {
-                    TsKind::Oracle => 0,
+                    TsKind::Oracle | TsKind::Hybrid => 0,
                     TsKind::Rpc if id.cn == 0 && id.thread == 0 => 0,
                     TsKind::Rpc | TsKind::Faa => REQS,
                 };

@@ -23,6 +23,12 @@
 //! ```text
 //! node_ns = max(0, t + floor(t * drift_ppm / 1e6) + offset_ns + jumps_ns + floor((t - t0) * extra_ppm / 1e6))
 //! ```
+//!
+//! As a [`dmtx_runtime::Clock`], a node clock reports `|drift_ppm|` as its drift bound
+//! (the configured drift is what the deployment promised; a scripted change beyond it
+//! is the fault), and [`NodeClock::reaches_at`] gives the first virtual instant it reads
+//! a deadline, so a `dmtx_runtime::sleep_until` on it is one event at exactly that
+//! instant.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -181,12 +187,67 @@ impl NodeClock {
         }
         v.clamp(0, u64::MAX as i128) as u64
     }
+
+    /// The first virtual instant `>= now_v` at which this clock reads at least
+    /// `deadline_ns`, at the rates now in force (a scripted jump or drift change later
+    /// moves it; a sleep reads the clock again when woken). `None`: never (the clock
+    /// stopped, or the instant lies beyond `u64`).
+    pub fn reaches_at(&self, now_v: u64, deadline_ns: u64) -> Option<u64> {
+        if self.at(now_v) >= deadline_ns {
+            return Some(now_v);
+        }
+        // The estimate from the rate, before the floors and the clamp at 0 of `at`.
+        let raw_now = now_v as i128
+            + match self.drift_ppm {
+                0 => 0,
+                ppm => (now_v as i128 * ppm as i128).div_euclid(1_000_000),
+            }
+            + self.offset_ns as i128
+            + self.adjust.as_ref().map_or(0, |a| a.at(now_v));
+        let left = (deadline_ns as i128 - raw_now).clamp(1, u64::MAX as i128) as u64;
+        let estimate = now_v.checked_add(self.virtual_ns_for(left))?;
+        if self.at(estimate) >= deadline_ns && self.at(estimate - 1) < deadline_ns {
+            return Some(estimate);
+        }
+        // The floors put it a few ns off: find the crossing by bisection, between `lo`
+        // (short of the deadline) and `hi` (at or past it).
+        let (mut lo, mut hi) = (now_v, estimate);
+        let mut steps = 0;
+        while self.at(hi) < deadline_ns {
+            lo = hi;
+            hi = hi.checked_add((hi - now_v).max(1))?;
+            steps += 1;
+            assert!(steps <= 64, "clock {self:?} never reaches {deadline_ns}");
+        }
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if self.at(mid) >= deadline_ns {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        Some(hi)
+    }
 }
 
 impl dmtx_runtime::Clock for NodeClock {
     #[inline]
     fn now_ns(&self) -> u64 {
         self.at(self.time.now())
+    }
+
+    /// The configured drift's size: what the deployment promised. A scripted drift
+    /// change ([`crate::FaultScript`]) goes beyond it; that is the fault.
+    fn drift_bound_ppm(&self) -> u64 {
+        self.drift_ppm.unsigned_abs()
+    }
+
+    /// Virtual ns until this clock reads `deadline_ns`: exact for the offset, drift and
+    /// clock faults in force now.
+    fn ns_until(&self, deadline_ns: u64) -> u64 {
+        let now = self.time.now();
+        self.reaches_at(now, deadline_ns).map_or(u64::MAX, |t| t - now)
     }
 }
 

@@ -13,7 +13,10 @@
 //! A task woken by itself (`dmtx_runtime::yield_now`) stays runnable; after
 //! [`SimConfig::spin_passes_max`](crate::SimConfig::spin_passes_max) passes at one
 //! instant the executor takes the next event anyway, so a backoff loop of yields costs
-//! virtual time. To wait for virtual time, use [`Sim::sleep`].
+//! virtual time. To wait for virtual time, use [`Sim::sleep`], or, from protocol code
+//! that knows only its clock, `dmtx_runtime::sleep_until`: for the length of a run the
+//! executor is the thread's `dmtx_runtime::timer::TimerService`, so such a sleep is one
+//! `Wake` event at the virtual instant its node's clock reads the deadline.
 //!
 //! A run ends when every task finished ([`SimExecutor::run`]), when the next event lies
 //! beyond a deadline ([`SimExecutor::run_until`]; the tasks still pending are dropped),
@@ -32,6 +35,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Wake, Waker};
@@ -224,6 +228,8 @@ impl<'a> SimExecutor<'a> {
             mut progress,
         } = self;
         let n = tasks.len();
+        // `dmtx_runtime::sleep_until` on this thread becomes a virtual-time event.
+        let _timers = dmtx_runtime::timer::install_timer_service(Rc::new(SimTimers(sim.clone())));
         let cpu_model = sim.config().cpu.clone();
         let poll_ns = cpu_model.scaled(cpu_model.poll_ns);
         let measured = cpu_model.mode == CpuMode::Measured;
@@ -448,6 +454,20 @@ impl<'a> SimExecutor<'a> {
                 }
             }
         }
+    }
+}
+
+/// The simulation as the thread's timer service during a run: a wake-up is a `Wake`
+/// event, as [`Sim::sleep`]'s.
+struct SimTimers(Sim);
+
+impl dmtx_runtime::timer::TimerService for SimTimers {
+    fn now_ns(&self) -> u64 {
+        self.0.now()
+    }
+
+    fn wake_at(&self, at_ns: u64, waker: &Waker) {
+        self.0.lock().queue.push(at_ns, Event::Wake(waker.clone()));
     }
 }
 

@@ -8,7 +8,8 @@
 //!   posts in flight, and a `SmallRng` seeded from [`SimConfig::seed`]
 //!   ([`Sim::fork_rng`]).
 //! - [`NodeClock`]: a node's [`dmtx_runtime::Clock`], reading virtual time through a
-//!   per-node offset and drift (ppm).
+//!   per-node offset and drift (ppm), reporting that drift as its bound; a
+//!   `dmtx_runtime::sleep_until` on it is one event at the instant it reads the deadline.
 //! - [`NicModel`]: links (rate, latency, per-packet headers, MTU segmentation), responder
 //!   processing units with per-kind service times, per-connection ordering and the
 //!   outstanding READ/atomic bound, PCIe on both ends, the NIC-wide atomic rate and
