@@ -1032,7 +1032,15 @@ mod tests {
                     Arc::new(RealClock::new()),
                 )
                 .unwrap()
-                .with_messaging(Arc::new(net.fabric(id)), RpcConfig::default())
+                // No retries: a loaded host must not turn a slow reply into a second
+                // grant (the test counts every timestamp).
+                .with_messaging(
+                    Arc::new(net.fabric(id)),
+                    RpcConfig {
+                        timeout: Duration::from_secs(30),
+                        retries: 0,
+                    },
+                )
             })
             .collect();
         let workers = (CNS * THREADS) as usize;
