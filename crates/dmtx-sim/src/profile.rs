@@ -371,7 +371,13 @@ mod tests {
         assert_eq!(p.source, "built-in cx5");
         assert_eq!(again.source, "");
         assert_eq!(again.fingerprint(), p.fingerprint());
-        assert_eq!(Profile { source: p.source.clone(), ..again }, p);
+        assert_eq!(
+            Profile {
+                source: p.source.clone(),
+                ..again
+            },
+            p
+        );
     }
 
     /// Goal: the commented `[pm]` block of cx5.toml is `PmModel::optane_6x()`.

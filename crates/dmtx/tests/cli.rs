@@ -4,27 +4,12 @@
 //! for our own validation; `--out -` prints parseable JSON; `--quiet` prints nothing.
 //! Method: run the built binary with `std::process::Command`.
 
+mod common;
+
+use common::{dmtx, scratch_dir, text};
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn dmtx(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dmtx"))
-        .args(args)
-        .output()
-        .expect("run the dmtx binary")
-}
-
-/// A fresh, empty scratch directory for test `name` of this process.
-fn scratch_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("dmtx-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use std::process::Output;
 
 fn assert_one_line_error(out: &Output, needle: &str) {
     let err = text(&out.stderr);

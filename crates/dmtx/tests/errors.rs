@@ -7,20 +7,16 @@
 //! Method: run the built binary with `std::process::Command`; memory nodes are real
 //! `dmtx memnode` processes on loopback.
 
+mod common;
+
+use common::{dmtx, scratch_dir, text};
+
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_dmtx");
-
-fn dmtx(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run the dmtx binary")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 /// The one `error: ` line of a run that failed with exit code 2 (other stderr lines,
 /// such as a warning or the `cluster up` banner, are allowed around it).
@@ -35,14 +31,6 @@ fn error_line(out: &Output) -> String {
 /// `needle` occurs exactly once in `haystack`.
 fn assert_once(haystack: &str, needle: &str) {
     assert_eq!(haystack.matches(needle).count(), 1, "`{needle}` once in: {haystack}");
-}
-
-/// A fresh, empty directory for test `name` of this process.
-fn scratch_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("dmtx-errors-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// Write a 0600 token file `name` in `dir`.

@@ -8,30 +8,14 @@
 //! `--check` and a `mem` kvs run) written once per process, then hand-edited copies of
 //! their JSON records standing for the runs each test needs.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
+
+use common::{dmtx, scratch_dir, text};
+
+use std::process::Output;
 use std::sync::OnceLock;
 
 use serde_json::{json, Value};
-
-fn dmtx(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dmtx"))
-        .args(args)
-        .output()
-        .expect("run the dmtx binary")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// A fresh, empty scratch directory for test `name` of this process.
-fn scratch_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("dmtx-report-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// The records of two real runs: (simulated smallbank, 4 ms, checked; mem kvs, 200 txns).
 fn base() -> &'static (Value, Value) {

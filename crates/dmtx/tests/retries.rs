@@ -8,21 +8,10 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use common::{dmtx, text};
 
 use dmtx::results::BenchResult;
 use dmtx::{BenchArgs, BenchConfig};
-
-fn dmtx(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dmtx"))
-        .args(args)
-        .output()
-        .expect("run the dmtx binary")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn args(workload: &str, set: &[&str]) -> BenchArgs {
     BenchArgs {

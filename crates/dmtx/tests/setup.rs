@@ -5,28 +5,12 @@
 //! knob value that fits; a record that could not be written is found out before the
 //! run; an interrupt at any point exits 130. Method: run the built binary.
 
-use std::path::PathBuf;
+mod common;
+
+use common::{dmtx, scratch_dir, text};
+
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn dmtx(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dmtx"))
-        .args(args)
-        .output()
-        .expect("run the dmtx binary")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// A fresh, empty scratch directory for test `name` of this process.
-fn scratch_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("dmtx-setup-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 fn mem_available() -> u64 {
     let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
