@@ -95,9 +95,17 @@ pub struct Obj<S> {
     pub value_word: u32,
     /// Value length in bytes.
     pub value_len: u32,
-    /// The version this transaction read (set by the protocol, for histories).
+    /// The version this transaction read (set by the protocol, for histories): its
+    /// writer's id. A multi-version protocol names the version its snapshot selected,
+    /// which may be older than the newest.
     pub version_read: Option<u64>,
-    /// The version this transaction installed (set by the protocol at commit).
+    /// The protocol found the key absent (never inserted, or deleted): set with
+    /// `version_read` naming the deleter's tombstone, or `None` when the protocol saw no
+    /// version at all.
+    pub read_absent: bool,
+    /// The version this transaction installed (set by the protocol at commit); `None`
+    /// records the transaction's id, which is what a protocol that installs writer ids
+    /// would install.
     pub version_written: Option<u64>,
     /// Protocol scratch state.
     pub proto: S,
@@ -128,6 +136,11 @@ pub struct TxnSet<S> {
     pub txn_seq: u64,
     /// Cluster-unique id of the current transaction ([`CoordId::txn_id`]).
     pub txn_id: u64,
+    /// Start (snapshot, read) timestamp, for protocols that take one: every read sees
+    /// the versions committed at or before it. Reset to `None` at begin.
+    pub start_ts: Option<u64>,
+    /// Commit timestamp, for protocols that take one. Reset to `None` at begin.
+    pub commit_ts: Option<u64>,
     /// Life cycle.
     pub phase: Phase,
 }
@@ -140,6 +153,8 @@ impl<S> Default for TxnSet<S> {
             fetched: 0,
             txn_seq: 0,
             txn_id: 0,
+            start_ts: None,
+            commit_ts: None,
             phase: Phase::Committed,
         }
     }
@@ -171,12 +186,17 @@ pub struct TxnSummary<'a> {
     pub coord: CoordId,
     /// Per-coordinator sequence number.
     pub txn_seq: u64,
-    /// Cluster-unique transaction id (the version its writes install).
+    /// Cluster-unique transaction id (the version its writes install, unless
+    /// [`ObjSummary::version_written`] names another).
     pub txn_id: u64,
     /// Clock reading at begin.
     pub start_ns: u64,
     /// Clock reading at the outcome.
     pub end_ns: u64,
+    /// Start (snapshot) timestamp, when the protocol took one.
+    pub start_ts: Option<u64>,
+    /// Commit timestamp, when the protocol took one.
+    pub commit_ts: Option<u64>,
     /// Outcome.
     pub outcome: Phase,
     /// What the transaction did to each object.
@@ -192,8 +212,10 @@ pub struct ObjSummary {
     pub key: u64,
     /// How it was used.
     pub access: Access,
-    /// The version read.
+    /// The version read (its writer's id).
     pub version_read: Option<u64>,
+    /// The key was found absent ([`Obj::read_absent`]).
+    pub read_absent: bool,
     /// The version installed.
     pub version_written: Option<u64>,
 }
@@ -251,6 +273,8 @@ impl<P: Protocol> Coordinator<P> {
         self.set.fetched = 0;
         self.set.txn_seq += 1;
         self.set.txn_id = self.ctx.id.txn_id(self.set.txn_seq);
+        self.set.start_ts = None;
+        self.set.commit_ts = None;
         self.set.phase = Phase::Active;
         self.ctx.txn_counters = Default::default();
         if self.observer.is_some() {
@@ -268,6 +292,7 @@ impl<P: Protocol> Coordinator<P> {
                 key: o.key,
                 access: o.access,
                 version_read: o.version_read,
+                read_absent: o.read_absent,
                 version_written: o.version_written,
             }));
             obs.on_finish(&TxnSummary {
@@ -276,6 +301,8 @@ impl<P: Protocol> Coordinator<P> {
                 txn_id: self.set.txn_id,
                 start_ns: self.start_ns,
                 end_ns: self.ctx.clock.now_ns(),
+                start_ts: self.set.start_ts,
+                commit_ts: self.set.commit_ts,
                 outcome: phase,
                 objs: &self.summary_buf,
             });
@@ -325,6 +352,7 @@ impl<'c, P: Protocol> Txn<'c, P> {
             value_word: value_word as u32,
             value_len,
             version_read: None,
+            read_absent: false,
             version_written: None,
             proto: P::ObjState::default(),
         });
