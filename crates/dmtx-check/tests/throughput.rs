@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use dmtx_check::history::{History, Outcome, Read, Write, WriteKind};
+use dmtx_check::history::{History, Outcome, Read, Write, WriteKind, NO_TS};
 use dmtx_check::{check, CheckOptions, Level};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -51,11 +51,7 @@ fn serial_history(n: usize, keys: usize, seed: u64, stale_per_mille: u32) -> His
         }
         let mut reads: Vec<Read> = objs
             .iter()
-            .map(|&(table, key, i)| Read {
-                table,
-                key,
-                version: version[i],
-            })
+            .map(|&(table, key, i)| Read::of(table, key, version[i]))
             .collect();
         if stale_per_mille > 0 && rng.random_ratio(stale_per_mille, 1000) {
             reads[0].version = previous[objs[0].2];
@@ -77,7 +73,7 @@ fn serial_history(n: usize, keys: usize, seed: u64, stale_per_mille: u32) -> His
             version[wi] = id;
         }
         let t = 1000 * i as u64;
-        h.push_parts(id, coord as u32, t, t + 500, outcome, &reads, &writes);
+        h.push_parts(id, coord as u32, (t, t + 500), (NO_TS, NO_TS), outcome, &reads, &writes);
     }
     h
 }
