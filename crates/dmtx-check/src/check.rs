@@ -148,6 +148,10 @@ const BUDGET_MIN: u64 = 1 << 22;
 /// Edges a component's searches may scan per out-edge of the component.
 const BUDGET_PER_EDGE: u64 = 16;
 
+/// Coordinator numbers up to this (plus 4 per committed transaction) find session edges
+/// through a table rather than a sort.
+const SESSION_TABLE_MIN: usize = 1 << 16;
+
 /// Graph nodes are `u32`s with two bits to spare for the edge kind.
 const NODES_MAX: usize = 1 << 30;
 /// Record tags live in the top two bits of a `u32` beside the transaction index.
@@ -929,6 +933,34 @@ impl<'h> Checker<'h> {
     /// two transactions is a session edge.
     fn session_edges(&mut self, edges: &mut Vec<u64>) {
         let h = self.h;
+        let before_len = edges.len();
+        let Some(coord_max) = self.txn_of.iter().map(|&t| h.txns[t as usize].coord).max() else {
+            return;
+        };
+        // A recorder lists each coordinator's transactions in sequence order: one pass
+        // that remembers each coordinator's last transaction finds the edges, when
+        // coordinators are numbered densely enough for a table. Any other order sorts.
+        if coord_max as usize <= 4 * self.txn_of.len() + SESSION_TABLE_MIN {
+            let mut last: Vec<(u64, u32)> = vec![(0, NONE); coord_max as usize + 1];
+            let mut in_order = true;
+            for (v, &t) in self.txn_of.iter().enumerate() {
+                let m = &h.txns[t as usize];
+                let (id, node) = &mut last[m.coord as usize];
+                if *node != NONE {
+                    if *id >= m.id {
+                        in_order = false;
+                        break;
+                    }
+                    edges.push(edge(*node, RT, v as u32));
+                }
+                (*id, *node) = (m.id, v as u32);
+            }
+            if in_order {
+                self.edges.so = (edges.len() - before_len) as u64;
+                return;
+            }
+            edges.truncate(before_len);
+        }
         let mut order: Vec<(u32, u64, u32)> = self
             .txn_of
             .iter()
@@ -936,7 +968,6 @@ impl<'h> Checker<'h> {
             .map(|(v, &t)| (h.txns[t as usize].coord, h.txns[t as usize].id, v as u32))
             .collect();
         order.sort_unstable();
-        let before_len = edges.len();
         for w in order.windows(2) {
             if w[0].0 == w[1].0 {
                 edges.push(edge(w[0].2, RT, w[1].2));

@@ -502,6 +502,25 @@ fn test_check_session_reads_older_version_than_before() {
     for o in modes().into_iter().filter(|o| !o.real_time) {
         assert!(check(&two, &o).is_clean(), "{o:?}");
     }
+
+    // Listed out of sequence order, or on a coordinator numbered too sparsely for the
+    // table, a session is ordered by id all the same.
+    let reversed = |coord: u32| {
+        hist(vec![
+            txn(4).r(X, 1).session(coord),
+            txn(3).r(X, 2).session(coord),
+            txn(2).w(X, 1),
+            txn(1).w(X, 0),
+        ])
+    };
+    for h in [reversed(10), reversed(u32::MAX)] {
+        let r = ser(&h);
+        assert_eq!(kinds(&r), vec![FindingKind::Session], "{r}");
+        assert_eq!(
+            printed(&r, FindingKind::Session),
+            ["session: T0/3 -so-> T0/4 -rw[t0:k1 v0/1]-> T0/2 -wr[t0:k1 v0/2]-> T0/3"]
+        );
+    }
 }
 
 /// A session whose transactions are serialized in its order adds edges, not findings;
