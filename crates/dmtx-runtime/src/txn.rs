@@ -478,3 +478,104 @@ impl<P: Protocol> Drop for Txn<'_, P> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use dmtx_memnode::Control;
+    use dmtx_store::{Catalog, SlotLayout};
+
+    use super::*;
+    use crate::{block_on, AddrCache, Isolation, KnobError, KnobSpec, Knobs, RealClock, SharedAddrCache};
+
+    struct NoLayout;
+
+    impl SlotLayout for NoLayout {
+        fn slot_bytes(&self, value_bytes: u32) -> u32 {
+            value_bytes
+        }
+        fn encode(&self, _: u32, _: u64, _: &[u8], _: &mut [u8]) {}
+        fn key(&self, _: &[u8]) -> Option<u64> {
+            None
+        }
+        fn value<'a>(&self, slot: &'a [u8], _: u32) -> &'a [u8] {
+            slot
+        }
+    }
+
+    /// A protocol that takes start and commit timestamps in odd transactions only.
+    struct OddStamps(NoLayout);
+
+    impl Protocol for OddStamps {
+        type CoordState = ();
+        type ObjState = ();
+        const NAME: &'static str = "odd-stamps";
+        const ABOUT: &'static str = "test protocol";
+        const KNOBS: &'static [KnobSpec] = &[];
+        const ISOLATION: Isolation = Isolation::SnapshotIsolation;
+
+        fn from_knobs(_: &Knobs) -> std::result::Result<Self, KnobError> {
+            Ok(OddStamps(NoLayout))
+        }
+        fn layout(&self) -> &dyn SlotLayout {
+            &self.0
+        }
+        fn coord_state(&self, _: &CoordCtx, _: &dyn Control) -> crate::Result<()> {
+            Ok(())
+        }
+        async fn execute(_: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+            Ok(())
+        }
+        async fn commit(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+            let set = &mut txn.coord.set;
+            if set.txn_seq % 2 == 1 {
+                set.start_ts = Some(10 * set.txn_seq);
+                set.commit_ts = Some(10 * set.txn_seq + 1);
+            }
+            Ok(())
+        }
+        fn abort(_: &mut Txn<'_, Self>) {}
+    }
+
+    type Stamps = Rc<RefCell<Vec<(u64, Option<u64>, Option<u64>)>>>;
+
+    struct Seen(Stamps);
+
+    impl TxnObserver for Seen {
+        fn on_finish(&mut self, t: &TxnSummary<'_>) {
+            self.0.borrow_mut().push((t.txn_seq, t.start_ts, t.commit_ts));
+        }
+    }
+
+    /// Goal: the observer receives the timestamps a protocol took, and a transaction
+    /// that takes none reports none (begin resets what the last one took). Method: a
+    /// protocol that stamps odd transactions only, three transactions, what the
+    /// observer saw.
+    #[test]
+    fn observer_sees_the_timestamps_of_each_transaction_only() {
+        let fabric = dmtx_verbs::MemFabric::new(vec![]);
+        let ctx = CoordCtx::new(
+            CoordId {
+                cn: 0,
+                thread: 0,
+                coroutine: 1,
+            },
+            Rc::new(fabric.transport()),
+            Arc::new(RealClock::new()),
+            Arc::new(Catalog::default()),
+            Rc::new(AddrCache::new(Arc::new(SharedAddrCache::new()))),
+        );
+        let mut c = Coordinator::new(ctx, Arc::new(OddStamps(NoLayout)), ());
+        let seen = Stamps::default();
+        c.set_observer(Box::new(Seen(seen.clone())));
+        for _ in 0..3 {
+            block_on(c.begin().commit()).unwrap();
+        }
+        assert_eq!(
+            *seen.borrow(),
+            [(1, Some(10), Some(11)), (2, None, None), (3, Some(30), Some(31))]
+        );
+    }
+}
