@@ -8,6 +8,15 @@
 //!
 //! ```text
 //! G-single: T0/2 -rw[t0:k7 v0]-> T0/3 -wr[t0:k8 v0/3]-> T0/2
+//! session: T0/3 -so-> T0/4 -rw[t0:k1 v0/1]-> T0/2 -wr[t0:k1 v0/2]-> T0/3
+//! ```
+//!
+//! (`so`: the same coordinator ran the next transaction after this one; `rt[end <
+//! start]`: this one ended before the next began.) A snapshot finding names the read and
+//! the version the start timestamp's snapshot holds:
+//!
+//! ```text
+//! snapshot: T0/3 (start ts 5) read t0:k1 v0/1 (commit ts 2), but its snapshot holds v0/2 (commit ts 4): it missed a committed write
 //! ```
 
 use std::collections::BTreeMap;
@@ -337,7 +346,6 @@ pub struct EdgeCounts {
     pub rt: u64,
     /// Session-order edges, one from each committed transaction to its coordinator's
     /// next committed one (0 unless `sessions`).
-    #[serde(default)]
     pub so: u64,
 }
 
