@@ -25,7 +25,11 @@
 //!    (G1b); two committed overwriters ([`LostUpdate`](FindingKind::LostUpdate)); two
 //!    writers ([`DuplicateVersion`](FindingKind::DuplicateVersion)). Reads flagged G1a,
 //!    G1b or phantom add no edges: they are reported already. The initial load (T0) has
-//!    only outgoing edges, so it is never on a cycle and gets no node.
+//!    only outgoing edges, so it is never on a cycle and gets no node. A read that found
+//!    its key absent is a read of the version it names (a tombstone, or version 0); an
+//!    insert into a free slot (`prev` null) replaces no version, so an absent read of
+//!    version 0 gets no anti-dependency to a later insert: only the snapshot check
+//!    (below) orders the two, in histories with timestamps.
 //!
 //!    **Snapshots** (histories with timestamps). Every committed write becomes
 //!    `(table, key, commit_ts)` and every committed read of a transaction with a start
