@@ -505,7 +505,8 @@ mod tests {
         }
     }
 
-    /// A protocol that takes start and commit timestamps in odd transactions only.
+    /// A protocol that takes start and commit timestamps in odd transactions only, reads
+    /// odd keys absent (even keys at version `key`) and installs version `100 + key`.
     struct OddStamps(NoLayout);
 
     impl Protocol for OddStamps {
@@ -525,11 +526,20 @@ mod tests {
         fn coord_state(&self, _: &CoordCtx, _: &dyn Control) -> crate::Result<()> {
             Ok(())
         }
-        async fn execute(_: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+        async fn execute(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+            let set = &mut txn.coord.set;
+            for o in &mut set.objs[set.fetched..] {
+                o.read_absent = o.key % 2 == 1;
+                o.version_read = (o.key % 2 == 0).then_some(o.key);
+            }
+            set.fetched = set.objs.len();
             Ok(())
         }
         async fn commit(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
             let set = &mut txn.coord.set;
+            for o in set.objs.iter_mut().filter(|o| o.access.writes()) {
+                o.version_written = Some(100 + o.key);
+            }
             if set.txn_seq % 2 == 1 {
                 set.start_ts = Some(10 * set.txn_seq);
                 set.commit_ts = Some(10 * set.txn_seq + 1);
@@ -541,11 +551,12 @@ mod tests {
 
     type Stamps = Rc<RefCell<Vec<(u64, Option<u64>, Option<u64>)>>>;
 
-    struct Seen(Stamps);
+    struct Seen(Stamps, Rc<RefCell<Vec<ObjSummary>>>);
 
     impl TxnObserver for Seen {
         fn on_finish(&mut self, t: &TxnSummary<'_>) {
             self.0.borrow_mut().push((t.txn_seq, t.start_ts, t.commit_ts));
+            self.1.borrow_mut().extend_from_slice(t.objs);
         }
     }
 
@@ -569,13 +580,66 @@ mod tests {
         );
         let mut c = Coordinator::new(ctx, Arc::new(OddStamps(NoLayout)), ());
         let seen = Stamps::default();
-        c.set_observer(Box::new(Seen(seen.clone())));
+        c.set_observer(Box::new(Seen(seen.clone(), Default::default())));
         for _ in 0..3 {
             block_on(c.begin().commit()).unwrap();
         }
         assert_eq!(
             *seen.borrow(),
             [(1, Some(10), Some(11)), (2, None, None), (3, Some(30), Some(31))]
+        );
+    }
+
+    /// Goal: the observer receives, per object, the version the protocol read, whether
+    /// it found the key absent, and the version it installed. Method: one transaction
+    /// reading key 2 and writing key 3 on a one-table catalog.
+    #[test]
+    fn observer_sees_what_the_protocol_read_and_installed() {
+        let meta = dmtx_memnode::TableMeta {
+            id: 0,
+            name: "t".into(),
+            value_bytes: 8,
+            slot_bytes: 8,
+            slots_per_bucket: 1,
+            bucket_bytes: 8,
+            bucket_count: 1,
+            overflow_bucket_count: 0,
+            replicas: vec![(dmtx_verbs::MnId(0), 0)],
+        };
+        let fabric = dmtx_verbs::MemFabric::new(vec![]);
+        let ctx = CoordCtx::new(
+            CoordId {
+                cn: 0,
+                thread: 0,
+                coroutine: 1,
+            },
+            Rc::new(fabric.transport()),
+            Arc::new(RealClock::new()),
+            Arc::new(Catalog::from_metas([meta])),
+            Rc::new(AddrCache::new(Arc::new(SharedAddrCache::new()))),
+        );
+        let mut c = Coordinator::new(ctx, Arc::new(OddStamps(NoLayout)), ());
+        let objs: Rc<RefCell<Vec<ObjSummary>>> = Default::default();
+        c.set_observer(Box::new(Seen(Default::default(), objs.clone())));
+        let t: Table = Table::new(0);
+        let mut tx = c.begin();
+        tx.add_ro(t, 2);
+        tx.add_rw(t, 3);
+        block_on(tx.commit()).unwrap();
+        let o = |key, access, version_read, read_absent, version_written| ObjSummary {
+            table: 0,
+            key,
+            access,
+            version_read,
+            read_absent,
+            version_written,
+        };
+        assert_eq!(
+            *objs.borrow(),
+            [
+                o(2, Access::ReadOnly, Some(2), false, None),
+                o(3, Access::ReadWrite, None, true, Some(103)),
+            ]
         );
     }
 }
