@@ -25,8 +25,29 @@
 //!    (G1b); two committed overwriters ([`LostUpdate`](FindingKind::LostUpdate)); two
 //!    writers ([`DuplicateVersion`](FindingKind::DuplicateVersion)). Reads flagged G1a,
 //!    G1b or phantom add no edges: they are reported already. The initial load (T0) has
-//!    only outgoing edges, so it is never on a cycle and gets no node.
-//! 3. **Real time** (optional). Sort the committed transactions by end time into time
+//!    only outgoing edges, so it is never on a cycle and gets no node. A read that found
+//!    its key absent is a read of the version it names (a tombstone, or version 0); an
+//!    insert into a free slot (`prev` null) replaces no version, so an absent read of
+//!    version 0 gets no anti-dependency to a later insert: only the snapshot check
+//!    (below) orders the two, in histories with timestamps.
+//!
+//!    **Snapshots** (histories with timestamps). Every committed write becomes
+//!    `(table, key, commit_ts)` and every committed read of a transaction with a start
+//!    timestamp `(table, key, start_ts)`, each sorted once and then merged: each read
+//!    must name the newest version committed at or before its start, not by the reader
+//!    (or the reader's own write). A read that finds its
+//!    key absent must meet a delete's tombstone or no committed version; a read of a
+//!    version no committed transaction wrote is G1a or phantom already, and a key with a
+//!    committed write that has no commit timestamp cannot be placed: such reads are not
+//!    checked. Visibility is `commit_ts <= start_ts`; a protocol whose rule is strict
+//!    (Motor, LOTUS: "the largest version smaller than T_start") draws both from one
+//!    counter that never repeats a value, so the two rules agree.
+//! 3. **Sessions** (on by default). Sort the committed transactions by (coordinator,
+//!    id) and add an edge from each to its coordinator's next: at most n edges. They
+//!    share the `RT` kind with real-time edges, which never join two transactions
+//!    directly, so an `RT` edge between two transactions is a session edge.
+//!
+//!    **Real time** (optional). Sort the committed transactions by end time into time
 //!    nodes `E_0 → E_1 → …`; add `T → E_rank(T)` and `E_j → T` for the last `E_j` whose
 //!    end is strictly before `T`'s start. `T1` then reaches `T2` through time nodes iff
 //!    `T1.end < T2.start`, with at most 3n edges instead of n².
@@ -35,8 +56,9 @@
 //!    (ww < wr < rw < rt), which never hides a cycle and keeps found cycles' rw counts
 //!    minimal.
 //! 5. **Cycles.** Iterative Tarjan (no recursion) finds the strongly connected components
-//!    (SCCs) of the ww+wr+rw graph; if all are single nodes the history is acyclic and
-//!    we are done. Otherwise, restricted to nodes on cycles:
+//!    (SCCs) of the graph of every edge; if all are single nodes the history is acyclic
+//!    and we are done (with neither sessions nor real time, of the ww+wr+rw graph). Then
+//!    the SCCs of the ww+wr+rw graph, restricted to nodes on cycles:
 //!    - SCCs of the ww subgraph are G0; SCCs of the ww+wr subgraph with an internal wr
 //!      edge are G1c.
 //!    - In each SCC of the full graph with an internal rw edge `u → v`, a path `v ⇝ u`
@@ -49,10 +71,13 @@
 //!      states (node, last edge was rw)): G2, which SI cannot produce.
 //!    - Otherwise a shortest cycle through an rw edge is G2 (serializable) or write skew
 //!      (snapshot isolation, allowed).
-//!    - With real time on, SCCs of the graph with time nodes that hold a time node give
-//!      [`RealTime`](FindingKind::RealTime) cycles. Under snapshot isolation an rt edge
-//!      acts like a wr edge (the first committed before the second began), so only those
-//!      with no two adjacent rw edges count.
+//!    - SCCs of the graph of every edge with a session edge give a
+//!      [`Session`](FindingKind::Session) cycle through it; at serializable only session
+//!      edges between two ww+wr+rw SCCs count (inside one, the cycle is reported
+//!      already). Otherwise, SCCs that hold a time node give
+//!      [`RealTime`](FindingKind::RealTime) cycles. Under snapshot isolation session and
+//!      rt edges act like wr edges (the first committed before the second began), so
+//!      only cycles with no two adjacent rw edges count.
 //!
 //! Cycle kinds count SCCs, not cycles (which can be exponentially many). Each cycle
 //! shown is a shortest one through its closing edge (BFS, or 0-1 BFS where transactions
@@ -67,12 +92,14 @@
 //! For n transactions with m reads and writes and E edges (E = O(m) when a version has
 //! O(1) overwriters): O(m log m) for the sort, O(n + m + E) for the scan, the CSR build,
 //! each Tarjan pass and the classification (bounded by the budgets), plus O(n log n)
-//! for the real-time sort. Memory: 24 bytes per
-//! record, 8 per edge while building and 4 per edge after, and a few `u32` per node.
+//! for the session and real-time sorts and, with timestamps, O(m log m) for the snapshot
+//! check. Memory: 24 bytes per record, 8 per edge while building and 4 per edge after,
+//! 16 per committed transaction for the session table or sort, 48 per committed write
+//! and 40 per committed read for the snapshot check, and a few `u32` per node.
 
 use std::collections::VecDeque;
 
-use crate::history::{History, Outcome, INITIAL_VERSION};
+use crate::history::{History, Outcome, WriteKind, INITIAL_VERSION, NO_TS};
 use crate::report::{Access, Edge, EdgeCounts, Evidence, Finding, FindingKind, Level, Overwrite, Report, Step};
 
 /// What to check a history against.
@@ -83,6 +110,10 @@ pub struct CheckOptions {
     /// Also require the serialization order to respect real time: a transaction that
     /// began after another ended must follow it (strict serializability, or strong SI).
     pub real_time: bool,
+    /// Require each coordinator's transactions to be serialized in the order it ran them
+    /// (session order): a coordinator never reads older state than it read or wrote
+    /// before. On by default.
+    pub sessions: bool,
     /// How many findings of each kind to list with evidence; all are counted.
     pub findings_max_per_kind: usize,
 }
@@ -92,6 +123,7 @@ impl Default for CheckOptions {
         Self {
             level: Level::Serializable,
             real_time: false,
+            sessions: true,
             findings_max_per_kind: 10,
         }
     }
@@ -123,6 +155,10 @@ pub const TRIES_MAX: usize = 64;
 const BUDGET_MIN: u64 = 1 << 22;
 /// Edges a component's searches may scan per out-edge of the component.
 const BUDGET_PER_EDGE: u64 = 16;
+
+/// Coordinator numbers up to this (plus 4 per committed transaction) find session edges
+/// through a table rather than a sort.
+const SESSION_TABLE_MIN: usize = 1 << 16;
 
 /// Graph nodes are `u32`s with two bits to spare for the edge kind.
 const NODES_MAX: usize = 1 << 30;
@@ -544,6 +580,29 @@ impl Findings {
     }
 }
 
+/// A committed write, for the snapshot check: `h.writes[at]` by transaction `txn`.
+#[derive(Copy, Clone)]
+struct Install {
+    table: u32,
+    key: u64,
+    commit_ts: u64,
+    version: u64,
+    at: u32,
+    txn: u32,
+    delete: bool,
+}
+
+/// A committed read of a transaction with a start timestamp, not of its own write.
+#[derive(Copy, Clone)]
+struct SnapshotRead {
+    table: u32,
+    key: u64,
+    start_ts: u64,
+    version: u64,
+    txn: u32,
+    absent: bool,
+}
+
 /// Who installed an object version.
 #[derive(Copy, Clone, PartialEq, Eq)]
 enum Writer {
@@ -568,6 +627,7 @@ struct Checker<'h> {
     writes: u64,
     search_truncated: u64,
     txns_in_cycles: u64,
+    snapshot_reads: u64,
 }
 
 impl<'h> Checker<'h> {
@@ -601,6 +661,7 @@ impl<'h> Checker<'h> {
             writes: 0,
             search_truncated: 0,
             txns_in_cycles: 0,
+            snapshot_reads: 0,
         }
     }
 
@@ -611,6 +672,10 @@ impl<'h> Checker<'h> {
     fn run(mut self) -> Report {
         self.index();
         let mut edges = self.scan();
+        self.snapshots();
+        if self.opts.sessions {
+            self.session_edges(&mut edges);
+        }
         let c = self.txn_of.len();
         let nodes = if self.opts.real_time {
             self.time_edges(&mut edges);
@@ -620,9 +685,6 @@ impl<'h> Checker<'h> {
         };
         let g = Graph::build(nodes, edges);
         self.cycles(&g);
-        if self.opts.real_time {
-            self.real_time(&g);
-        }
         self.report()
     }
 
@@ -785,6 +847,119 @@ impl<'h> Checker<'h> {
         edges
     }
 
+    /// Step 2b: with timestamps, every committed read against the snapshot its
+    /// transaction's start timestamp names. Reads and installs are sorted by object and
+    /// timestamp and merged, so memory is scanned in order (a binary search per read
+    /// into arrays of millions misses the cache at every step).
+    fn snapshots(&mut self) {
+        let h = self.h;
+        if !h.txns.iter().any(|t| t.start_ts != NO_TS) {
+            return;
+        }
+        // Committed writes by object in commit-timestamp order; a transaction's later
+        // write of one key sorts after its earlier one (the write index breaks ties).
+        // `NO_TS` sorts last: a committed write without a commit timestamp cannot be
+        // placed, and its key's reads are left unchecked.
+        let mut installs: Vec<Install> = Vec::new();
+        let mut reads: Vec<SnapshotRead> = Vec::new();
+        for &t in &self.txn_of {
+            let m = &h.txns[t as usize];
+            let own = h.writes_of(m);
+            for (k, w) in own.iter().enumerate() {
+                installs.push(Install {
+                    table: w.table,
+                    key: w.key,
+                    commit_ts: m.commit_ts,
+                    version: w.version,
+                    at: m.writes_at + k as u32,
+                    txn: t,
+                    delete: w.kind == WriteKind::Delete,
+                });
+            }
+            if m.start_ts == NO_TS {
+                continue;
+            }
+            for r in h.reads_of(m) {
+                if own
+                    .iter()
+                    .any(|w| (w.table, w.key, w.version) == (r.table, r.key, r.version))
+                {
+                    continue; // its own write
+                }
+                reads.push(SnapshotRead {
+                    table: r.table,
+                    key: r.key,
+                    start_ts: m.start_ts,
+                    version: r.version,
+                    txn: t,
+                    absent: r.absent,
+                });
+            }
+        }
+        installs.sort_unstable_by_key(|i| (i.table, i.key, i.commit_ts, i.at));
+        reads.sort_unstable_by_key(|r| (r.table, r.key, r.start_ts, r.txn));
+        // Merge: `lo..hi` are the installs of the current read's object, and `upto` the
+        // first of them committed after its start (starts only grow within an object).
+        let (mut lo, mut hi, mut upto) = (0usize, 0usize, 0usize);
+        let mut object = None;
+        for r in &reads {
+            let o = (r.table, r.key);
+            if object != Some(o) {
+                object = Some(o);
+                lo = hi + installs[hi..].partition_point(|i| (i.table, i.key) < o);
+                hi = lo + installs[lo..].partition_point(|i| (i.table, i.key) == o);
+                upto = lo;
+            }
+            let placed = &installs[lo..hi];
+            if placed.last().is_some_and(|i| i.commit_ts == NO_TS) {
+                continue;
+            }
+            while upto < hi && installs[upto].commit_ts <= r.start_ts {
+                upto += 1;
+            }
+            // The newest install at or before the start, not by the reader itself.
+            let expected = installs[lo..upto].iter().rev().find(|i| i.txn != r.txn);
+            let ok = match expected {
+                None => r.version == INITIAL_VERSION,
+                Some(e) if e.delete => r.absent && (r.version == INITIAL_VERSION || r.version == e.version),
+                Some(e) => !r.absent && r.version == e.version,
+            };
+            if ok {
+                self.snapshot_reads += 1;
+                continue;
+            }
+            // A read of what no committed transaction wrote is G1a or phantom, found in
+            // Step 2 already.
+            let read_commit_ts = match self.committed_writer(r.table, r.key, r.version) {
+                Some(x) => Some(h.txns[x].commit_ts),
+                None if r.version == INITIAL_VERSION => None,
+                None => continue,
+            };
+            self.snapshot_reads += 1;
+            self.findings.add(FindingKind::Snapshot, || Evidence::Snapshot {
+                txn: h.txns[r.txn as usize].id,
+                table: r.table,
+                key: r.key,
+                start_ts: r.start_ts,
+                read: r.version,
+                read_absent: r.absent,
+                read_commit_ts,
+                expected: expected.map(|e| e.version),
+                expected_absent: expected.is_some_and(|e| e.delete),
+                expected_commit_ts: expected.map(|e| e.commit_ts),
+            });
+        }
+    }
+
+    /// The committed transaction that installed `version` of (`table`, `key`).
+    fn committed_writer(&self, table: u32, key: u64, version: u64) -> Option<usize> {
+        group(&self.recs, table, key, version)
+            .iter()
+            .take_while(|r| r.tag() == TAG_W)
+            .map(|r| r.txn())
+            .find(|&x| self.committed(x))
+    }
+
     fn rw_edges(&mut self, edges: &mut Vec<u64>, reader: usize, overwriters: &[usize]) {
         for &p in overwriters {
             if p != reader {
@@ -794,7 +969,56 @@ impl<'h> Checker<'h> {
         }
     }
 
-    /// Step 3: time nodes `c + i` for the committed transactions in end order.
+    /// Step 3a: session order, an `RT` edge from each committed transaction to the
+    /// coordinator's next committed one (by sequence number). Real-time edges never join
+    /// two transactions directly (they pass through time nodes), so an `RT` edge between
+    /// two transactions is a session edge.
+    fn session_edges(&mut self, edges: &mut Vec<u64>) {
+        let h = self.h;
+        let before_len = edges.len();
+        let Some(coord_max) = self.txn_of.iter().map(|&t| h.txns[t as usize].coord).max() else {
+            return;
+        };
+        // A recorder lists each coordinator's transactions in sequence order: one pass
+        // that remembers each coordinator's last transaction finds the edges, when
+        // coordinators are numbered densely enough for a table. Any other order sorts.
+        if coord_max as usize <= 4 * self.txn_of.len() + SESSION_TABLE_MIN {
+            let mut last: Vec<(u64, u32)> = vec![(0, NONE); coord_max as usize + 1];
+            let mut in_order = true;
+            for (v, &t) in self.txn_of.iter().enumerate() {
+                let m = &h.txns[t as usize];
+                let (id, node) = &mut last[m.coord as usize];
+                if *node != NONE {
+                    if *id >= m.id {
+                        in_order = false;
+                        break;
+                    }
+                    edges.push(edge(*node, RT, v as u32));
+                }
+                (*id, *node) = (m.id, v as u32);
+            }
+            if in_order {
+                self.edges.so = (edges.len() - before_len) as u64;
+                return;
+            }
+            edges.truncate(before_len);
+        }
+        let mut order: Vec<(u32, u64, u32)> = self
+            .txn_of
+            .iter()
+            .enumerate()
+            .map(|(v, &t)| (h.txns[t as usize].coord, h.txns[t as usize].id, v as u32))
+            .collect();
+        order.sort_unstable();
+        for w in order.windows(2) {
+            if w[0].0 == w[1].0 {
+                edges.push(edge(w[0].2, RT, w[1].2));
+            }
+        }
+        self.edges.so = (edges.len() - before_len) as u64;
+    }
+
+    /// Step 3b: time nodes `c + i` for the committed transactions in end order.
     fn time_edges(&mut self, edges: &mut Vec<u64>) {
         let c = self.txn_of.len();
         let h = self.h;
@@ -855,9 +1079,9 @@ impl<'h> Checker<'h> {
                     overwrite: overwrite_version(h, tv, r.table, r.key, r.version),
                 })
             }),
-            _ => Some(Edge::Rt {
-                end_ns: h.txns[tu].end_ns,
-                start_ns: h.txns[tv].start_ns,
+            // Between two transactions, an RT edge is session order (Step 3a).
+            _ => Some(Edge::So {
+                coord: h.txns[tu].coord,
             }),
         };
         found.expect("every graph edge comes from a read or write of its endpoints")
@@ -975,10 +1199,36 @@ impl<'h> Checker<'h> {
         }
     }
 
-    /// Step 5: G0, G1c, G-single and G2 (or write skew).
+    /// Step 5: G0, G1c, G-single and G2 (or write skew), then cycles through session or
+    /// real-time order.
     fn cycles(&mut self, g: &Graph) {
         let c = self.txn_of.len() as u32;
-        let full = tarjan(g, M_WW | M_WR | M_RW, 0..c, |v| v < c);
+        if !(self.opts.sessions || self.opts.real_time) {
+            let full = tarjan(g, M_WW | M_WR | M_RW, 0..c, |v| v < c);
+            self.dependency_cycles(g, &full);
+            return;
+        }
+        // One Tarjan over every edge first: an acyclic graph (the common case) is done.
+        let all = tarjan(g, M_ALL, 0..g.nodes() as u32, |_| true);
+        if all.ranges.is_empty() {
+            return;
+        }
+        let mut on_cycle = vec![false; c as usize];
+        for &v in all.nodes.iter().filter(|&&v| v < c) {
+            on_cycle[v as usize] = true;
+        }
+        // Every dependency cycle lies inside a component of the full graph.
+        let roots = all.nodes.iter().copied().filter(|&v| v < c);
+        let full = tarjan(g, M_WW | M_WR | M_RW, roots, |v| v < c && on_cycle[v as usize]);
+        drop(on_cycle);
+        self.dependency_cycles(g, &full);
+        self.order_cycles(g, &all, &full);
+    }
+
+    /// G0, G1c, G-single and G2 (or write skew) in the components `full` of the ww, wr
+    /// and rw edges.
+    fn dependency_cycles(&mut self, g: &Graph, full: &Comps) {
+        let c = self.txn_of.len() as u32;
         self.txns_in_cycles = full.nodes.len() as u64;
         if full.ranges.is_empty() {
             return;
@@ -1145,24 +1395,59 @@ impl<'h> Checker<'h> {
         }
     }
 
-    /// Step 5 with real time: cycles through time nodes. Under SI, a real-time edge is
-    /// like a wr edge (the first committed before the second began), so only cycles with
-    /// two adjacent rw edges are allowed.
-    fn real_time(&mut self, g: &Graph) {
+    /// Cycles through session order (an `RT` edge between two transactions), then
+    /// through time nodes, in the components `all` of every edge; one finding per
+    /// component. Under SI, a session or real-time edge is like a wr edge (the first
+    /// committed before the second began), so only cycles with two adjacent rw edges are
+    /// allowed. Under serializability, a session edge inside one component of `full`
+    /// closes no cycle that the dependency edges do not close already (and report), so
+    /// only session edges between such components close a session finding.
+    fn order_cycles(&mut self, g: &Graph, all: &Comps, full: &Comps) {
         let c = self.txn_of.len() as u32;
-        let all = tarjan(g, M_ALL, 0..g.nodes() as u32, |_| true);
         let mut bfs: Option<Bfs> = None; // only histories with such cycles pay for it
         let same = |u: u32, y: u32| all.of[u as usize] == all.of[y as usize];
         let si = self.opts.level == Level::SnapshotIsolation;
-        let kind = FindingKind::RealTime;
         // Count transactions, not time nodes, in a cycle's length.
         let weight = |_: u32, y: u32| (y < c) as u32;
+        let session = |u: u32, k: u32, v: u32| {
+            k == RT && u < c && v < c && same(u, v) && (si || full.of[u as usize] != full.of[v as usize])
+        };
         let closing = |u: u32, k: u32, v: u32| k == RT && u >= c && v < c && same(u, v);
         for &r in &all.ranges {
             let members = all.members(r);
+            let has_session = members
+                .iter()
+                .any(|&u| g.out(u).iter().any(|&e| session(u, e & 3, e >> 2)));
+            if has_session {
+                let kind = FindingKind::Session;
+                if !si && !self.findings.wants(kind) {
+                    // The closing edge's ends are in one component: it lies on a cycle.
+                    self.add_cycle(kind, None);
+                    continue;
+                }
+                let q = CycleQuery {
+                    closing: &session,
+                    path_mask: M_ALL,
+                    ok: &same,
+                    weight: &weight,
+                    no_adjacent_rw: si,
+                    shortest: false,
+                    rank: None,
+                };
+                let bfs = bfs.get_or_insert_with(|| Bfs::new(g.nodes()));
+                let found = self.cycle_in(g, bfs, members, &q);
+                if found.truncated {
+                    self.search_truncated += 1;
+                }
+                if found.cycle.is_some() || !si {
+                    self.add_cycle(kind, found.cycle);
+                    continue;
+                }
+            }
             if !members.iter().any(|&v| v >= c) {
                 continue;
             }
+            let kind = FindingKind::RealTime;
             if !si && !self.findings.wants(kind) {
                 // Every node of a component lies on a cycle: this one goes through time.
                 self.add_cycle(kind, None);
@@ -1195,6 +1480,7 @@ impl<'h> Checker<'h> {
         Report {
             level: self.opts.level,
             real_time: self.opts.real_time,
+            sessions: self.opts.sessions,
             txns: self.h.txns.len(),
             committed,
             aborted: self.h.txns.len() - committed,
@@ -1209,6 +1495,7 @@ impl<'h> Checker<'h> {
                 .collect(),
             findings: list,
             search_truncated: self.search_truncated,
+            snapshot_reads: self.snapshot_reads,
         }
     }
 }

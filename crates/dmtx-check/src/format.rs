@@ -1,27 +1,53 @@
-//! The on-disk history format, version 1: JSON lines.
+//! The on-disk history format, version 2: JSON lines.
 //!
 //! ```text
-//! {"format":"dmtx-history","version":1}
-//! {"id":4398046511105,"coord":1,"start_ns":120,"end_ns":910,"outcome":"committed",
-//!  "reads":[{"table":0,"key":7,"version":0}],
+//! {"format":"dmtx-history","version":2}
+//! {"id":4398046511105,"coord":1,"start_ns":120,"end_ns":910,"start_ts":41,"commit_ts":44,
+//!  "outcome":"committed",
+//!  "reads":[{"table":0,"key":7,"version":0},{"table":0,"key":9,"version":0,"absent":true}],
 //!  "writes":[{"table":0,"key":7,"prev":0,"version":4398046511105,"kind":"update"}]}
 //! ...
 //! ```
 //!
-//! The first line is the header; every other line is one transaction (a
-//! [`TxnRecord`], one line each, shown folded above):
+//! The first line is the header, `{"format":"dmtx-history","version":2}`; every other
+//! line is one transaction (a [`TxnRecord`], one line each, shown folded above), in any
+//! order. Blank lines are skipped.
 //!
-//! | field | meaning |
-//! | --- | --- |
-//! | `id` | cluster-unique transaction id: coordinator (24 bits) << 40 \| sequence; also the version its writes install |
-//! | `coord` | coordinator: CN << 16 \| thread << 8 \| coroutine |
-//! | `start_ns`, `end_ns` | clock readings at begin and at the outcome (one clock per compute node) |
-//! | `outcome` | `committed` or `aborted` |
-//! | `reads` | `{table, key, version}`: every version the transaction read |
-//! | `writes` | `{table, key, prev, version, kind}`: `prev` is the version replaced (`null` for an insert), `kind` is `update`, `insert` or `delete` |
+//! | field | type | meaning |
+//! | --- | --- | --- |
+//! | `id` | u64 | cluster-unique transaction id: coordinator (24 bits) << 40 \| sequence (from 1). The coordinator's transactions in sequence order are its **session**. |
+//! | `coord` | u32, default 0 | coordinator: CN << 16 \| thread << 8 \| coroutine; transactions with the same `coord` form one session |
+//! | `start_ns`, `end_ns` | u64, default 0 | clock readings at begin and at the outcome (one clock per compute node), for real-time order |
+//! | `start_ts` | u64, optional | the start (snapshot, read) timestamp, for protocols that take one: every read must see the newest version committed with `commit_ts <= start_ts`, or the transaction's own write |
+//! | `commit_ts` | u64, optional | the commit timestamp, for protocols that take one; absent for read-only transactions that take none |
+//! | `outcome` | `"committed"` or `"aborted"` | how it ended; an aborted transaction's writes must be invisible |
+//! | `reads` | list, default empty | every version read, see below |
+//! | `writes` | list, default empty | every version installed (or, when aborted, that would have been), see below |
 //!
-//! Version `0` is a record as bulk-loaded. Read-write objects appear in both lists.
-//! Readers refuse a header they do not know, naming the version they support.
+//! A read is `{table, key, version, absent}`:
+//!
+//! | field | type | meaning |
+//! | --- | --- | --- |
+//! | `table` | u32 | table id |
+//! | `key` | u64 | key |
+//! | `version` | u64 | the version read, named by its writer's id; `0` is the record as bulk-loaded. A multi-version protocol names the version its snapshot selected, which may be older than the newest. |
+//! | `absent` | bool, default `false`, written only when `true` | the key was absent: `version` is the tombstone a delete installed, or `0` when no version at all was seen |
+//!
+//! A write is `{table, key, prev, version, kind}`:
+//!
+//! | field | type | meaning |
+//! | --- | --- | --- |
+//! | `table`, `key` | u32, u64 | the object |
+//! | `prev` | u64 or `null` | the version replaced (`null` for an insert into a free slot) |
+//! | `version` | u64 | the version installed, unique per key: the writer's id for every protocol so far |
+//! | `kind` | `"update"`, `"insert"` or `"delete"` | what the write did; a delete's `version` names its tombstone |
+//!
+//! Read-write objects appear in both lists.
+//!
+//! **Versions.** Version 1 had no `start_ts`, `commit_ts` or `absent`; this build reads
+//! version 1 files as version 2 files without them, and writes version 2 (a history
+//! without timestamps or absent reads differs from version 1 only in its header).
+//! Readers refuse a header they do not know, naming the versions they read.
 
 use std::io::{BufRead, Write as _};
 use std::path::Path;
@@ -32,8 +58,10 @@ use crate::history::{History, TxnRecord};
 
 /// Name in the header line.
 pub const FORMAT_NAME: &str = "dmtx-history";
-/// Version written and read by this build.
-pub const FORMAT_VERSION: u32 = 1;
+/// Version written by this build.
+pub const FORMAT_VERSION: u32 = 2;
+/// Every version this build reads.
+pub const FORMAT_VERSIONS_READ: [u32; 2] = [1, 2];
 
 #[derive(Serialize, Deserialize)]
 struct Header {
@@ -62,7 +90,7 @@ pub enum FormatError {
         path: String,
     },
     /// A history of a format version this build cannot read.
-    #[error("{path}: history format version {found}, this dmtx reads version {FORMAT_VERSION}")]
+    #[error("{path}: history format version {found}, this dmtx reads versions 1 and 2; check it with the dmtx that wrote it")]
     UnsupportedVersion {
         /// The file.
         path: String,
@@ -131,7 +159,7 @@ pub fn read_from(reader: impl BufRead, name: &str) -> Result<History, FormatErro
     if header.format != FORMAT_NAME {
         return Err(not_history());
     }
-    if header.version != FORMAT_VERSION {
+    if !FORMAT_VERSIONS_READ.contains(&header.version) {
         return Err(FormatError::UnsupportedVersion {
             path: name.to_string(),
             found: header.version,
@@ -151,9 +179,33 @@ pub fn read_from(reader: impl BufRead, name: &str) -> Result<History, FormatErro
             line: i + 2,
             why: e.to_string(),
         })?;
+        if header.version == 1 {
+            if let Some(field) = newer_field(&rec) {
+                return Err(FormatError::BadLine {
+                    path: name.to_string(),
+                    line: i + 2,
+                    why: format!(
+                        "`{field}` is a version 2 field, but the header says version 1; write the header as version 2"
+                    ),
+                });
+            }
+        }
         history.push(&rec);
     }
     Ok(history)
+}
+
+/// The first field of `rec` that version 1 did not have.
+fn newer_field(rec: &TxnRecord) -> Option<&'static str> {
+    if rec.start_ts.is_some() {
+        Some("start_ts")
+    } else if rec.commit_ts.is_some() {
+        Some("commit_ts")
+    } else if rec.reads.iter().any(|r| r.absent) {
+        Some("absent")
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]
@@ -168,12 +220,10 @@ mod tests {
                 coord: 1,
                 start_ns: 5,
                 end_ns: 9,
+                start_ts: None,
+                commit_ts: None,
                 outcome: Outcome::Committed,
-                reads: vec![Read {
-                    table: 0,
-                    key: 7,
-                    version: 0,
-                }],
+                reads: vec![Read::of(0, 7, 0)],
                 writes: vec![Write {
                     table: 0,
                     key: 7,
@@ -187,6 +237,8 @@ mod tests {
                 coord: 1,
                 start_ns: 10,
                 end_ns: 12,
+                start_ts: None,
+                commit_ts: None,
                 outcome: Outcome::Aborted,
                 reads: vec![],
                 writes: vec![Write {
@@ -200,25 +252,105 @@ mod tests {
         ])
     }
 
-    #[test]
-    fn round_trips_and_refuses_what_it_cannot_read() {
-        let dir = std::env::temp_dir().join(format!("dmtx-format-{}", std::process::id()));
+    /// `sample` with version 2's fields: timestamps and an absent read.
+    fn sample_v2() -> History {
+        let mut records: Vec<TxnRecord> = (0..sample().len()).map(|i| sample().record(i)).collect();
+        records[0].start_ts = Some(40);
+        records[0].commit_ts = Some(44);
+        records[0].reads.push(Read::absent(0, 9, 0));
+        records[1].start_ts = Some(45);
+        History::from_records(&records)
+    }
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("dmtx-format-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn parse(s: &str) -> Result<History, FormatError> {
+        read_from(std::io::Cursor::new(s.to_string()), "x")
+    }
+
+    /// Goal: version 2 round-trips timestamps and absent reads and writes them as
+    /// documented; a history without them differs from version 1 only in its header.
+    #[test]
+    fn round_trips_version_2() {
+        let dir = scratch("v2");
         let p = dir.join("h.jsonl");
-        let h = sample();
+        let h = sample_v2();
         write_history(&p, &h).unwrap();
         assert_eq!(read_history(&p).unwrap(), h);
         let text = std::fs::read_to_string(&p).unwrap();
-        assert!(text.starts_with("{\"format\":\"dmtx-history\",\"version\":1}\n"));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "{\"format\":\"dmtx-history\",\"version\":2}");
+        assert_eq!(
+            lines[1],
+            "{\"id\":1099511627777,\"coord\":1,\"start_ns\":5,\"end_ns\":9,\"start_ts\":40,\"commit_ts\":44,\
+             \"outcome\":\"committed\",\"reads\":[{\"table\":0,\"key\":7,\"version\":0},\
+             {\"table\":0,\"key\":9,\"version\":0,\"absent\":true}],\"writes\":[{\"table\":0,\"key\":7,\
+             \"prev\":0,\"version\":1099511627777,\"kind\":\"update\"}]}"
+        );
+        assert!(lines[2].contains("\"start_ts\":45,\"outcome\""), "{}", lines[2]);
+        assert!(
+            !lines[2].contains("commit_ts"),
+            "an untaken timestamp is left out: {}",
+            lines[2]
+        );
 
-        let bad = |s: &str| read_from(std::io::Cursor::new(s.to_string()), "x");
-        assert!(matches!(bad(""), Err(FormatError::NotAHistory { .. })));
-        assert!(matches!(bad("{\"a\":1}\n"), Err(FormatError::NotAHistory { .. })));
-        assert!(matches!(
-            bad("{\"format\":\"dmtx-history\",\"version\":9}\n"),
-            Err(FormatError::UnsupportedVersion { found: 9, .. })
-        ));
-        let e = bad("{\"format\":\"dmtx-history\",\"version\":1}\n{\"id\":1}\n").unwrap_err();
+        write_history(&p, &sample()).unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(!text.contains("_ts") && !text.contains("absent"), "{text}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Goal: version 1 files (as dmtx wrote them before version 2) still read, to the
+    /// same history; a version 1 file that uses a version 2 field is refused naming it.
+    #[test]
+    fn reads_version_1() {
+        let v1 = "{\"format\":\"dmtx-history\",\"version\":1}\n\
+            {\"id\":1099511627777,\"coord\":1,\"start_ns\":5,\"end_ns\":9,\"outcome\":\"committed\",\
+            \"reads\":[{\"table\":0,\"key\":7,\"version\":0}],\
+            \"writes\":[{\"table\":0,\"key\":7,\"prev\":0,\"version\":1099511627777,\"kind\":\"update\"}]}\n\
+            \n\
+            {\"id\":1099511627778,\"coord\":1,\"start_ns\":10,\"end_ns\":12,\"outcome\":\"aborted\",\
+            \"writes\":[{\"table\":0,\"key\":9,\"prev\":null,\"version\":1099511627778,\"kind\":\"insert\"}]}\n";
+        assert_eq!(parse(v1).unwrap(), sample());
+        let h = parse(v1).unwrap();
+        assert!(h
+            .txns
+            .iter()
+            .all(|t| t.start_ts == crate::history::NO_TS && t.commit_ts == crate::history::NO_TS));
+
+        let e =
+            parse("{\"format\":\"dmtx-history\",\"version\":1}\n{\"id\":1,\"outcome\":\"committed\",\"start_ts\":3}\n")
+                .unwrap_err()
+                .to_string();
+        assert_eq!(
+            e,
+            "x:2: `start_ts` is a version 2 field, but the header says version 1; write the header as version 2"
+        );
+        let e = parse(
+            "{\"format\":\"dmtx-history\",\"version\":1}\n\
+             {\"id\":1,\"outcome\":\"committed\",\"reads\":[{\"table\":0,\"key\":1,\"version\":0,\"absent\":true}]}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("`absent` is a version 2 field"), "{e}");
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_read() {
+        let dir = scratch("bad");
+        assert!(matches!(parse(""), Err(FormatError::NotAHistory { .. })));
+        assert!(matches!(parse("{\"a\":1}\n"), Err(FormatError::NotAHistory { .. })));
+        let e = parse("{\"format\":\"dmtx-history\",\"version\":9}\n").unwrap_err();
+        assert!(matches!(e, FormatError::UnsupportedVersion { found: 9, .. }));
+        assert_eq!(
+            e.to_string(),
+            "x: history format version 9, this dmtx reads versions 1 and 2; check it with the dmtx that wrote it"
+        );
+        let e = parse("{\"format\":\"dmtx-history\",\"version\":2}\n{\"id\":1}\n").unwrap_err();
         assert!(e.to_string().starts_with("x:2:"), "{e}");
         assert!(matches!(
             read_history(&dir.join("missing")),

@@ -5,12 +5,25 @@
 //! transaction installs for the same key (FORD uses the writer's transaction id), and a
 //! write records the version it replaced (`prev`), which gives the checker each key's
 //! version order. Version [`INITIAL_VERSION`] is what the loader wrote; it has no writer
-//! transaction.
+//! transaction. A multi-version protocol reads older versions by the same names: a read
+//! names the writer of the version the protocol's snapshot selected.
+//!
+//! A read may find its key **absent** ([`Read::absent`]): it then names the tombstone a
+//! delete installed, or [`INITIAL_VERSION`] when the protocol saw no version at all
+//! (the state of a key before its first insert).
+//!
+//! Protocols that order transactions by timestamps also record each transaction's start
+//! (snapshot) timestamp and commit timestamp; the checker then verifies every read
+//! against the snapshot its start timestamp names. [`NO_TS`] marks a timestamp not
+//! taken.
 
 use serde::{Deserialize, Serialize};
 
 /// The version of every record as bulk-loaded, before any transaction wrote it.
 pub const INITIAL_VERSION: u64 = 0;
+
+/// A start or commit timestamp that the protocol did not take (in [`TxnMeta`]).
+pub const NO_TS: u64 = u64::MAX;
 
 /// How a transaction ended.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -45,6 +58,10 @@ pub struct TxnMeta {
     pub start_ns: u64,
     /// Clock reading at the outcome (ns).
     pub end_ns: u64,
+    /// Start (snapshot) timestamp, or [`NO_TS`].
+    pub start_ts: u64,
+    /// Commit timestamp, or [`NO_TS`].
+    pub commit_ts: u64,
     /// Outcome.
     pub outcome: Outcome,
     /// `reads[reads_at .. reads_at + reads_len]`.
@@ -64,8 +81,38 @@ pub struct Read {
     pub table: u32,
     /// Key.
     pub key: u64,
-    /// The version observed.
+    /// The version observed (its writer's id; [`INITIAL_VERSION`] for the initial state).
     pub version: u64,
+    /// The key was absent: `version` is a delete's tombstone, or [`INITIAL_VERSION`]
+    /// when no version was seen.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub absent: bool,
+}
+
+impl Read {
+    /// A read of an existing `version`.
+    pub fn of(table: u32, key: u64, version: u64) -> Self {
+        Read {
+            table,
+            key,
+            version,
+            absent: false,
+        }
+    }
+
+    /// A read that found the key absent (`version` as for [`Read::absent`]).
+    pub fn absent(table: u32, key: u64, version: u64) -> Self {
+        Read {
+            table,
+            key,
+            version,
+            absent: true,
+        }
+    }
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// A write of (`table`, `key`) installing `version` over `prev`.
@@ -110,6 +157,12 @@ pub struct TxnRecord {
     /// Outcome (ns).
     #[serde(default)]
     pub end_ns: u64,
+    /// Start (snapshot) timestamp, when the protocol took one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_ts: Option<u64>,
+    /// Commit timestamp, when the protocol took one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit_ts: Option<u64>,
     /// Outcome.
     pub outcome: Outcome,
     /// Reads.
@@ -138,17 +191,32 @@ impl History {
 
     /// Add one transaction.
     pub fn push(&mut self, t: &TxnRecord) {
-        self.push_parts(t.id, t.coord, t.start_ns, t.end_ns, t.outcome, &t.reads, &t.writes);
+        let ts = (t.start_ts.unwrap_or(NO_TS), t.commit_ts.unwrap_or(NO_TS));
+        self.push_parts(
+            t.id,
+            t.coord,
+            (t.start_ns, t.end_ns),
+            ts,
+            t.outcome,
+            &t.reads,
+            &t.writes,
+        );
     }
 
-    /// Add one transaction from its parts.
+    /// Add one transaction from its parts: `times_ns` is (start, end), `ts` is (start
+    /// timestamp, commit timestamp), each [`NO_TS`] when not taken.
+    ///
+    /// # Panics
+    ///
+    /// When the history outgrows its `u32` read or write offsets, or the transaction
+    /// its `u16` read or write counts.
     #[allow(clippy::too_many_arguments)]
     pub fn push_parts(
         &mut self,
         id: u64,
         coord: u32,
-        start_ns: u64,
-        end_ns: u64,
+        times_ns: (u64, u64),
+        ts: (u64, u64),
         outcome: Outcome,
         reads: &[Read],
         writes: &[Write],
@@ -156,8 +224,10 @@ impl History {
         let meta = TxnMeta {
             id,
             coord,
-            start_ns,
-            end_ns,
+            start_ns: times_ns.0,
+            end_ns: times_ns.1,
+            start_ts: ts.0,
+            commit_ts: ts.1,
             outcome,
             reads_at: u32::try_from(self.reads.len()).expect("history of more than 4 G reads"),
             reads_len: u16::try_from(reads.len()).expect("transaction with more than 65535 reads"),
@@ -201,6 +271,8 @@ impl History {
             coord: t.coord,
             start_ns: t.start_ns,
             end_ns: t.end_ns,
+            start_ts: (t.start_ts != NO_TS).then_some(t.start_ts),
+            commit_ts: (t.commit_ts != NO_TS).then_some(t.commit_ts),
             outcome: t.outcome,
             reads: self.reads_of(t).to_vec(),
             writes: self.writes_of(t).to_vec(),

@@ -6,7 +6,11 @@
 //! serialization graph over its committed transactions and returns a [`Report`]: counts
 //! and [`Finding`]s of G0, G1a, G1b, G1c, G-single, G2, lost updates, broken versions
 //! and, with [`CheckOptions::real_time`], real-time violations, each with its evidence (a
-//! cycle prints as `T1/5 -ww[t0:k5 v0->v1/5]-> T1/7 -rw[t0:k9 v0]-> T1/5`). The algorithm
+//! cycle prints as `T1/5 -ww[t0:k5 v0->v1/5]-> T1/7 -rw[t0:k9 v0]-> T1/5`). Each
+//! coordinator's transactions form a session whose order the serialization must keep
+//! ([`CheckOptions::sessions`], on by default). In histories with start and commit
+//! timestamps (multi-version and timestamp-ordered protocols), every read must also see
+//! exactly the snapshot its start timestamp names ([`FindingKind::Snapshot`]). The algorithm
 //! and its complexity are in [`check`](mod@check)'s module doc: a sort, one scan, CSR
 //! adjacency and iterative Tarjan, a few seconds per million transactions.
 //!
@@ -22,14 +26,17 @@
 //! use dmtx_check::history::{History, Outcome, Read, TxnRecord, Write, WriteKind};
 //! use dmtx_check::{check, CheckOptions, FindingKind, Level};
 //!
-//! // Write skew: T1 and T2 each read x and y (initial versions), then write the other.
+//! // Write skew: T1 and T2 (on coordinators 1 and 2) each read x and y (initial
+//! // versions), then write the other.
 //! let rw = |id, read: u64, write: u64| TxnRecord {
 //!     id,
-//!     coord: 0,
+//!     coord: id as u32,
 //!     start_ns: 0,
 //!     end_ns: 0,
+//!     start_ts: None,
+//!     commit_ts: None,
 //!     outcome: Outcome::Committed,
-//!     reads: vec![Read { table: 0, key: read, version: 0 }],
+//!     reads: vec![Read::of(0, read, 0)],
 //!     writes: vec![Write { table: 0, key: write, prev: Some(0), version: id, kind: WriteKind::Update }],
 //! };
 //! let h = History::from_records(&[rw(1, 1, 2), rw(2, 2, 1)]);

@@ -8,6 +8,15 @@
 //!
 //! ```text
 //! G-single: T0/2 -rw[t0:k7 v0]-> T0/3 -wr[t0:k8 v0/3]-> T0/2
+//! session: T0/3 -so-> T0/4 -rw[t0:k1 v0/1]-> T0/2 -wr[t0:k1 v0/2]-> T0/3
+//! ```
+//!
+//! (`so`: the same coordinator ran the next transaction after this one; `rt[end <
+//! start]`: this one ended before the next began.) A snapshot finding names the read and
+//! the version the start timestamp's snapshot holds:
+//!
+//! ```text
+//! snapshot: T0/3 (start ts 5) read t0:k1 v0/1 (commit ts 2), but its snapshot holds v0/2 (commit ts 4): it missed a committed write
 //! ```
 
 use std::collections::BTreeMap;
@@ -64,6 +73,11 @@ pub enum FindingKind {
     /// Two committed transactions overwrote the same version (a fork in the key's
     /// version chain): one update was lost.
     LostUpdate,
+    /// A committed read of a timestamped transaction did not see exactly the snapshot
+    /// its start timestamp names: the newest version committed at or before it (or the
+    /// transaction's own write). It missed a committed write, or saw a later one, even
+    /// where no cycle shows it.
+    Snapshot,
     /// G-single: a cycle with exactly one anti-dependency (rw) edge (read skew, missed
     /// effects).
     GSingle,
@@ -77,11 +91,15 @@ pub enum FindingKind {
     /// A cycle through real-time order: a transaction that began after another ended is
     /// serialized before it (checked with `real_time` on).
     RealTime,
+    /// A cycle through session order: a coordinator's transaction is serialized before
+    /// one it ran earlier, e.g. it read older state than it read or wrote before
+    /// (checked with `sessions` on, the default).
+    Session,
 }
 
 impl FindingKind {
     /// Every kind, in report order.
-    pub const ALL: [FindingKind; 11] = [
+    pub const ALL: [FindingKind; 13] = [
         FindingKind::PhantomVersion,
         FindingKind::DuplicateVersion,
         FindingKind::G0,
@@ -89,10 +107,12 @@ impl FindingKind {
         FindingKind::G1b,
         FindingKind::G1c,
         FindingKind::LostUpdate,
+        FindingKind::Snapshot,
         FindingKind::GSingle,
         FindingKind::G2,
         FindingKind::WriteSkew,
         FindingKind::RealTime,
+        FindingKind::Session,
     ];
 
     /// Adya's name (or ours, for kinds he has none for), as printed.
@@ -109,6 +129,8 @@ impl FindingKind {
             FindingKind::G2 => "G2",
             FindingKind::WriteSkew => "write skew",
             FindingKind::RealTime => "real-time",
+            FindingKind::Snapshot => "snapshot",
+            FindingKind::Session => "session",
         }
     }
 
@@ -173,6 +195,11 @@ pub enum Edge {
         /// The next transaction's start (ns).
         start_ns: u64,
     },
+    /// Session order: the next transaction is the same coordinator's next one.
+    So {
+        /// The coordinator (compact id).
+        coord: u32,
+    },
 }
 
 impl Edge {
@@ -183,6 +210,7 @@ impl Edge {
             Edge::Wr { .. } => "wr",
             Edge::Rw { .. } => "rw",
             Edge::Rt { .. } => "rt",
+            Edge::So { .. } => "so",
         }
     }
 }
@@ -246,6 +274,30 @@ pub enum Evidence {
         /// Every committed overwrite of `prev`.
         overwrites: Vec<Overwrite>,
     },
+    /// A committed read that its start timestamp's snapshot does not explain.
+    Snapshot {
+        /// The reading transaction.
+        txn: u64,
+        /// Table id.
+        table: u32,
+        /// Key.
+        key: u64,
+        /// The reader's start timestamp.
+        start_ts: u64,
+        /// The version read.
+        read: u64,
+        /// The read found the key absent.
+        read_absent: bool,
+        /// The commit timestamp of the version read (`None` for the initial version).
+        read_commit_ts: Option<u64>,
+        /// The version the snapshot holds: the newest committed at or before `start_ts`
+        /// (`None`: no transaction had committed one, the initial state).
+        expected: Option<u64>,
+        /// The snapshot holds `expected` as a delete's tombstone.
+        expected_absent: bool,
+        /// The commit timestamp of `expected`.
+        expected_commit_ts: Option<u64>,
+    },
     /// Several writers installed the same version.
     Duplicate {
         /// Table id.
@@ -292,6 +344,9 @@ pub struct EdgeCounts {
     /// Real-time edges, to, along and from the chain of time nodes (0 unless
     /// `real_time`): at most 3 per committed transaction.
     pub rt: u64,
+    /// Session-order edges, one from each committed transaction to its coordinator's
+    /// next committed one (0 unless `sessions`).
+    pub so: u64,
 }
 
 /// The checker's verdict on one history.
@@ -301,6 +356,8 @@ pub struct Report {
     pub level: Level,
     /// Whether real-time order was checked too.
     pub real_time: bool,
+    /// Whether session order was checked too.
+    pub sessions: bool,
     /// Transactions in the history.
     pub txns: usize,
     /// Committed transactions.
@@ -326,6 +383,9 @@ pub struct Report {
     /// or real-time) hit its limit on closing edges tried or edges scanned; they were
     /// classified by the cycle found, which does not prove that no violation exists there.
     pub search_truncated: u64,
+    /// Committed reads checked against the snapshot of their transaction's start
+    /// timestamp (0 for a history without timestamps).
+    pub snapshot_reads: u64,
 }
 
 impl Report {
@@ -388,6 +448,12 @@ impl Report {
         if self.count(FindingKind::WriteSkew) > 0 {
             s.push_str(&format!("; allowed: {}", kinds(false)));
         }
+        if self.snapshot_reads > 0 {
+            s.push_str(&format!(
+                "; {} reads checked against their start timestamps' snapshots",
+                self.snapshot_reads
+            ));
+        }
         if self.search_truncated > 0 {
             s.push_str(&format!(
                 "; {} component(s) too large to rule out G-single exhaustively",
@@ -440,6 +506,7 @@ impl fmt::Display for Edge {
                 table, key, version, ..
             } => write!(f, "rw[t{table}:k{key} {}]", VersionName(version)),
             Edge::Rt { end_ns, start_ns } => write!(f, "rt[end {end_ns} < start {start_ns}]"),
+            Edge::So { .. } => f.write_str("so"),
         }
     }
 }
@@ -492,6 +559,46 @@ impl fmt::Display for Evidence {
                     write!(f, "{sep}{} ({})", TxnName(o.txn), VersionName(o.version))?;
                 }
                 Ok(())
+            }
+            Evidence::Snapshot {
+                txn,
+                table,
+                key,
+                start_ts,
+                read,
+                read_absent,
+                read_commit_ts,
+                expected,
+                expected_absent,
+                expected_commit_ts,
+            } => {
+                let state = |absent: bool, version: Option<u64>, ts: Option<u64>| {
+                    let mut s = match (absent, version) {
+                        (true, Some(v)) => format!("absent ({} deleted it)", TxnName(v)),
+                        (true, None) => "absent".to_string(),
+                        (false, v) => VersionName(v.unwrap_or(crate::history::INITIAL_VERSION)).to_string(),
+                    };
+                    match ts {
+                        Some(ts) => s.push_str(&format!(" (commit ts {ts})")),
+                        None => s.push_str(" (initial)"),
+                    }
+                    s
+                };
+                let read_v = (*read != crate::history::INITIAL_VERSION).then_some(*read);
+                write!(
+                    f,
+                    "{} (start ts {start_ts}) read t{table}:k{key} {}, but its snapshot holds {}",
+                    TxnName(*txn),
+                    state(*read_absent, read_v, *read_commit_ts),
+                    state(*expected_absent, *expected, *expected_commit_ts),
+                )?;
+                let why = match (*read_commit_ts, *expected_commit_ts) {
+                    (Some(r), _) if r > *start_ts => ": it saw a write committed after its start",
+                    (None, Some(_)) => ": it missed a committed write",
+                    (Some(r), Some(e)) if r < e => ": it missed a committed write",
+                    _ => "",
+                };
+                f.write_str(why)
             }
             Evidence::Duplicate {
                 table,
@@ -553,11 +660,13 @@ mod tests {
             aborted: 2,
             reads: 0,
             writes: 0,
+            sessions: true,
             edges: EdgeCounts::default(),
             txns_in_cycles: 0,
             counts: counts.iter().copied().collect(),
             findings,
             search_truncated: 0,
+            snapshot_reads: 0,
         }
     }
 

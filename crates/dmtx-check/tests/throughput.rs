@@ -3,7 +3,8 @@
 //! Goal: the checker scales to tens of millions of transactions (1 M well under a
 //! minute, 10 M in minutes on 2 cores). Method: generate a serial history (every
 //! transaction reads two random keys and read-modify-writes a third, 5% abort), check it
-//! with and without real time, assert it is clean and print transactions per second.
+//! with and without real time, without session order, and with start and commit
+//! timestamps, assert it is clean and print transactions per second.
 //! The 1 M test runs in release builds only; the 10 M one is `#[ignore]`d:
 //!
 //! ```text
@@ -12,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use dmtx_check::history::{History, Outcome, Read, Write, WriteKind};
+use dmtx_check::history::{History, Outcome, Read, Write, WriteKind, NO_TS};
 use dmtx_check::{check, CheckOptions, Level};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -22,8 +23,9 @@ const TABLES: u32 = 4;
 
 /// A serial history of about `n` transactions over `keys` keys in [`TABLES`] tables. With
 /// `stale_per_mille > 0`, that many reads in a thousand return the key's previous
-/// version instead of its latest: the history is then full of cycles.
-fn serial_history(n: usize, keys: usize, seed: u64, stale_per_mille: u32) -> History {
+/// version instead of its latest: the history is then full of cycles. With `timestamps`,
+/// transaction `i` starts at timestamp `2i` and commits at `2i + 1`.
+fn serial_history(n: usize, keys: usize, seed: u64, stale_per_mille: u32, timestamps: bool) -> History {
     let mut rng = SmallRng::seed_from_u64(seed);
     let keys_per_table = (keys as u64 / TABLES as u64).max(1);
     let mut version = vec![0u64; (keys_per_table * TABLES as u64) as usize];
@@ -51,11 +53,7 @@ fn serial_history(n: usize, keys: usize, seed: u64, stale_per_mille: u32) -> His
         }
         let mut reads: Vec<Read> = objs
             .iter()
-            .map(|&(table, key, i)| Read {
-                table,
-                key,
-                version: version[i],
-            })
+            .map(|&(table, key, i)| Read::of(table, key, version[i]))
             .collect();
         if stale_per_mille > 0 && rng.random_ratio(stale_per_mille, 1000) {
             reads[0].version = previous[objs[0].2];
@@ -77,39 +75,71 @@ fn serial_history(n: usize, keys: usize, seed: u64, stale_per_mille: u32) -> His
             version[wi] = id;
         }
         let t = 1000 * i as u64;
-        h.push_parts(id, coord as u32, t, t + 500, outcome, &reads, &writes);
+        let ts = match (timestamps, outcome) {
+            (false, _) => (NO_TS, NO_TS),
+            (true, Outcome::Committed) => (2 * i as u64, 2 * i as u64 + 1),
+            (true, Outcome::Aborted) => (2 * i as u64, NO_TS),
+        };
+        h.push_parts(id, coord as u32, (t, t + 500), ts, outcome, &reads, &writes);
     }
     h
 }
 
 fn measure(n: usize, limit: Duration) {
     let started = Instant::now();
-    let h = serial_history(n, n, 7, 0);
-    println!("generated {} txns in {:.2} s", h.len(), started.elapsed().as_secs_f64());
-    for opts in [
-        CheckOptions::default(),
-        CheckOptions {
-            real_time: true,
-            ..CheckOptions::default()
-        },
-        CheckOptions {
-            level: Level::SnapshotIsolation,
-            ..CheckOptions::default()
-        },
+    let plain = serial_history(n, n, 7, 0, false);
+    let stamped = serial_history(n, n, 7, 0, true);
+    println!(
+        "generated 2 x {} txns in {:.2} s",
+        plain.len(),
+        started.elapsed().as_secs_f64()
+    );
+    for (h, opts) in [
+        (&plain, CheckOptions::default()),
+        (
+            &plain,
+            CheckOptions {
+                real_time: true,
+                ..CheckOptions::default()
+            },
+        ),
+        (
+            &plain,
+            CheckOptions {
+                level: Level::SnapshotIsolation,
+                ..CheckOptions::default()
+            },
+        ),
+        (
+            &plain,
+            CheckOptions {
+                sessions: false,
+                ..CheckOptions::default()
+            },
+        ),
+        (&stamped, CheckOptions::default()),
     ] {
         let started = Instant::now();
-        let r = check(&h, &opts);
+        let r = check(h, &opts);
         let secs = started.elapsed().as_secs_f64();
         assert!(r.is_clean(), "{r}");
         assert!(
             r.edges.rw > 0 && r.edges.wr > 0 && r.edges.ww > 0,
             "the history has every edge kind: {r:?}"
         );
+        assert_eq!(r.sessions, r.edges.so > 0, "{r:?}");
+        assert_eq!(
+            r.snapshot_reads > 0,
+            std::ptr::eq(h, &stamped),
+            "only the timestamped history is checked against snapshots: {r:?}"
+        );
         println!(
-            "checked {} txns ({}, {} edges) in {secs:.2} s: {:.0} txns/s",
+            "checked {} txns ({}{}{}, {} edges) in {secs:.2} s: {:.0} txns/s",
             h.len(),
             r.level_name(),
-            r.edges.ww + r.edges.wr + r.edges.rw + r.edges.rt,
+            if opts.sessions { "" } else { ", no sessions" },
+            if r.snapshot_reads > 0 { ", snapshots" } else { "" },
+            r.edges.ww + r.edges.wr + r.edges.rw + r.edges.rt + r.edges.so,
             h.len() as f64 / secs
         );
         assert!(
@@ -141,7 +171,7 @@ fn check_10m_serial() {
 #[test]
 #[cfg_attr(debug_assertions, ignore = "release builds only")]
 fn check_1m_with_stale_reads() {
-    let h = serial_history(1_000_000, 10_000, 11, 20);
+    let h = serial_history(1_000_000, 10_000, 11, 20, false);
     for real_time in [false, true] {
         let started = Instant::now();
         let r = check(

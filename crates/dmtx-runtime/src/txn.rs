@@ -95,9 +95,17 @@ pub struct Obj<S> {
     pub value_word: u32,
     /// Value length in bytes.
     pub value_len: u32,
-    /// The version this transaction read (set by the protocol, for histories).
+    /// The version this transaction read (set by the protocol, for histories): its
+    /// writer's id. A multi-version protocol names the version its snapshot selected,
+    /// which may be older than the newest.
     pub version_read: Option<u64>,
-    /// The version this transaction installed (set by the protocol at commit).
+    /// The protocol found the key absent (never inserted, or deleted): set with
+    /// `version_read` naming the deleter's tombstone, or `None` when the protocol saw no
+    /// version at all.
+    pub read_absent: bool,
+    /// The version this transaction installed (set by the protocol at commit); `None`
+    /// records the transaction's id, which is what a protocol that installs writer ids
+    /// would install.
     pub version_written: Option<u64>,
     /// Protocol scratch state.
     pub proto: S,
@@ -128,6 +136,11 @@ pub struct TxnSet<S> {
     pub txn_seq: u64,
     /// Cluster-unique id of the current transaction ([`CoordId::txn_id`]).
     pub txn_id: u64,
+    /// Start (snapshot, read) timestamp, for protocols that take one: every read sees
+    /// the versions committed at or before it. Reset to `None` at begin.
+    pub start_ts: Option<u64>,
+    /// Commit timestamp, for protocols that take one. Reset to `None` at begin.
+    pub commit_ts: Option<u64>,
     /// Life cycle.
     pub phase: Phase,
 }
@@ -140,6 +153,8 @@ impl<S> Default for TxnSet<S> {
             fetched: 0,
             txn_seq: 0,
             txn_id: 0,
+            start_ts: None,
+            commit_ts: None,
             phase: Phase::Committed,
         }
     }
@@ -171,12 +186,17 @@ pub struct TxnSummary<'a> {
     pub coord: CoordId,
     /// Per-coordinator sequence number.
     pub txn_seq: u64,
-    /// Cluster-unique transaction id (the version its writes install).
+    /// Cluster-unique transaction id (the version its writes install, unless
+    /// [`ObjSummary::version_written`] names another).
     pub txn_id: u64,
     /// Clock reading at begin.
     pub start_ns: u64,
     /// Clock reading at the outcome.
     pub end_ns: u64,
+    /// Start (snapshot) timestamp, when the protocol took one.
+    pub start_ts: Option<u64>,
+    /// Commit timestamp, when the protocol took one.
+    pub commit_ts: Option<u64>,
     /// Outcome.
     pub outcome: Phase,
     /// What the transaction did to each object.
@@ -192,8 +212,10 @@ pub struct ObjSummary {
     pub key: u64,
     /// How it was used.
     pub access: Access,
-    /// The version read.
+    /// The version read (its writer's id).
     pub version_read: Option<u64>,
+    /// The key was found absent ([`Obj::read_absent`]).
+    pub read_absent: bool,
     /// The version installed.
     pub version_written: Option<u64>,
 }
@@ -251,6 +273,8 @@ impl<P: Protocol> Coordinator<P> {
         self.set.fetched = 0;
         self.set.txn_seq += 1;
         self.set.txn_id = self.ctx.id.txn_id(self.set.txn_seq);
+        self.set.start_ts = None;
+        self.set.commit_ts = None;
         self.set.phase = Phase::Active;
         self.ctx.txn_counters = Default::default();
         if self.observer.is_some() {
@@ -268,6 +292,7 @@ impl<P: Protocol> Coordinator<P> {
                 key: o.key,
                 access: o.access,
                 version_read: o.version_read,
+                read_absent: o.read_absent,
                 version_written: o.version_written,
             }));
             obs.on_finish(&TxnSummary {
@@ -276,6 +301,8 @@ impl<P: Protocol> Coordinator<P> {
                 txn_id: self.set.txn_id,
                 start_ns: self.start_ns,
                 end_ns: self.ctx.clock.now_ns(),
+                start_ts: self.set.start_ts,
+                commit_ts: self.set.commit_ts,
                 outcome: phase,
                 objs: &self.summary_buf,
             });
@@ -325,6 +352,7 @@ impl<'c, P: Protocol> Txn<'c, P> {
             value_word: value_word as u32,
             value_len,
             version_read: None,
+            read_absent: false,
             version_written: None,
             proto: P::ObjState::default(),
         });
@@ -448,5 +476,170 @@ impl<P: Protocol> Drop for Txn<'_, P> {
         if self.coord.set.phase == Phase::Active {
             self.fail(Abort::new(AbortReason::User));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use dmtx_memnode::Control;
+    use dmtx_store::{Catalog, SlotLayout};
+
+    use super::*;
+    use crate::{block_on, AddrCache, Isolation, KnobError, KnobSpec, Knobs, RealClock, SharedAddrCache};
+
+    struct NoLayout;
+
+    impl SlotLayout for NoLayout {
+        fn slot_bytes(&self, value_bytes: u32) -> u32 {
+            value_bytes
+        }
+        fn encode(&self, _: u32, _: u64, _: &[u8], _: &mut [u8]) {}
+        fn key(&self, _: &[u8]) -> Option<u64> {
+            None
+        }
+        fn value<'a>(&self, slot: &'a [u8], _: u32) -> &'a [u8] {
+            slot
+        }
+    }
+
+    /// A protocol that takes start and commit timestamps in odd transactions only, reads
+    /// odd keys absent (even keys at version `key`) and installs version `100 + key`.
+    struct OddStamps(NoLayout);
+
+    impl Protocol for OddStamps {
+        type CoordState = ();
+        type ObjState = ();
+        const NAME: &'static str = "odd-stamps";
+        const ABOUT: &'static str = "test protocol";
+        const KNOBS: &'static [KnobSpec] = &[];
+        const ISOLATION: Isolation = Isolation::SnapshotIsolation;
+
+        fn from_knobs(_: &Knobs) -> std::result::Result<Self, KnobError> {
+            Ok(OddStamps(NoLayout))
+        }
+        fn layout(&self) -> &dyn SlotLayout {
+            &self.0
+        }
+        fn coord_state(&self, _: &CoordCtx, _: &dyn Control) -> crate::Result<()> {
+            Ok(())
+        }
+        async fn execute(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+            let set = &mut txn.coord.set;
+            for o in &mut set.objs[set.fetched..] {
+                o.read_absent = o.key % 2 == 1;
+                o.version_read = (o.key % 2 == 0).then_some(o.key);
+            }
+            set.fetched = set.objs.len();
+            Ok(())
+        }
+        async fn commit(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+            let set = &mut txn.coord.set;
+            for o in set.objs.iter_mut().filter(|o| o.access.writes()) {
+                o.version_written = Some(100 + o.key);
+            }
+            if set.txn_seq % 2 == 1 {
+                set.start_ts = Some(10 * set.txn_seq);
+                set.commit_ts = Some(10 * set.txn_seq + 1);
+            }
+            Ok(())
+        }
+        fn abort(_: &mut Txn<'_, Self>) {}
+    }
+
+    type Stamps = Rc<RefCell<Vec<(u64, Option<u64>, Option<u64>)>>>;
+
+    struct Seen(Stamps, Rc<RefCell<Vec<ObjSummary>>>);
+
+    impl TxnObserver for Seen {
+        fn on_finish(&mut self, t: &TxnSummary<'_>) {
+            self.0.borrow_mut().push((t.txn_seq, t.start_ts, t.commit_ts));
+            self.1.borrow_mut().extend_from_slice(t.objs);
+        }
+    }
+
+    /// Goal: the observer receives the timestamps a protocol took, and a transaction
+    /// that takes none reports none (begin resets what the last one took). Method: a
+    /// protocol that stamps odd transactions only, three transactions, what the
+    /// observer saw.
+    #[test]
+    fn observer_sees_the_timestamps_of_each_transaction_only() {
+        let fabric = dmtx_verbs::MemFabric::new(vec![]);
+        let ctx = CoordCtx::new(
+            CoordId {
+                cn: 0,
+                thread: 0,
+                coroutine: 1,
+            },
+            Rc::new(fabric.transport()),
+            Arc::new(RealClock::new()),
+            Arc::new(Catalog::default()),
+            Rc::new(AddrCache::new(Arc::new(SharedAddrCache::new()))),
+        );
+        let mut c = Coordinator::new(ctx, Arc::new(OddStamps(NoLayout)), ());
+        let seen = Stamps::default();
+        c.set_observer(Box::new(Seen(seen.clone(), Default::default())));
+        for _ in 0..3 {
+            block_on(c.begin().commit()).unwrap();
+        }
+        assert_eq!(
+            *seen.borrow(),
+            [(1, Some(10), Some(11)), (2, None, None), (3, Some(30), Some(31))]
+        );
+    }
+
+    /// Goal: the observer receives, per object, the version the protocol read, whether
+    /// it found the key absent, and the version it installed. Method: one transaction
+    /// reading key 2 and writing key 3 on a one-table catalog.
+    #[test]
+    fn observer_sees_what_the_protocol_read_and_installed() {
+        let meta = dmtx_memnode::TableMeta {
+            id: 0,
+            name: "t".into(),
+            value_bytes: 8,
+            slot_bytes: 8,
+            slots_per_bucket: 1,
+            bucket_bytes: 8,
+            bucket_count: 1,
+            overflow_bucket_count: 0,
+            replicas: vec![(dmtx_verbs::MnId(0), 0)],
+        };
+        let fabric = dmtx_verbs::MemFabric::new(vec![]);
+        let ctx = CoordCtx::new(
+            CoordId {
+                cn: 0,
+                thread: 0,
+                coroutine: 1,
+            },
+            Rc::new(fabric.transport()),
+            Arc::new(RealClock::new()),
+            Arc::new(Catalog::from_metas([meta])),
+            Rc::new(AddrCache::new(Arc::new(SharedAddrCache::new()))),
+        );
+        let mut c = Coordinator::new(ctx, Arc::new(OddStamps(NoLayout)), ());
+        let objs: Rc<RefCell<Vec<ObjSummary>>> = Default::default();
+        c.set_observer(Box::new(Seen(Default::default(), objs.clone())));
+        let t: Table = Table::new(0);
+        let mut tx = c.begin();
+        tx.add_ro(t, 2);
+        tx.add_rw(t, 3);
+        block_on(tx.commit()).unwrap();
+        let o = |key, access, version_read, read_absent, version_written| ObjSummary {
+            table: 0,
+            key,
+            access,
+            version_read,
+            read_absent,
+            version_written,
+        };
+        assert_eq!(
+            *objs.borrow(),
+            [
+                o(2, Access::ReadOnly, Some(2), false, None),
+                o(3, Access::ReadWrite, None, true, Some(103)),
+            ]
+        );
     }
 }

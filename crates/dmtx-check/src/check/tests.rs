@@ -6,7 +6,7 @@
 //! serial executor model, with and without an injected stale read.
 
 use std::collections::hash_map::Entry;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
 
@@ -18,15 +18,18 @@ const X: u64 = 1;
 const Y: u64 = 2;
 const Z: u64 = 3;
 
-/// A hand-built transaction: committed, table 0, no times unless set.
+/// A hand-built transaction: committed, table 0, no times unless set, its own session
+/// (coordinator `id`) unless [`T::session`] says otherwise.
 struct T(TxnRecord);
 
 fn txn(id: u64) -> T {
     T(TxnRecord {
         id,
-        coord: 0,
+        coord: id as u32,
         start_ns: 0,
         end_ns: 0,
+        start_ts: None,
+        commit_ts: None,
         outcome: Outcome::Committed,
         reads: vec![],
         writes: vec![],
@@ -36,7 +39,36 @@ fn txn(id: u64) -> T {
 impl T {
     /// Read `version` of `key`.
     fn r(mut self, key: u64, version: u64) -> Self {
-        self.0.reads.push(Read { table: 0, key, version });
+        self.0.reads.push(Read::of(0, key, version));
+        self
+    }
+    /// Find `key` absent: `version` is a tombstone, or 0 when no version was seen.
+    fn ra(mut self, key: u64, version: u64) -> Self {
+        self.0.reads.push(Read::absent(0, key, version));
+        self
+    }
+    /// Delete `key`, replacing `prev`: installs this transaction's id as the tombstone.
+    fn del(mut self, key: u64, prev: u64) -> Self {
+        let version = self.0.id;
+        self.0.writes.push(Write {
+            table: 0,
+            key,
+            prev: Some(prev),
+            version,
+            kind: WriteKind::Delete,
+        });
+        self
+    }
+    /// Run on coordinator `coord`: transactions of one coordinator form a session,
+    /// ordered by id.
+    fn session(mut self, coord: u32) -> Self {
+        self.0.coord = coord;
+        self
+    }
+    /// Start (snapshot) timestamp and commit timestamp.
+    fn ts(mut self, start_ts: u64, commit_ts: Option<u64>) -> Self {
+        self.0.start_ts = Some(start_ts);
+        self.0.commit_ts = commit_ts;
         self
     }
     /// Install this transaction's id as the version of `key` over `prev`.
@@ -119,11 +151,11 @@ fn printed(r: &Report, kind: FindingKind) -> Vec<String> {
 #[test]
 fn test_check_serial_history_is_clean() {
     let h = hist(vec![
-        txn(1).r(X, 0).w(X, 0).at(0, 10),
-        txn(2).r(X, 1).w(X, 1).r(Y, 0).at(20, 30),
-        txn(3).r(X, 2).r(Y, 0).w(Y, 0).at(40, 50),
-        txn(4).w(X, 2).aborted().at(60, 70), // never read: invisible
-        txn(5).w(Z, 0).r(Z, 5).at(80, 90),   // reads its own write
+        txn(1).r(X, 0).w(X, 0).at(0, 10).session(1),
+        txn(2).r(X, 1).w(X, 1).r(Y, 0).at(20, 30).session(1),
+        txn(3).r(X, 2).r(Y, 0).w(Y, 0).at(40, 50).session(1),
+        txn(4).w(X, 2).aborted().at(60, 70).session(1), // never read: invisible
+        txn(5).w(Z, 0).r(Z, 5).at(80, 90).session(1),   // reads its own write
     ]);
     for o in modes() {
         let r = check(&h, &o);
@@ -132,14 +164,16 @@ fn test_check_serial_history_is_clean() {
         assert_eq!((r.txns, r.committed, r.aborted), (5, 4, 1));
     }
     let r = ser(&h);
-    // ww: T1 -> T2 (x); wr: T1 -> T2, T2 -> T3 (x); rw: T2 -> T3 (y0).
+    // ww: T1 -> T2 (x); wr: T1 -> T2, T2 -> T3 (x); rw: T2 -> T3 (y0); so: T1 -> T2 ->
+    // T3 -> T5 (the aborted T4 is no node).
     assert_eq!(
         r.edges,
         EdgeCounts {
             ww: 1,
             wr: 2,
             rw: 1,
-            rt: 0
+            rt: 0,
+            so: 3,
         }
     );
     assert_eq!(r.txns_in_cycles, 0);
@@ -430,6 +464,208 @@ fn test_check_g0_and_g1c_in_one_component() {
     assert_eq!(r.count(FindingKind::G1c), 1, "{r}");
 }
 
+/// Session order: a coordinator that reads x at v2 and later at v1 went back in time.
+/// In one session it is an anomaly at every level; in two sessions (or with sessions
+/// off) it is serializable: the second reader is serialized before T2.
+#[test]
+fn test_check_session_reads_older_version_than_before() {
+    let h = |second: u32| {
+        hist(vec![
+            txn(1).w(X, 0),
+            txn(2).w(X, 1),
+            txn(3).r(X, 2).session(10),
+            txn(4).r(X, 1).session(second),
+        ])
+    };
+    let one = h(10);
+    for o in modes() {
+        let r = check(&one, &o);
+        assert_eq!(kinds(&r), vec![FindingKind::Session], "{o:?}: {r}");
+    }
+    assert_eq!(
+        printed(&ser(&one), FindingKind::Session),
+        ["session: T0/3 -so-> T0/4 -rw[t0:k1 v0/1]-> T0/2 -wr[t0:k1 v0/2]-> T0/3"]
+    );
+    let r = ser(&one);
+    assert_eq!(r.edges.so, 1);
+    assert!(r.sessions);
+    let off = CheckOptions {
+        sessions: false,
+        ..CheckOptions::default()
+    };
+    let r = check(&one, &off);
+    assert!(r.is_clean(), "sessions off: {r}");
+    assert_eq!(r.edges.so, 0);
+    assert!(!r.sessions);
+
+    let two = h(11);
+    for o in modes().into_iter().filter(|o| !o.real_time) {
+        assert!(check(&two, &o).is_clean(), "{o:?}");
+    }
+
+    // Listed out of sequence order, or on a coordinator numbered too sparsely for the
+    // table, a session is ordered by id all the same.
+    let reversed = |coord: u32| {
+        hist(vec![
+            txn(4).r(X, 1).session(coord),
+            txn(3).r(X, 2).session(coord),
+            txn(2).w(X, 1),
+            txn(1).w(X, 0),
+        ])
+    };
+    for h in [reversed(10), reversed(u32::MAX)] {
+        let r = ser(&h);
+        assert_eq!(kinds(&r), vec![FindingKind::Session], "{r}");
+        assert_eq!(
+            printed(&r, FindingKind::Session),
+            ["session: T0/3 -so-> T0/4 -rw[t0:k1 v0/1]-> T0/2 -wr[t0:k1 v0/2]-> T0/3"]
+        );
+    }
+}
+
+/// A session whose transactions are serialized in its order adds edges, not findings;
+/// a session edge inside a dependency cycle adds no second finding at serializable.
+#[test]
+fn test_check_session_edges_add_no_finding_to_a_dependency_cycle() {
+    // G-single (read skew) between two transactions of one session.
+    let h = hist(vec![
+        txn(1).r(X, 0).r(Y, 2).session(7),
+        txn(2).w(X, 0).w(Y, 0).session(7),
+    ]);
+    let r = ser(&h);
+    assert_eq!(kinds(&r), vec![FindingKind::GSingle], "{r}");
+    assert_eq!(r.edges.so, 1);
+}
+
+/// A hand-built timestamped history: T1 installs x at commit ts 2, T2 at 4.
+fn two_versions_of_x() -> Vec<T> {
+    vec![txn(1).w(X, 0).ts(1, Some(2)), txn(2).r(X, 1).w(X, 1).ts(3, Some(4))]
+}
+
+/// The same history without timestamps: what the graph alone sees.
+fn without_timestamps(h: &History) -> History {
+    let mut records: Vec<TxnRecord> = (0..h.len()).map(|i| h.record(i)).collect();
+    for r in &mut records {
+        r.start_ts = None;
+        r.commit_ts = None;
+    }
+    History::from_records(&records)
+}
+
+/// Snapshot: a read-only transaction starting at 5 reads v1 (commit 2) although v2
+/// committed at 4. The graph has no cycle (T3 is serialized between T1 and T2); only the
+/// timestamps show the snapshot is wrong.
+#[test]
+fn test_check_snapshot_misses_a_smaller_committed_write() {
+    let mut ts = two_versions_of_x();
+    ts.push(txn(3).r(X, 1).ts(5, None));
+    let h = hist(ts);
+    for o in modes().into_iter().filter(|o| !o.real_time) {
+        let r = check(&h, &o);
+        assert_eq!(kinds(&r), vec![FindingKind::Snapshot], "{o:?}: {r}");
+        assert_eq!(r.txns_in_cycles, 0);
+        let g = check(&without_timestamps(&h), &o);
+        assert!(g.is_clean(), "the graph alone: {g}");
+    }
+    assert_eq!(
+        printed(&ser(&h), FindingKind::Snapshot),
+        [
+            "snapshot: T0/3 (start ts 5) read t0:k1 v0/1 (commit ts 2), but its snapshot holds v0/2 (commit ts 4): \
+          it missed a committed write"
+        ]
+    );
+    // Reading the initial version misses both.
+    let mut ts = two_versions_of_x();
+    ts.push(txn(3).r(X, 0).ts(5, None));
+    assert_eq!(
+        printed(&ser(&hist(ts)), FindingKind::Snapshot),
+        [
+            "snapshot: T0/3 (start ts 5) read t0:k1 v0 (initial), but its snapshot holds v0/2 (commit ts 4): \
+          it missed a committed write"
+        ]
+    );
+}
+
+/// Snapshot: a transaction starting at 3 sees T2's write, committed at 4.
+#[test]
+fn test_check_snapshot_sees_a_later_write() {
+    let mut ts = two_versions_of_x();
+    ts.push(txn(3).r(X, 2).ts(3, None));
+    let h = hist(ts);
+    let r = ser(&h);
+    assert_eq!(kinds(&r), vec![FindingKind::Snapshot], "{r}");
+    assert_eq!(
+        printed(&r, FindingKind::Snapshot),
+        [
+            "snapshot: T0/3 (start ts 3) read t0:k1 v0/2 (commit ts 4), but its snapshot holds v0/1 (commit ts 2): \
+          it saw a write committed after its start"
+        ]
+    );
+    assert!(ser(&without_timestamps(&h)).is_clean());
+}
+
+/// Reads that see their snapshot exactly: a commit at the start timestamp is visible,
+/// a transaction reads its own write, an absent read of a deleted key (naming the
+/// tombstone or no version) or of a key nobody wrote, a read before the delete.
+#[test]
+fn test_check_snapshot_reads_that_see_their_snapshot() {
+    let mut ts = two_versions_of_x();
+    ts.extend([
+        txn(3).r(X, 2).ts(4, None),
+        txn(4).r(X, 2).w(X, 2).r(X, 4).ts(5, Some(6)),
+        txn(5).del(Y, 0).ts(6, Some(7)),
+        txn(6).ra(Y, 5).ra(Z, 0).ts(8, None),
+        txn(7).ra(Y, 0).ts(8, None),
+        txn(8).r(Y, 0).ts(6, None),
+    ]);
+    let h = hist(ts);
+    for o in modes() {
+        let r = check(&h, &o);
+        assert!(r.is_clean(), "{o:?}: {r}");
+        // T2: 1, T3: 1, T4: 1 (its own write is not counted), T6: 2, T7: 1, T8: 1.
+        assert_eq!(r.snapshot_reads, 7, "{r}");
+        assert!(r
+            .summary()
+            .ends_with("; 7 reads checked against their start timestamps' snapshots"));
+    }
+    // Without timestamps, nothing is checked against a snapshot.
+    assert_eq!(ser(&without_timestamps(&h)).snapshot_reads, 0);
+}
+
+/// Absent reads against the snapshot: absent where the snapshot holds a value, and a
+/// value where it holds a delete.
+#[test]
+fn test_check_snapshot_absent_reads() {
+    let mut ts = two_versions_of_x();
+    ts.extend([txn(3).del(Y, 0).ts(5, Some(6)), txn(4).ra(X, 0).r(Y, 0).ts(7, None)]);
+    let r = ser(&hist(ts));
+    assert_eq!(r.count(FindingKind::Snapshot), 2, "{r}");
+    assert_eq!(
+        printed(&r, FindingKind::Snapshot),
+        [
+            "snapshot: T0/4 (start ts 7) read t0:k1 absent (initial), but its snapshot holds v0/2 (commit ts 4): \
+             it missed a committed write",
+            "snapshot: T0/4 (start ts 7) read t0:k2 v0 (initial), but its snapshot holds absent (T0/3 deleted it) \
+             (commit ts 6): it missed a committed write",
+        ]
+    );
+}
+
+/// Reads the snapshot check cannot judge are left to the graph: a key with a committed
+/// write that has no commit timestamp, and a read of an aborted write (G1a).
+#[test]
+fn test_check_snapshot_leaves_unplaceable_reads_to_the_graph() {
+    let h = hist(vec![
+        txn(1).w(X, 0).ts(1, None),
+        txn(2).r(X, 0).ts(5, None),
+        txn(3).w(Y, 0).ts(1, Some(2)).aborted(),
+        txn(4).r(Y, 3).ts(5, None),
+    ]);
+    let r = ser(&h);
+    assert_eq!(kinds(&r), vec![FindingKind::G1a], "{r}");
+    assert_eq!(r.snapshot_reads, 0);
+}
+
 #[test]
 fn test_check_options_from_isolation() {
     use dmtx_runtime::Isolation;
@@ -526,14 +762,16 @@ struct Stale {
     rmw: bool,
 }
 
-/// Execute `plans` one after another (times in execution order). Versions are the
-/// transaction ids; aborted transactions' writes are never installed. Returns `None`
-/// when the stale read asked for cannot be injected.
-fn serial(plans: &[Plan], stale: Option<&Stale>) -> Option<History> {
+/// Execute `plans` one after another (times in execution order, and with `timestamps`
+/// start and commit timestamps too). Versions are the transaction ids; aborted
+/// transactions' writes are never installed; a read of a deleted or never inserted key
+/// is an absent read. Returns `None` when the stale read asked for cannot be injected.
+fn serial(plans: &[Plan], stale: Option<&Stale>, timestamps: bool) -> Option<History> {
     // Committed versions of each key, oldest first (`None` = absent).
     let mut versions: Vec<Vec<u64>> = (0..KEYS)
         .map(|k| if k < KEYS_LOADED { vec![0] } else { vec![] })
         .collect();
+    let mut tombstones: HashSet<(usize, u64)> = HashSet::new();
     let mut records = Vec::new();
     for (i, p) in plans.iter().enumerate() {
         // Spread ids over coordinators to exercise `T<coord>/<seq>`.
@@ -543,6 +781,8 @@ fn serial(plans: &[Plan], stale: Option<&Stale>) -> Option<History> {
             coord: (i % 3) as u32,
             start_ns: 100 * i as u64,
             end_ns: 100 * i as u64 + 50,
+            start_ts: timestamps.then_some(10 * i as u64),
+            commit_ts: (timestamps && !p.aborted).then_some(10 * i as u64 + 5),
             outcome: if p.aborted {
                 Outcome::Aborted
             } else {
@@ -557,14 +797,22 @@ fn serial(plans: &[Plan], stale: Option<&Stale>) -> Option<History> {
             let (table, key) = object(*op_key(op));
             let k = *op_key(op);
             if matches!(op, Op::Read(_) | Op::ReadModifyWrite(_)) {
-                if let Some(version) = current(k, &mine) {
-                    t.reads.push(Read { table, key, version });
+                match current(k, &mine) {
+                    Some(version) if tombstones.contains(&(k, version)) => {
+                        t.reads.push(Read::absent(table, key, version))
+                    }
+                    Some(version) => t.reads.push(Read::of(table, key, version)),
+                    // Not loaded and not inserted yet: absent, no version seen.
+                    None => t.reads.push(Read::absent(table, key, INITIAL_VERSION)),
                 }
             }
             if matches!(op, Op::Write(_) | Op::ReadModifyWrite(_) | Op::Delete(_)) && !mine.contains_key(&k) {
                 let prev = versions[k].last().copied();
                 let kind = match (op, prev) {
-                    (Op::Delete(_), Some(_)) => WriteKind::Delete,
+                    (Op::Delete(_), Some(_)) => {
+                        tombstones.insert((k, id));
+                        WriteKind::Delete
+                    }
                     (Op::Delete(_), None) => continue,
                     (_, Some(_)) => WriteKind::Update,
                     (_, None) => WriteKind::Insert,
@@ -589,11 +837,7 @@ fn serial(plans: &[Plan], stale: Option<&Stale>) -> Option<History> {
             let (table, key) = object(k);
             let old = versions[k][versions[k].len() - 2];
             t.reads.retain(|r| (r.table, r.key) != (table, key));
-            t.reads.push(Read {
-                table,
-                key,
-                version: old,
-            });
+            t.reads.push(Read::of(table, key, old));
             let target = if s.rmw {
                 Some(k)
             } else {
@@ -635,11 +879,41 @@ proptest! {
     /// A serial execution is clean under every level, with real time too.
     #[test]
     fn prop_serial_histories_are_clean(plans in prop::collection::vec(plan(), 0..40)) {
-        let h = serial(&plans, None).expect("no injection");
+        let h = serial(&plans, None, false).expect("no injection");
         for o in modes() {
             let r = check(&h, &o);
             prop_assert!(r.is_clean(), "{:?}: {}", o, r);
             prop_assert_eq!(r.txns_in_cycles, 0);
+        }
+    }
+
+    /// A serial execution with timestamps sees every snapshot exactly.
+    #[test]
+    fn prop_serial_histories_with_timestamps_are_clean(plans in prop::collection::vec(plan(), 0..40)) {
+        let h = serial(&plans, None, true).expect("no injection");
+        for o in modes() {
+            let r = check(&h, &o);
+            prop_assert!(r.is_clean(), "{:?}: {}", o, r);
+        }
+    }
+
+    /// With timestamps, one stale read is a snapshot finding at every level, without
+    /// real time or sessions.
+    #[test]
+    fn prop_stale_read_with_timestamps_is_a_snapshot_finding(
+        plans in prop::collection::vec(plan(), 2..40),
+        txn in 0usize..1000,
+        key in 0usize..KEYS,
+        rmw in any::<bool>(),
+    ) {
+        let stale = Stale { txn, key, rmw };
+        let h = serial(&plans, Some(&stale), true);
+        prop_assume!(h.is_some());
+        let h = h.unwrap();
+        for level in [Level::Serializable, Level::SnapshotIsolation] {
+            let o = CheckOptions { sessions: false, ..opts(level, false) };
+            let r = check(&h, &o);
+            prop_assert_eq!(r.count(FindingKind::Snapshot), 1, "{:?}: {}", level, r);
         }
     }
 
@@ -654,7 +928,7 @@ proptest! {
         rmw in any::<bool>(),
     ) {
         let stale = Stale { txn, key, rmw };
-        let h = serial(&plans, Some(&stale));
+        let h = serial(&plans, Some(&stale), false);
         prop_assume!(h.is_some());
         let h = h.unwrap();
         for level in [Level::Serializable, Level::SnapshotIsolation] {
