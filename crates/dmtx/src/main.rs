@@ -181,12 +181,16 @@ struct MemnodeArgs {
 /// `dmtx check` flags.
 #[derive(clap::Args, Debug)]
 struct CheckArgs {
-    /// The history file (JSON lines, format version 1).
+    /// The history file (JSON lines, format version 1 or 2).
     file: std::path::PathBuf,
     /// The level to check: `serializable`, `si` (snapshot isolation) or `strict`
     /// (serializable in real-time order).
     #[arg(long, default_value = "serializable")]
     level: String,
+    /// Do not require each coordinator's transactions to be serialized in the order it
+    /// ran them (session order, checked by default).
+    #[arg(long = "no-sessions")]
+    no_sessions: bool,
 }
 
 fn main() {
@@ -468,7 +472,11 @@ fn check(args: &CheckArgs) -> anyhow::Result<i32> {
     };
     let history = dmtx_check::format::read_history(&args.file)?;
     let started = std::time::Instant::now();
-    let report = dmtx_check::check(&history, &dmtx_check::check_options(isolation));
+    let options = dmtx_check::CheckOptions {
+        sessions: !args.no_sessions,
+        ..dmtx_check::check_options(isolation)
+    };
+    let report = dmtx_check::check(&history, &options);
     let secs = started.elapsed().as_secs_f64();
     let mut out = std::io::stdout().lock();
     write!(out, "{report}")?;
