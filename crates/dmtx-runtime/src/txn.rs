@@ -515,10 +515,12 @@ mod tests {
         const NAME: &'static str = "odd-stamps";
         const ABOUT: &'static str = "test protocol";
         const KNOBS: &'static [KnobSpec] = &[];
-        const ISOLATION: Isolation = Isolation::SnapshotIsolation;
 
         fn from_knobs(_: &Knobs) -> std::result::Result<Self, KnobError> {
             Ok(OddStamps(NoLayout))
+        }
+        fn isolation(&self) -> Isolation {
+            Isolation::SnapshotIsolation
         }
         fn layout(&self) -> &dyn SlotLayout {
             &self.0
