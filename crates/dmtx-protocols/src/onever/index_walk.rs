@@ -217,3 +217,221 @@ pub fn evict_stale(
     }
     Stage::Lookup(info.shape.home_bucket(key))
 }
+
+#[cfg(test)]
+mod tests {
+    use dmtx_store::{Shape, SlotLayout, BUCKET_HEADER_BYTES};
+    use dmtx_verbs::Post;
+
+    use super::super::record::OneVersionLayout;
+    use super::super::testkit::{cache, catalog, complete, ops, table, VALUE_BYTES};
+    use super::*;
+
+    const ME: u64 = 7;
+
+    /// A bucket holding `keys` (`None`: a free slot), its next link set to `next`.
+    fn bucket(shape: &Shape, keys: &[Option<u64>], next: u64) -> Vec<u8> {
+        let mut b = vec![0u8; shape.bucket_bytes as usize];
+        b[8..16].copy_from_slice(&next.to_le_bytes());
+        for (s, k) in keys.iter().enumerate() {
+            if let Some(k) = k {
+                let at = BUCKET_HEADER_BYTES as usize + s * shape.slot_bytes as usize;
+                OneVersionLayout.encode(
+                    0,
+                    *k,
+                    &[3u8; VALUE_BYTES as usize],
+                    &mut b[at..at + shape.slot_bytes as usize],
+                );
+            }
+        }
+        b
+    }
+
+    /// Post the lookup of bucket `b` for `(key, access)`, complete it with `bytes` and
+    /// the insert lock's old word `lock_old`, and say what it found.
+    fn lookup(
+        info: &TableInfo,
+        walk: &mut Walk,
+        bucket_lock: &mut Option<u64>,
+        (key, access): (u64, Access),
+        (b, bytes, lock_old): (u64, &[u8], u64),
+    ) -> (Option<u64>, String) {
+        let cache = cache();
+        let mut post = Post::new();
+        let ids = post_lookup(&mut post, info, b, 0, access == Access::Insert, ME);
+        let olds: &[u64] = if ids.0.is_some() { &[lock_old] } else { &[] };
+        complete(&mut post, &[bytes], olds);
+        let found = on_lookup(
+            &post,
+            info,
+            &OneVersionLayout,
+            &cache,
+            (0, key, access),
+            b,
+            ids,
+            walk,
+            bucket_lock,
+        );
+        let found = match found {
+            Found::At { rel, slot } => {
+                assert_eq!(
+                    OneVersionLayout.key(slot),
+                    Some(key),
+                    "the slot handed back holds the key"
+                );
+                format!("at {rel}")
+            }
+            other => format!("{other:?}"),
+        };
+        (cache.get(0, key), found)
+    }
+
+    #[test]
+    fn an_insert_locks_its_chain_in_front_of_the_bucket_read() {
+        let cat = catalog([table(0, &[0, 1])]);
+        let info = cat.get(0).unwrap();
+        let mut post = Post::new();
+        post_lookup(&mut post, info, 2, 1, true, ME);
+        let lock_word = 1000 + info.shape.bucket_off(2);
+        let len = (info.shape.bucket_bytes as u64).to_le_bytes().to_vec();
+        assert_eq!(
+            ops(&post),
+            [
+                ("cas", 0, lock_word, [0u64.to_le_bytes(), ME.to_le_bytes()].concat()),
+                ("read", 1, 2000 + info.shape.bucket_off(2), len.clone()),
+            ]
+        );
+        post.clear();
+        post_lookup(&mut post, info, 2, 0, false, ME);
+        assert_eq!(ops(&post), [("read", 0, 1000 + info.shape.bucket_off(2), len)]);
+    }
+
+    #[test]
+    fn a_bucket_read_finds_the_key_and_caches_its_address() {
+        let cat = catalog([table(0, &[0])]);
+        let info = cat.get(0).unwrap();
+        let bytes = bucket(&info.shape, &[Some(4), Some(5)], 0);
+        let (mut walk, mut held) = (Walk::default(), None);
+        let rel = info.shape.slot_off(1, 1);
+        let got = lookup(info, &mut walk, &mut held, (5, Access::ReadWrite), (1, &bytes, 0));
+        assert_eq!(got, (Some(rel), format!("at {rel}")));
+        assert_eq!(held, None, "only inserts take the chain's lock");
+    }
+
+    #[test]
+    fn a_missing_key_follows_the_chain_and_is_not_found_at_its_end() {
+        let cat = catalog([table(0, &[0])]);
+        let info = cat.get(0).unwrap();
+        let (mut walk, mut held) = (Walk::default(), None);
+        let linked = bucket(&info.shape, &[Some(4), None], 1);
+        let next = info.shape.overflow_bucket(0);
+        let got = lookup(info, &mut walk, &mut held, (5, Access::ReadOnly), (1, &linked, 0));
+        assert_eq!(got, (None, format!("Next({next})")));
+        let last = bucket(&info.shape, &[Some(4), None], 0);
+        let got = lookup(info, &mut walk, &mut held, (5, Access::ReadOnly), (next, &last, 0));
+        assert_eq!(got, (None, "Abort(NotFound)".into()));
+    }
+
+    #[test]
+    fn an_insert_takes_the_first_free_slot_of_its_chain() {
+        let cat = catalog([table(0, &[0])]);
+        let info = cat.get(0).unwrap();
+        let (mut walk, mut held) = (Walk::default(), None);
+        // A free slot in the home bucket, then a full overflow bucket ending the chain.
+        let home = bucket(&info.shape, &[Some(4), None], 1);
+        let got = lookup(info, &mut walk, &mut held, (5, Access::Insert), (1, &home, 0));
+        assert_eq!(held, Some(info.shape.bucket_off(1)), "the chain's insert lock is held");
+        assert!(got.1.starts_with("Next("));
+        let next = info.shape.overflow_bucket(0);
+        let full = bucket(&info.shape, &[Some(6), Some(8)], 0);
+        let got = lookup(info, &mut walk, &mut held, (5, Access::Insert), (next, &full, 0));
+        let free = info.shape.slot_off(1, 1);
+        assert_eq!(got, (None, format!("End(Some({free}))")));
+        assert!(!walk.reserving());
+    }
+
+    #[test]
+    fn an_insert_into_a_full_chain_reserves_links_and_fills_an_overflow_bucket() {
+        let cat = catalog([table(0, &[0, 1])]);
+        let info = cat.get(0).unwrap();
+        let (mut walk, mut held) = (Walk::default(), None);
+        let full = bucket(&info.shape, &[Some(4), Some(6)], 0);
+        let got = lookup(info, &mut walk, &mut held, (5, Access::Insert), (3, &full, 0));
+        assert_eq!(got.1, "End(None)");
+        assert!(walk.reserving());
+
+        let mut post = Post::new();
+        post_reserve(&mut post, info);
+        assert_eq!(
+            ops(&post),
+            [("faa", 0, 1000 + OVERFLOW_CURSOR_OFFSET, 1u64.to_le_bytes().to_vec())]
+        );
+        let rel = on_reserve(&info.shape, &mut walk, 1).expect("overflow bucket 1 of 2 is free");
+        assert_eq!(rel, info.shape.slot_off(info.shape.overflow_bucket(1), 0));
+
+        // Invariant 2: the link goes to every replica.
+        post.clear();
+        post_link(&mut post, info, &walk);
+        let link = info.shape.bucket_off(3) + BUCKET_NEXT_OFFSET;
+        let word = 2u64.to_le_bytes().to_vec();
+        assert_eq!(
+            ops(&post),
+            [("write", 0, 1000 + link, word.clone()), ("write", 1, 2000 + link, word)]
+        );
+        walk.linked();
+        post.clear();
+        post_link(&mut post, info, &walk);
+        assert!(post.is_empty(), "a linked bucket is linked once");
+    }
+
+    #[test]
+    fn a_reservation_past_the_overflow_space_is_refused() {
+        let cat = catalog([table(0, &[0])]);
+        let info = cat.get(0).unwrap();
+        let (mut walk, mut held) = (Walk::default(), None);
+        let full = bucket(&info.shape, &[Some(4), Some(6)], 0);
+        lookup(info, &mut walk, &mut held, (5, Access::Insert), (3, &full, 0));
+        assert_eq!(on_reserve(&info.shape, &mut walk, info.shape.overflow_count), None);
+        assert!(!walk.reserving());
+        let mut post = Post::new();
+        post_link(&mut post, info, &walk);
+        assert!(post.is_empty(), "nothing to link");
+    }
+
+    #[test]
+    fn an_insert_aborts_on_a_present_key_or_a_busy_chain() {
+        let cat = catalog([table(0, &[0])]);
+        let info = cat.get(0).unwrap();
+        let bytes = bucket(&info.shape, &[Some(5), None], 0);
+        let (mut walk, mut held) = (Walk::default(), None);
+        let got = lookup(info, &mut walk, &mut held, (5, Access::Insert), (1, &bytes, 0));
+        assert_eq!(
+            got,
+            (None, "Abort(Duplicate)".into()),
+            "an insert does not cache the key"
+        );
+        let (mut walk, mut held) = (Walk::default(), None);
+        let got = lookup(info, &mut walk, &mut held, (9, Access::Insert), (1, &bytes, ME + 1));
+        assert_eq!(got.1, "Abort(LockConflict)");
+        assert_eq!(held, None, "a lock we did not get is not ours to release");
+    }
+
+    #[test]
+    fn a_stale_address_is_evicted_its_lock_given_back_and_the_walk_restarted() {
+        let cat = catalog([table(0, &[0])]);
+        let info = cat.get(0).unwrap();
+        let cache = cache();
+        let rel = info.shape.slot_off(2, 0);
+        cache.put(0, 5, rel);
+        let mut bg = Post::new();
+        let mut locked = true;
+        let stage = evict_stale(&cache, &mut bg, info, (0, 5), rel, &mut locked);
+        assert_eq!(stage, Stage::Lookup(info.shape.home_bucket(5)));
+        assert_eq!(cache.get(0, 5), None);
+        assert!(!locked);
+        assert_eq!(ops(&bg), [("write", 0, 1000 + rel, 0u64.to_le_bytes().to_vec())]);
+        bg.clear();
+        evict_stale(&cache, &mut bg, info, (0, 5), rel, &mut locked);
+        assert!(bg.is_empty(), "an unlocked slot is not written");
+    }
+}

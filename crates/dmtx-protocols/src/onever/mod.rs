@@ -39,3 +39,126 @@ pub trait OneVersionObj {
     /// What the object holds on memory nodes.
     fn holds(&mut self) -> &mut Holds;
 }
+
+/// Tables, objects and completed posts for the unit tests of the shared modules.
+#[cfg(test)]
+mod testkit {
+    use std::sync::Arc;
+
+    use dmtx_memnode::TableMeta;
+    use dmtx_runtime::{Access, AddrCache, Obj, SharedAddrCache};
+    use dmtx_store::{Catalog, SlotLayout, BUCKET_HEADER_BYTES};
+    use dmtx_verbs::{MnId, Op, Post};
+
+    use super::record::OneVersionLayout;
+    use super::{Holds, OneVersionObj};
+
+    /// Value bytes of the test table.
+    pub const VALUE_BYTES: u32 = 16;
+    /// Slots per bucket of the test table.
+    pub const SLOTS: u32 = 2;
+
+    /// A table `id` of 4 hashed and 2 overflow buckets, replica `r` on node `mns[r]` at
+    /// byte `1000 * (r + 1)`.
+    pub fn table(id: u32, mns: &[u16]) -> TableMeta {
+        let slot_bytes = OneVersionLayout.slot_bytes(VALUE_BYTES);
+        TableMeta {
+            id,
+            name: format!("t{id}"),
+            value_bytes: VALUE_BYTES,
+            slot_bytes,
+            slots_per_bucket: SLOTS,
+            bucket_bytes: BUCKET_HEADER_BYTES + SLOTS * slot_bytes,
+            bucket_count: 4,
+            overflow_bucket_count: 2,
+            replicas: mns
+                .iter()
+                .enumerate()
+                .map(|(r, &mn)| (MnId(mn), 1000 * (r as u64 + 1)))
+                .collect(),
+        }
+    }
+
+    pub fn catalog(tables: impl IntoIterator<Item = TableMeta>) -> Catalog {
+        Catalog::from_metas(tables)
+    }
+
+    pub fn cache() -> AddrCache {
+        AddrCache::new(Arc::new(SharedAddrCache::new()))
+    }
+
+    /// Per-object state of a test protocol.
+    #[derive(Debug, Default)]
+    pub struct TestObj {
+        pub rel: u64,
+        pub undo_at: usize,
+        pub holds: Holds,
+    }
+
+    impl OneVersionObj for TestObj {
+        fn rel(&self) -> u64 {
+            self.rel
+        }
+        fn undo_at(&self) -> usize {
+            self.undo_at
+        }
+        fn holds(&mut self) -> &mut Holds {
+            &mut self.holds
+        }
+    }
+
+    pub fn obj(table: u32, key: u64, access: Access, rel: u64, undo_at: usize) -> Obj<TestObj> {
+        Obj {
+            table,
+            key,
+            access,
+            value_word: 0,
+            value_len: VALUE_BYTES,
+            version_read: None,
+            version_written: Some(9),
+            proto: TestObj {
+                rel,
+                undo_at,
+                holds: Holds::default(),
+            },
+        }
+    }
+
+    /// Each op of `post` as `(kind, node, offset, data)`: a WRITE's bytes, a CAS's
+    /// `expect` and `swap`, an FAA's addend, nothing for a READ or FLUSH.
+    pub fn ops(post: &Post) -> Vec<(&'static str, u16, u64, Vec<u8>)> {
+        post.ops()
+            .iter()
+            .map(|op| {
+                let data = match *op {
+                    Op::Write { .. } => post.write_data(op).to_vec(),
+                    Op::Cas { expect, swap, .. } => [expect.to_le_bytes(), swap.to_le_bytes()].concat(),
+                    Op::Faa { add, .. } => add.to_le_bytes().to_vec(),
+                    Op::Read { len, .. } => (len as u64).to_le_bytes().to_vec(),
+                    Op::Flush { .. } => Vec::new(),
+                };
+                (op.kind().name(), op.ptr().mn.0, op.ptr().offset, data)
+            })
+            .collect()
+    }
+
+    /// Complete `post` as a memory node would: READ `i` returns `reads[i]`, atomic op `i`
+    /// returns `olds[i]`.
+    pub fn complete(post: &mut Post, reads: &[&[u8]], olds: &[u64]) {
+        let (mut r, mut a) = (0, 0);
+        for i in 0..post.ops().len() {
+            match post.ops()[i] {
+                Op::Read { .. } => {
+                    post.read_dst(i).copy_from_slice(reads[r]);
+                    r += 1;
+                }
+                Op::Cas { .. } | Op::Faa { .. } => {
+                    post.set_old(i, olds[a]);
+                    a += 1;
+                }
+                _ => {}
+            }
+        }
+        assert_eq!((r, a), (reads.len(), olds.len()), "every given result is used");
+    }
+}

@@ -83,3 +83,70 @@ pub fn push_rollback<S: OneVersionObj>(
     }
     push_release(post, objs, catalog, lock);
 }
+
+#[cfg(test)]
+mod tests {
+    use dmtx_runtime::Access;
+
+    use super::super::testkit::{cache, catalog, obj, ops, table};
+    use super::*;
+
+    const ME: u64 = 7;
+
+    fn zero() -> Vec<u8> {
+        0u64.to_le_bytes().to_vec()
+    }
+
+    #[test]
+    fn release_gives_back_every_lock_and_mark_once() {
+        let cat = catalog([table(0, &[0, 1, 2])]);
+        let mut objs = [obj(0, 1, Access::ReadWrite, 64, 0), obj(0, 2, Access::Insert, 128, 0)];
+        objs[0].proto.holds.locked = true;
+        objs[0].proto.holds.backups_marked = true;
+        objs[1].proto.holds.bucket_lock = Some(512);
+        let mut post = Post::new();
+        push_release(&mut post, &mut objs, &cat, ME);
+        let unmark = [(INVISIBLE | ME).to_le_bytes(), 0u64.to_le_bytes()].concat();
+        assert_eq!(
+            ops(&post),
+            [
+                ("write", 0, 1000 + 64, zero()),
+                ("cas", 1, 2000 + 64, unmark.clone()),
+                ("cas", 2, 3000 + 64, unmark),
+                ("write", 0, 1000 + 512 + BUCKET_LOCK_OFFSET, zero()),
+            ]
+        );
+        post.clear();
+        push_release(&mut post, &mut objs, &cat, ME);
+        assert!(post.is_empty(), "nothing is held any more");
+    }
+
+    #[test]
+    fn rollback_restores_every_replica_before_releasing() {
+        let cat = catalog([table(0, &[0, 1])]);
+        let img = cat.get(0).unwrap().shape.slot_bytes as usize - VERSION;
+        let undo: Vec<u8> = (0..img).map(|i| i as u8).collect();
+        let mut objs = [obj(0, 1, Access::Insert, 64, 0), obj(0, 2, Access::ReadOnly, 128, 0)];
+        objs[0].proto.holds.locked = true;
+        let cache = cache();
+        cache.put(0, 1, 64);
+        let mut post = Post::new();
+        push_rollback(&mut post, &mut objs, &cat, &cache, (&undo, true), ME);
+        assert_eq!(
+            ops(&post),
+            [
+                ("write", 0, 1000 + 64 + VERSION as u64, undo.clone()),
+                ("write", 1, 2000 + 64 + VERSION as u64, undo.clone()),
+                ("write", 0, 1000 + 64, zero()),
+            ]
+        );
+        assert_eq!(cache.get(0, 1), None, "a rolled-back insert's address is dropped");
+        assert!(objs.iter().all(|o| o.version_written.is_none()));
+
+        // The broken variant only releases.
+        objs[0].proto.holds.locked = true;
+        post.clear();
+        push_rollback(&mut post, &mut objs, &cat, &cache, (&undo, false), ME);
+        assert_eq!(ops(&post), [("write", 0, 1000 + 64, zero())]);
+    }
+}

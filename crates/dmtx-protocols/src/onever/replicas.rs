@@ -57,3 +57,53 @@ pub fn post_selective_flush<S>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use dmtx_runtime::Access;
+
+    use super::super::testkit::{catalog, obj, ops, table};
+    use super::*;
+
+    #[test]
+    fn the_nodes_of_a_commit_are_those_of_written_records_in_order_met() {
+        let cat = catalog([table(0, &[2, 0]), table(1, &[1, 2]), table(2, &[3])]);
+        let objs = [
+            obj(2, 1, Access::ReadOnly, 0, 0),
+            obj(0, 1, Access::ReadWrite, 0, 0),
+            obj(1, 1, Access::Delete, 0, 0),
+        ];
+        let mut mns = vec![MnId(9)];
+        collect_mns(&mut mns, &objs, &cat);
+        assert_eq!(mns, [MnId(2), MnId(0), MnId(1)]);
+    }
+
+    #[test]
+    fn backups_get_the_whole_slot_and_primaries_nothing() {
+        let cat = catalog([table(0, &[0, 1, 2]), table(1, &[0])]);
+        let mut post = Post::new();
+        assert!(post_backup_writes(&mut post, cat.get(0).unwrap(), 64, &[5u8; 56]));
+        assert_eq!(
+            ops(&post),
+            [
+                ("write", 1, 2000 + 64, vec![5u8; 56]),
+                ("write", 2, 3000 + 64, vec![5u8; 56])
+            ]
+        );
+        post.clear();
+        assert!(!post_backup_writes(&mut post, cat.get(1).unwrap(), 64, &[5u8; 56]));
+        assert!(post.is_empty());
+    }
+
+    #[test]
+    fn only_nodes_holding_a_written_backup_are_flushed() {
+        // Node 0: primary of table 0 only. Node 1: backup of table 0. Node 2: backup of
+        // table 1, which is only read.
+        let cat = catalog([table(0, &[0, 1]), table(1, &[3, 2])]);
+        let objs = [obj(0, 1, Access::ReadWrite, 0, 0), obj(1, 1, Access::ReadOnly, 0, 0)];
+        let mut post = Post::new();
+        let mns = [MnId(0), MnId(1), MnId(2)];
+        post_selective_flush(&mut post, &mns, &objs, &cat, |mn| RemotePtr::new(mn, 77));
+        assert_eq!(ops(&post), [("flush", 1, 77, vec![])]);
+    }
+}

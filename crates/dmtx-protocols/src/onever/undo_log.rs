@@ -121,3 +121,98 @@ impl UndoLog {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use dmtx_runtime::Access;
+
+    use super::super::testkit::{catalog, obj, ops, table};
+    use super::*;
+
+    fn word(b: &[u8], at: usize) -> u64 {
+        u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+    }
+
+    #[test]
+    fn a_log_holds_the_old_image_of_each_written_record_on_its_node() {
+        // Table 0 on nodes 0 and 1, table 1 on node 1 only.
+        let cat = catalog([table(0, &[0, 1]), table(1, &[1])]);
+        let img = cat.get(0).unwrap().shape.slot_bytes as usize - VERSION;
+        let undo: Vec<u8> = (0..2 * img).map(|i| i as u8).collect();
+        let objs = [
+            obj(0, 10, Access::ReadWrite, 64, 0),
+            obj(0, 11, Access::ReadOnly, 128, 0),
+            obj(1, 12, Access::Insert, 192, img),
+        ];
+        let log = UndoLog {
+            base: vec![4096, 8192],
+            bytes: 4096,
+        };
+        let mut post = Post::new();
+        log.post_write(&mut post, MnId(0), (3, 44), &objs, &cat, &undo).unwrap();
+        log.post_write(&mut post, MnId(1), (3, 44), &objs, &cat, &undo).unwrap();
+        let got = ops(&post);
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].0, got[0].1, got[0].2), ("write", 0, 4096));
+        assert_eq!((got[1].0, got[1].1, got[1].2), ("write", 1, 8192));
+
+        let node0 = &got[0].3;
+        assert_eq!(node0.len(), LOG_HEADER_BYTES + LOG_ENTRY_HEADER_BYTES + img);
+        assert_eq!([0, 8, 16, 24].map(|at| word(node0, at)), [3, 44, 1, LOG_PENDING]);
+        assert_eq!([32, 40].map(|at| word(node0, at)), [0, 64], "table 0, slot 64");
+        assert_eq!(&node0[48..], &undo[..img]);
+
+        let node1 = &got[1].3;
+        assert_eq!(node1.len(), LOG_HEADER_BYTES + 2 * (LOG_ENTRY_HEADER_BYTES + img));
+        assert_eq!(word(node1, 16), 2, "the read-only record is not logged");
+        let second = LOG_HEADER_BYTES + LOG_ENTRY_HEADER_BYTES + img;
+        assert_eq!([second, second + 8].map(|at| word(node1, at)), [1, 192]);
+        assert_eq!(&node1[second + 16..], &undo[img..]);
+    }
+
+    #[test]
+    fn a_log_larger_than_its_area_is_refused_before_anything_is_written() {
+        let cat = catalog([table(0, &[0])]);
+        let img = cat.get(0).unwrap().shape.slot_bytes as usize - VERSION;
+        let undo = vec![0u8; 2 * img];
+        let objs = [
+            obj(0, 10, Access::ReadWrite, 64, 0),
+            obj(0, 11, Access::ReadWrite, 128, img),
+        ];
+        let fits = (LOG_HEADER_BYTES + 2 * (LOG_ENTRY_HEADER_BYTES + img)) as u32;
+        let mut post = Post::new();
+        let tight = UndoLog {
+            base: vec![0],
+            bytes: fits,
+        };
+        tight
+            .post_write(&mut post, MnId(0), (1, 1), &objs, &cat, &undo)
+            .unwrap();
+        post.clear();
+        let short = UndoLog {
+            base: vec![0],
+            bytes: fits - 8,
+        };
+        let got = short.post_write(&mut post, MnId(0), (1, 1), &objs, &cat, &undo);
+        assert_eq!(got, Err(AbortReason::LogFull));
+        assert!(post.is_empty());
+    }
+
+    #[test]
+    fn committing_marks_the_status_word_of_each_log() {
+        let log = UndoLog {
+            base: vec![4096, 8192],
+            bytes: 4096,
+        };
+        let mut post = Post::new();
+        log.post_committed(&mut post, &[MnId(1), MnId(0)]);
+        let status = LOG_COMMITTED.to_le_bytes().to_vec();
+        assert_eq!(
+            ops(&post),
+            [
+                ("write", 1, 8192 + LOG_STATUS_OFFSET, status.clone()),
+                ("write", 0, 4096 + LOG_STATUS_OFFSET, status),
+            ]
+        );
+    }
+}
