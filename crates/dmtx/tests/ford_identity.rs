@@ -1,7 +1,8 @@
 //! FORD's behaviour, pinned. Goal: a change to the shared one-version machinery of
 //! `dmtx-protocols` (bucket walk, undo log, replica fan-out, release, tear detector) or to
 //! FORD itself that alters what FORD sends fails here. Method: fixed-seed runs on the
-//! deterministic simulator, one per workload (plus one with three replicas), and per
+//! deterministic simulator, one per workload (plus one with three replicas and one
+//! whose link failures make commits roll back), and per
 //! transaction type the exact committed and aborted counts, abort reasons, round trips,
 //! verbs by kind and bytes each way, compared with golden values taken from the code
 //! before the machinery moved out of `ford/`.
@@ -13,11 +14,12 @@
 mod common;
 
 use common::run_registry;
-use dmtx::config::TransportKind;
+use dmtx::config::{OnFault, TransportKind};
 use dmtx::BenchArgs;
 
-/// One fixed-seed simulated run: 5 ms of virtual time after the default warm-up.
-fn run(workload: &str, set: &[&str], mns_replicas: Option<(u32, u32)>) -> Vec<String> {
+/// One fixed-seed simulated run: 5 ms of virtual time after the default warm-up, with
+/// `mns_replicas` memory nodes and replicas and the fault script `faults` if given.
+fn run(workload: &str, set: &[&str], mns_replicas: Option<(u32, u32)>, faults: Option<&str>) -> Vec<String> {
     let args = BenchArgs {
         workload: workload.into(),
         transport: TransportKind::Sim,
@@ -26,6 +28,12 @@ fn run(workload: &str, set: &[&str], mns_replicas: Option<(u32, u32)>) -> Vec<St
         set: set.iter().map(|s| s.to_string()).collect(),
         memory_nodes: mns_replicas.map(|m| m.0),
         replicas: mns_replicas.map(|m| m.1),
+        faults: faults.map(String::from),
+        on_fault: if faults.is_some() {
+            OnFault::Continue
+        } else {
+            OnFault::Stop
+        },
         out: "-".into(),
         quiet: true,
         ..BenchArgs::default()
@@ -103,7 +111,7 @@ const KVS_GOLDEN: &[&str] = &[
 
 #[test]
 fn kvs_verbs_are_pinned() {
-    check("kvs", run("kvs", &["keys=10000"], None), KVS_GOLDEN);
+    check("kvs", run("kvs", &["keys=10000"], None, None), KVS_GOLDEN);
 }
 
 const SMALLBANK_GOLDEN: &[&str] = &[
@@ -117,7 +125,7 @@ const SMALLBANK_GOLDEN: &[&str] = &[
 
 #[test]
 fn smallbank_verbs_are_pinned() {
-    check("smallbank", run("smallbank", &[], None), SMALLBANK_GOLDEN);
+    check("smallbank", run("smallbank", &[], None, None), SMALLBANK_GOLDEN);
 }
 
 const SMALLBANK_WITH_THREE_REPLICAS_GOLDEN: &[&str] = &[
@@ -133,7 +141,7 @@ const SMALLBANK_WITH_THREE_REPLICAS_GOLDEN: &[&str] = &[
 fn smallbank_with_three_replicas_verbs_are_pinned() {
     check(
         "smallbank r3",
-        run("smallbank", &[], Some((3, 3))),
+        run("smallbank", &[], Some((3, 3)), None),
         SMALLBANK_WITH_THREE_REPLICAS_GOLDEN,
     );
 }
@@ -150,7 +158,7 @@ const TATP_GOLDEN: &[&str] = &[
 
 #[test]
 fn tatp_verbs_are_pinned() {
-    check("tatp", run("tatp", &["subscribers=10000"], None), TATP_GOLDEN);
+    check("tatp", run("tatp", &["subscribers=10000"], None, None), TATP_GOLDEN);
 }
 
 const TPCC_GOLDEN: &[&str] = &[
@@ -165,7 +173,7 @@ const TPCC_GOLDEN: &[&str] = &[
 fn tpcc_verbs_are_pinned() {
     check(
         "tpcc",
-        run("tpcc", &["warehouses=1", "items=1000", "customers=30"], None),
+        run("tpcc", &["warehouses=1", "items=1000", "customers=30"], None, None),
         TPCC_GOLDEN,
     );
 }
@@ -177,5 +185,26 @@ const YCSB_GOLDEN: &[&str] = &[
 
 #[test]
 fn ycsb_verbs_are_pinned() {
-    check("ycsb", run("ycsb", &["records=10000"], None), YCSB_GOLDEN);
+    check("ycsb", run("ycsb", &["records=10000"], None, None), YCSB_GOLDEN);
+}
+
+/// Memory node 1's link goes down for 20 µs in the middle of the 40th commit: commit
+/// posts fail and roll back (restore WRITEs, release), and later attempts time out.
+const SMALLBANK_LINK_DOWN_GOLDEN: &[&str] = &[
+    "amalgamate committed=801 aborted=11 rolled_back=0 reasons=[fault:5,lock_conflict:6] | rtts=2308 bg=801 cas=7209 faa=0 flush=1602 read=3894 write=10413 out=679248 in=483144 | aborted: rtts=21 bg=9 cas=37 faa=0 flush=2 read=52 write=29 out=1616 in=6952",
+    "balance committed=874 aborted=2 rolled_back=0 reasons=[fault:1,validation:1] | rtts=1759 bg=0 cas=0 faa=0 flush=0 read=3518 write=0 out=0 in=297728 | aborted: rtts=3 bg=0 cas=0 faa=0 flush=0 read=6 write=0 out=0 in=544",
+    "deposit_checking committed=833 aborted=6 rolled_back=0 reasons=[fault:2,lock_conflict:4] | rtts=2135 bg=833 cas=2499 faa=0 flush=833 read=1302 write=5831 out=279888 in=157528 | aborted: rtts=7 bg=1 cas=6 faa=0 flush=0 read=7 write=0 out=96 in=704",
+    "send_payment committed=1286 aborted=96 rolled_back=0 reasons=[fault:4,lock_conflict:8,user:84] | rtts=3586 bg=1286 cas=7716 faa=0 flush=1286 read=4135 write=12860 out=761312 in=510288 | aborted: rtts=128 bg=94 cas=193 faa=0 flush=0 read=227 write=175 out=4488 in=18680",
+    "transact_saving committed=851 aborted=4 rolled_back=0 reasons=[fault:3,lock_conflict:1] | rtts=2308 bg=851 cas=2553 faa=0 flush=851 read=1457 write=5957 out=285936 in=187320 | aborted: rtts=13 bg=0 cas=10 faa=0 flush=3 read=7 write=21 out=1216 in=896",
+    "write_check committed=848 aborted=2 rolled_back=0 reasons=[fault:1,lock_conflict:1] | rtts=3010 bg=848 cas=2544 faa=0 flush=848 read=3016 write=5936 out=284928 in=313184 | aborted: rtts=7 bg=0 cas=4 faa=0 flush=1 read=7 write=7 out=416 in=976",
+];
+
+#[test]
+fn smallbank_with_a_link_down_during_commits_verbs_are_pinned() {
+    let faults = "timeout=50us; link-down node=mn1 for=20us point=ford.commit.after_lock occurrence=40 after=1us";
+    check(
+        "smallbank link down",
+        run("smallbank", &[], None, Some(faults)),
+        SMALLBANK_LINK_DOWN_GOLDEN,
+    );
 }
