@@ -1,7 +1,10 @@
 //! Undo logs: each coordinator's log area on each memory node, the format of one log,
-//! its status word, and the WRITE that fills it (FORD §4.3.1; FaRM and DrTM+H keep redo
-//! logs on backups instead, which a memory pool without CPUs cannot apply (FORD §4.3):
-//! on one-sided verbs they log the same way).
+//! its status word, and the WRITE that fills it (FORD §4.3.1). FaRM and DrTM+H keep redo
+//! logs on backups, which a memory pool without CPUs cannot apply (FORD §4.3), so their
+//! one-sided versions (FORD §6.1) are expected to log here too. OOCC writes redo logs
+//! (OOCC §V, Write-Unlock: new images, replayed on recovery) to the same kind of area;
+//! this writer takes its images from the caller's buffer, but only FORD's undo images
+//! go there today.
 //!
 //! ```text
 //! header (32 B)  coordinator (global id) | txn sequence | entry count | status
