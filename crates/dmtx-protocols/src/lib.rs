@@ -8,8 +8,13 @@
 //! Each module's doc gives its record layout, its round-trip budget per transaction
 //! kind and its deviations from the paper. Protocols never name a transport or a
 //! workload: they speak verbs through `dmtx-runtime`.
+//!
+//! What several protocols share lives beside them, never copied into each:
+//! [`onever`] holds the one-version record machinery (record layout, tear detector,
+//! bucket walk, undo log, replica fan-out, release and rollback).
 
 #![warn(missing_docs)]
 #![allow(async_fn_in_trait)]
 
 pub mod ford;
+pub mod onever;

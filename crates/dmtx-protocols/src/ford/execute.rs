@@ -1,14 +1,17 @@
 //! Execution phase: hitchhiked locking and (backup-enabled) reads, FORD §4.2, §4.4, §5.1.
 //!
 //! Every object added since the last `execute` moves through
-//! `New → (Lookup(bucket)…) → Fetch → Done`; all objects advance together, one round
-//! trip per round, so a warm address cache costs exactly one round trip.
+//! `New → (Lookup(bucket)…) → Fetch → Done` ([`crate::onever::index_walk`]); all objects
+//! advance together, one round trip per round, so a warm address cache costs exactly one
+//! round trip. FORD's own decisions here: a writer's `Fetch` locks the slot in the same
+//! batch as its READ (hitchhiking), read-only objects read from a backup, and a
+//! read-only object found by a bucket READ is taken out of that bucket.
 
 use dmtx_runtime::{Abort, AbortReason, Access, Txn};
-use dmtx_store::{scan_bucket, BUCKET_LOCK_OFFSET, BUCKET_NEXT_OFFSET, OVERFLOW_CURSOR_OFFSET};
 
 use super::layout::{SlotView, INVISIBLE, VLOCK};
-use super::{Ford, FordVariant, Stage};
+use super::{Ford, FordVariant};
+use crate::onever::index_walk::{self, Found, Stage};
 
 /// Rounds one `execute` may take before something is wrong (a chain longer than the
 /// overflow space, or a livelock).
@@ -78,29 +81,21 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
             match p.stage {
                 Stage::Done | Stage::New => {}
                 Stage::Lookup(b) => {
-                    let r = p.replica as usize;
-                    if o.access == Access::Insert && p.bucket_lock.is_none() {
-                        // Inserters serialize per home bucket: no two can claim two free
-                        // slots for the same key.
-                        let at = shape.bucket_off(b) + BUCKET_LOCK_OFFSET;
-                        p.cas = Some(post.cas(info.ptr(0, at), 0, lock));
-                    }
-                    p.read = Some(post.read(info.ptr(r, shape.bucket_off(b)), shape.bucket_bytes as usize));
+                    // Inserters serialize per home bucket: no two can claim two free
+                    // slots for the same key.
+                    let lock_bucket = o.access == Access::Insert && p.holds.bucket_lock.is_none();
+                    let (cas, read) = index_walk::post_lookup(post, info, b, p.replica as usize, lock_bucket, lock);
+                    p.cas = cas;
+                    p.read = Some(read);
                 }
-                Stage::Fetch if p.new_overflow == Some(u64::MAX) => {
-                    // Reserve an overflow bucket (FORD's RS-Ptr), one FAA on the primary.
-                    p.cas = Some(post.faa(info.ptr(0, OVERFLOW_CURSOR_OFFSET), 1));
+                Stage::Fetch if p.walk.reserving() => {
+                    p.cas = Some(index_walk::post_reserve(post, info));
                 }
                 Stage::Fetch => {
-                    if o.access.writes() && !p.locked {
-                        if let Some(ov) = p.new_overflow {
-                            // Link the reserved bucket on every replica before locking its
-                            // first slot; we hold the chain's insert lock.
-                            let link = shape.bucket_off(p.last_bucket) + BUCKET_NEXT_OFFSET;
-                            for r in 0..info.replica_count() {
-                                post.write(info.ptr(r, link), &(ov + 1).to_le_bytes());
-                            }
-                        }
+                    if o.access.writes() && !p.holds.locked {
+                        // A reserved overflow bucket is linked before its first slot is
+                        // locked; we hold the chain's insert lock.
+                        index_walk::post_link(post, info, &p.walk);
                         p.cas = Some(post.cas(info.ptr(0, p.rel + VLOCK as u64), 0, lock));
                     }
                     let r = if o.access.writes() { 0 } else { p.replica as usize };
@@ -122,10 +117,8 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
             for o in &c.set.objs[start..n] {
                 let info = c.ctx.catalog.get(o.table).expect("table checked at add");
                 let word = match o.proto.stage {
-                    Stage::Lookup(b) if o.proto.cas.is_some() => info.shape.bucket_off(b) + BUCKET_LOCK_OFFSET,
-                    Stage::Fetch if o.proto.cas.is_some() && o.proto.new_overflow != Some(u64::MAX) => {
-                        o.proto.rel + VLOCK as u64
-                    }
+                    Stage::Lookup(b) if o.proto.cas.is_some() => index_walk::bucket_lock_at(&info.shape, b),
+                    Stage::Fetch if o.proto.cas.is_some() && !o.proto.walk.reserving() => o.proto.rel + VLOCK as u64,
                     _ => continue,
                 };
                 c.state.bg.cas(info.ptr(0, word), lock, 0);
@@ -151,75 +144,63 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
             match p.stage {
                 Stage::Done | Stage::New => continue,
                 Stage::Lookup(b) => {
-                    if let Some(cas) = p.cas {
-                        if post.old(cas) != 0 {
-                            result = Err(abort(AbortReason::LockConflict));
-                            continue;
-                        }
-                        p.bucket_lock = Some(shape.bucket_off(b));
-                    }
-                    let bucket = post.bytes(p.read.expect("lookup posts a read"));
-                    let scan = scan_bucket(shape, layout, bucket, key);
-                    if let Some(s) = scan.found {
-                        if access == Access::Insert {
-                            result = Err(abort(AbortReason::Duplicate));
-                            continue;
-                        }
-                        p.rel = shape.slot_off(b, s);
-                        c.ctx.cache.put(table, key, p.rel);
-                        p.stage = Stage::Fetch;
-                        if access == Access::ReadOnly {
-                            // The bucket READ returned the record itself: no second trip.
-                            let at = (p.rel - shape.bucket_off(b)) as usize;
-                            let slot = &bucket[at..at + shape.slot_bytes as usize];
-                            let v = SlotView(slot);
-                            if let Seen::Ok = check_unlocked_read(v, value_len, variant) {
-                                p.version = v.version();
-                                p.stage = Stage::Done;
-                                copy_from = Some(v.value(value_len));
-                            }
-                        }
-                    } else {
-                        if access == Access::Insert && p.free_rel.is_none() {
-                            p.free_rel = scan.free.map(|f| shape.slot_off(b, f));
-                        }
-                        match (scan.next, access) {
-                            (Some(next), _) => p.stage = Stage::Lookup(next),
-                            (None, Access::Insert) => {
-                                p.last_bucket = b;
-                                p.stage = Stage::Fetch;
-                                match p.free_rel {
-                                    Some(rel) => p.rel = rel,
-                                    None => p.new_overflow = Some(u64::MAX),
+                    let read = p.read.expect("lookup posts a read");
+                    let ids = (p.cas, read);
+                    let (walk, bucket_lock) = (&mut p.walk, &mut p.holds.bucket_lock);
+                    match index_walk::on_lookup(
+                        post,
+                        info,
+                        layout,
+                        &c.ctx.cache,
+                        (table, key, access),
+                        b,
+                        ids,
+                        walk,
+                        bucket_lock,
+                    ) {
+                        Found::At { rel, slot } => {
+                            p.rel = rel;
+                            p.stage = Stage::Fetch;
+                            if access == Access::ReadOnly {
+                                // The bucket READ returned the record itself: no second trip.
+                                let v = SlotView(slot);
+                                if let Seen::Ok = check_unlocked_read(v, value_len, variant) {
+                                    p.version = v.version();
+                                    p.stage = Stage::Done;
+                                    copy_from = Some(v.value(value_len));
                                 }
                             }
-                            (None, _) => {
-                                result = Err(abort(AbortReason::NotFound));
-                                continue;
+                        }
+                        Found::Next(next) => p.stage = Stage::Lookup(next),
+                        Found::End(free) => {
+                            p.stage = Stage::Fetch;
+                            if let Some(rel) = free {
+                                p.rel = rel;
                             }
+                        }
+                        Found::Abort(reason) => {
+                            result = Err(abort(reason));
+                            continue;
                         }
                     }
                 }
-                Stage::Fetch if p.new_overflow == Some(u64::MAX) => {
+                Stage::Fetch if p.walk.reserving() => {
                     let reserved = post.old(p.cas.expect("overflow posts an FAA"));
-                    if reserved >= shape.overflow_count {
-                        p.new_overflow = None;
+                    let Some(rel) = index_walk::on_reserve(shape, &mut p.walk, reserved) else {
                         result = Err(abort(AbortReason::TableFull));
                         continue;
-                    }
-                    let idx = shape.overflow_bucket(reserved);
-                    p.new_overflow = Some(reserved);
-                    p.rel = shape.slot_off(idx, 0);
+                    };
+                    p.rel = rel;
                 }
                 Stage::Fetch => {
                     let v = SlotView(post.bytes(p.read.expect("fetch posts a read")));
                     if let Some(cas) = p.cas {
-                        p.new_overflow = None;
+                        p.walk.linked();
                         if post.old(cas) != 0 {
                             result = Err(abort(AbortReason::LockConflict));
                             continue;
                         }
-                        p.locked = true;
+                        p.holds.locked = true;
                     }
                     if access == Access::Insert {
                         if v.occupied() {
@@ -233,12 +214,8 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                     } else if v.live_key() != Some(key) {
                         // Stale cached address (§4.2): the slot was reused. Let go of it
                         // and walk the bucket chain instead.
-                        c.ctx.cache.evict(table, key, p.rel);
-                        if p.locked {
-                            bg.write(info.ptr(0, p.rel + VLOCK as u64), &0u64.to_le_bytes());
-                            p.locked = false;
-                        }
-                        p.stage = Stage::Lookup(shape.home_bucket(key));
+                        p.stage =
+                            index_walk::evict_stale(&c.ctx.cache, bg, info, (table, key), p.rel, &mut p.holds.locked);
                     } else if access.writes() {
                         // Invariant 2: we took the lock from 0, so nobody is writing (the
                         // broken early-unlock variant breaks exactly this).

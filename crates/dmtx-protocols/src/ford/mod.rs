@@ -21,6 +21,15 @@
 //! 4. **Release** (background, never waited for, §4.3.2): `WRITE(vlock, 0)` on
 //!    primaries, `CAS(vlock, INVISIBLE|me → 0)` on backups, undo-log status `committed`.
 //!
+//! # What is FORD's and what is shared
+//!
+//! The record, the tear detector, the bucket walk, the undo log, the replica fan-out
+//! and release and rollback are the shared one-version machinery ([`crate::onever`]).
+//! This directory holds FORD's decisions on top of it: hitchhiked locking and backup
+//! reads (`execute.rs`), the validation rule (`validate.rs`), what one commit batch
+//! holds and the primary's invisible CAS (`commit.rs`), its settings and its broken
+//! test variants.
+//!
 //! # Round trips per transaction (asserted in `tests/ford_rtt.rs` of this crate)
 //!
 //! | kind | RTTs | verbs (address cache warm, f = 1) |
@@ -91,6 +100,10 @@ use dmtx_memnode::Control;
 use dmtx_runtime::{Abort, CoordCtx, Isolation, KnobError, KnobSpec, Knobs, Protocol, Result, Txn};
 use dmtx_store::SlotLayout;
 use dmtx_verbs::{AtomicId, MnId, Post, ReadId};
+
+use crate::onever::index_walk::{Stage, Walk};
+use crate::onever::undo_log::UndoLog;
+use crate::onever::{Holds, OneVersionObj};
 
 /// CPU steps FORD declares (see `dmtx_runtime::Probe`), per record: building its
 /// execution ops and checking the slot it read.
@@ -180,7 +193,7 @@ impl Ford {
     pub fn new(cfg: FordConfig) -> Self {
         Self {
             cfg,
-            layout: FordLayout,
+            layout: crate::onever::record::OneVersionLayout,
         }
     }
 
@@ -188,20 +201,6 @@ impl Ford {
     pub fn config(&self) -> &FordConfig {
         &self.cfg
     }
-}
-
-/// Where an object is in the execution phase.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-enum Stage {
-    /// Not started: look in the address cache.
-    #[default]
-    New,
-    /// Read bucket `0` of the key's chain.
-    Lookup(u64),
-    /// Read (and, for writers, lock) the slot at `rel`.
-    Fetch,
-    /// Fetched.
-    Done,
 }
 
 /// FORD's per-object state.
@@ -212,26 +211,33 @@ pub struct FordObj {
     rel: u64,
     /// Replica the object is read from (0 = primary).
     replica: u8,
-    /// Holds the primary's lock.
-    locked: bool,
-    /// Backups' `vlock` were set to `INVISIBLE | me` by a commit batch.
-    backups_marked: bool,
-    /// Holds the insert lock of this bucket (table-relative offset).
-    bucket_lock: Option<u64>,
+    /// Locks and marks held on memory nodes.
+    holds: Holds,
     /// Version read.
     version: u64,
     /// Re-reads so far (invisible or torn).
     rereads: u32,
     /// Offset of the old image in `FordCoord::undo`.
     undo_at: u32,
-    /// Free slot found for an insert while walking the chain.
-    free_rel: Option<u64>,
-    /// Last bucket of the chain (for linking an overflow bucket).
-    last_bucket: u64,
-    /// Overflow bucket reserved by FAA, to be linked.
-    new_overflow: Option<u64>,
+    /// An insert's walk down its bucket chain.
+    walk: Walk,
     read: Option<ReadId>,
     cas: Option<AtomicId>,
+}
+
+impl OneVersionObj for FordObj {
+    #[inline]
+    fn rel(&self) -> u64 {
+        self.rel
+    }
+    #[inline]
+    fn undo_at(&self) -> usize {
+        self.undo_at as usize
+    }
+    #[inline]
+    fn holds(&mut self) -> &mut Holds {
+        &mut self.holds
+    }
 }
 
 /// FORD's per-coordinator state.
@@ -240,9 +246,8 @@ pub struct FordCoord {
     lock: u64,
     post: Post,
     bg: Post,
-    /// Undo-log area base per memory node.
-    log_base: Vec<u64>,
-    log_bytes: u32,
+    /// Undo-log areas, one per memory node.
+    log: UndoLog,
     /// Old images of locked objects (bytes 8.. of each slot).
     undo: Vec<u8>,
     /// Scratch: memory nodes touched by the commit.
@@ -284,18 +289,14 @@ impl Protocol for Ford {
     }
 
     fn coord_state(&self, ctx: &CoordCtx, control: &dyn Control) -> Result<FordCoord> {
-        let mut log_base = Vec::with_capacity(control.mn_count());
-        for mn in 0..control.mn_count() {
-            log_base.push(control.alloc(MnId(mn as u16), self.cfg.log_bytes as u64, 64)?);
-        }
+        let log = UndoLog::alloc(control, self.cfg.log_bytes)?;
         let lock = ctx.id.global() + 1;
         assert!(lock & layout::INVISIBLE == 0);
         Ok(FordCoord {
             lock,
             post: Post::new(),
             bg: Post::new(),
-            log_base,
-            log_bytes: self.cfg.log_bytes,
+            log,
             undo: Vec::new(),
             mns: Vec::new(),
             undo_scratch: Vec::new(),
