@@ -115,6 +115,7 @@ mod testkit {
             value_word: 0,
             value_len: VALUE_BYTES,
             version_read: None,
+            read_absent: false,
             version_written: Some(9),
             proto: TestObj {
                 rel,
