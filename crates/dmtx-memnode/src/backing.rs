@@ -202,6 +202,7 @@ mod tests {
                 bucket_count: 2,
                 overflow_bucket_count: 1,
                 replicas: vec![(MnId(2), 64), (MnId(0), 64)],
+                runs: None,
             }],
         }
     }

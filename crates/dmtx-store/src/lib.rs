@@ -24,11 +24,15 @@
 mod builder;
 mod catalog;
 mod error;
+mod footprint;
+mod image;
 mod shape;
 
-pub use builder::{create_table, placement, TableBuilder, TableSpec};
+pub use builder::{create_table, placement, KeyRuns, TableBuilder, TableSpec};
 pub use catalog::{Catalog, TableInfo};
+pub use dmtx_memnode::Runs;
 pub use error::{Result, StoreError};
+pub use footprint::{footprint, Footprint};
 pub use shape::{
     key_hash, scan_bucket, BucketScan, Shape, SlotLayout, BUCKET_HEADER_BYTES, BUCKET_LOCK_OFFSET, BUCKET_NEXT_OFFSET,
     OVERFLOW_CURSOR_OFFSET, TABLE_HEADER_BYTES,
