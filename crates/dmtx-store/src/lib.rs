@@ -17,6 +17,19 @@
 //! bucket: [insert lock 8 B][next 8 B: overflow index + 1, 0 = none][slot 0]...[slot S-1]
 //! ```
 //!
+//! A key's home bucket is its hash modulo B (FORD §5.1). A table whose keys grow along
+//! one field (TPC-C's O_ID) may instead be placed by runs ([`KeyRuns`], [`Runs`]): the B
+//! hashed buckets form segments, one per run of consecutive field values, and a key
+//! hashes within its run's segment. Lookups, chains and overflow are unchanged; only
+//! which bucket is home differs, so such a table can be reserved for a long run and
+//! cost memory only for the segments its keys reach.
+//!
+//! Reserved room costs no memory until written: [`TableBuilder`] builds in an image
+//! that is resident only where written, [`create_table`] ships only the written pages
+//! (fresh region space reads as zero), and overflow buckets are handed out in order
+//! by FAA. [`footprint`] tells the reserved, loaded and full bytes of a spec before
+//! anything is built.
+//!
 //! Depends on `dmtx-verbs` and `dmtx-memnode` only.
 
 #![warn(missing_docs)]

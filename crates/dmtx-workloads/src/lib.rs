@@ -55,6 +55,6 @@ pub use smallbank::{SmallBank, SmallBankConfig, SmallBankLocal};
 pub use snapshot::Snapshot;
 pub use tatp::{Tatp, TatpConfig, TatpLocal};
 pub use tpcc::{Tpcc, TpccConfig, TpccLocal};
-pub use workload::{InvariantError, Outcome, RecordSink, Workload};
+pub use workload::{room_per_part, InvariantError, Outcome, RecordSink, RunHint, Workload};
 pub use ycsb::{Ycsb, YcsbConfig, YcsbLocal};
 pub use zipf::{KeyGen, Zipf};

@@ -202,6 +202,17 @@ pub fn run<P: Protocol, W: Workload>(
     // 1. Tables, built locally.
     hooks.monitor.phase("loading tables");
     let load_started = std::time::Instant::now();
+    let workload = workload.fit_to_run(&dmtx_workloads::RunHint {
+        duration: match cfg.stop {
+            StopRule::Duration(d) => Some(cfg.warmup + d),
+            StopRule::Txns(_) => None,
+        },
+        txns: match cfg.stop {
+            StopRule::Txns(n) => Some(n),
+            StopRule::Duration(_) => None,
+        },
+        coordinators: cfg.coordinators(),
+    });
     let specs: Vec<TableSpec> = workload.tables();
     let mut built = Vec::with_capacity(specs.len());
     let mut tables_bytes = vec![0u64; mn_count];

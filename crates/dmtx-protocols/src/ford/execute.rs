@@ -204,6 +204,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                     let reserved = post.old(p.cas.expect("overflow posts an FAA"));
                     if reserved >= shape.overflow_count {
                         p.new_overflow = None;
+                        c.ctx.last_table_full = Some(table);
                         result = Err(abort(AbortReason::TableFull));
                         continue;
                     }
