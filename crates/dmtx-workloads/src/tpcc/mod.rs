@@ -81,14 +81,23 @@
 //!
 //! Run-time inserts need room decided before the run: `new_orders_max` and
 //! `payments_max` (per warehouse, split evenly over its districts) size ORDER,
-//! NEW-ORDER, ORDER-LINE and HISTORY. A NewOrder (Payment) that would exceed its
-//! district's share aborts with `table_full`, and [`Tpcc::check`] then fails with
-//! `tpcc_capacity` naming the knob to raise: the run's numbers are not TPC-C's once
-//! NewOrders stop. At 5 000 NewOrders/s per warehouse a 10 s run needs 50 000.
-//! Memory per replica, with FORD's 40-byte slot header and the default table geometry
-//! (75% bucket load, 20% overflow): about 21 MB for ITEM, plus per warehouse about
-//! 160 MB, 1.8 KB per `new_orders_max` and 150 B per `payments_max` (215 MB at the
-//! defaults).
+//! NEW-ORDER, ORDER-LINE and HISTORY. Unless given, they are sized from the run
+//! ([`Workload::fit_to_run`]): its `--txns`, or its length at
+//! [`TXNS_PER_COORDINATOR_SECOND_MAX`] commits per coordinator per second, each type's
+//! share of the mix, and a margin for the busiest district; 30 000 each when the run
+//! says nothing. A NewOrder (Payment) that would exceed its district's share aborts with
+//! `table_full` (recording the table in `CoordCtx::last_table_full`), and
+//! [`Tpcc::check`] then fails with `tpcc_capacity` naming every knob to raise: the run's
+//! numbers are not TPC-C's once NewOrders stop.
+//!
+//! Reserved room costs memory only when used: ORDER, NEW-ORDER and ORDER-LINE are placed
+//! by runs of 1024 O_IDs, HISTORY (when the run's coordinators are known) by runs of
+//! each coordinator's sequence (`dmtx_store::KeyRuns`), so late records land in
+//! segments nobody touched before. Resident memory per replica, with FORD's 40-byte
+//! slot header and the default table geometry (75% bucket load): about 21 MB for ITEM,
+//! plus per warehouse about 150 MB loaded, plus about 1.4 KB per committed NewOrder
+//! (ten 88-byte ORDER-LINE slots, ORDER, NEW-ORDER, at 75% load) and 120 B per
+//! Payment attempt (HISTORY's sequence advances on aborts too).
 //!
 //! # Consistency conditions (§3.3.2), checked by [`Tpcc::check`]
 //!
@@ -173,12 +182,12 @@ const MIX: KnobSpec = KnobSpec {
 const NEW_ORDERS_MAX: KnobSpec = KnobSpec {
     name: "new_orders_max",
     default: "30000",
-    help: "NewOrders the run may commit per warehouse (sizes ORDER, NEW-ORDER, ORDER-LINE); raise for long runs",
+    help: "NewOrders the run may commit per warehouse (sizes ORDER, NEW-ORDER, ORDER-LINE); default: sized from the run's length (30000 when unknown)",
 };
 const PAYMENTS_MAX: KnobSpec = KnobSpec {
     name: "payments_max",
     default: "30000",
-    help: "Payments the run may commit per warehouse (sizes HISTORY); raise for long runs",
+    help: "Payments the run may commit per warehouse (sizes HISTORY); default: sized from the run's length (30000 when unknown)",
 };
 const ITEMS: KnobSpec = KnobSpec {
     name: "items",
@@ -361,11 +370,18 @@ impl Tpcc {
         txns * self.cfg.mix[ty] as f64 / self.mix_cum[4] as f64
     }
 
+    /// The first HISTORY sequence number a coordinator uses when HISTORY is placed by
+    /// runs of `2^k`: run 0 holds the loaded rows (sequence = C_ID), so run-time rows
+    /// start in run 1 and no segment holds more than it was sized for.
+    fn history_seq_first(k: u32) -> u64 {
+        1 << k
+    }
+
     /// HISTORY's placement and capacity when the coordinators are known: runs of
     /// `2^k` values of every coordinator's sequence share a segment, `k` large enough
-    /// that the loaded rows (sequence = C_ID, all in the first runs) at most double a
-    /// segment's designed load. Sequences advance on aborted Payments too, so the room
-    /// assumes up to one abort per commit.
+    /// that run 0 holds all the loaded rows (sequence = C_ID) within its designed load.
+    /// Sequences advance on aborted Payments too, so the room assumes up to one abort
+    /// per commit.
     fn history_runs(&self) -> Option<(KeyRuns, u64)> {
         if self.coordinators == 0 {
             return None;
@@ -375,12 +391,12 @@ impl Tpcc {
         let loaded = dists * self.cfg.customers as u64;
         let k = loaded
             .div_ceil(coords)
+            .max(self.cfg.customers as u64 + 1)
             .next_power_of_two()
             .trailing_zeros()
-            .clamp(HISTORY_RUN_LOG2_MIN, HISTORY_SEQ_BITS - 1);
+            .clamp(HISTORY_RUN_LOG2_MIN, HISTORY_SEQ_BITS - 2);
         let records_per_run = coords << k;
-        let seq_max = (2 * self.payments_per_district() as u64 * dists)
-            .div_ceil(coords)
+        let seq_max = (Self::history_seq_first(k) + (2 * self.payments_per_district() as u64 * dists).div_ceil(coords))
             .min(1 << HISTORY_SEQ_BITS);
         let segments = (seq_max >> k) + 1;
         let runs = KeyRuns {
@@ -621,7 +637,9 @@ impl Workload for Tpcc {
                 HomeWarehouse::Coordinator => Some(compact % self.cfg.warehouses + 1),
             },
             hist_coord: compact + 1,
-            hist_seq: 0,
+            hist_seq: self
+                .history_runs()
+                .map_or(0, |(r, _)| Self::history_seq_first(r.run_log2 as u32) as u32),
             committed: [0; 5],
             rolled_back: 0,
             delivered: 0,
@@ -728,6 +746,28 @@ mod room_tests {
             coordinators: 16,
         });
         assert!(counted.cfg.new_orders_max < 30_000 && counted.orders_per_district() as f64 >= 8000.0 * 0.45 / 80.0);
+    }
+
+    #[test]
+    fn history_run_0_holds_only_the_loaded_rows() {
+        let w = tpcc(&[]).fit_to_run(&for_secs(600));
+        let (runs, _) = w.history_runs().unwrap();
+        let first = Tpcc::history_seq_first(runs.run_log2 as u32);
+        assert!(
+            first > w.cfg.customers as u64,
+            "loaded sequences 1..={} reach run 1",
+            w.cfg.customers
+        );
+        assert!(runs.records_per_run >= 80 * w.cfg.customers as u64);
+        let local = w.local(
+            CoordId {
+                cn: 0,
+                thread: 1,
+                coroutine: 2,
+            },
+            1,
+        );
+        assert_eq!(local.hist_seq as u64, first);
     }
 
     #[test]

@@ -55,9 +55,13 @@
 //! ranks **its own** committed inserts newest first, then the loaded records from the
 //! highest key down (a simplification: a coordinator never reads another's fresh
 //! inserts, and the Zipfian spans the loaded count, so the oldest `own inserts` loaded
-//! records are never drawn). The tables are sized with `insert_room` extra records
-//! (default: `records`); once a table is full, inserts abort with `table_full`, so size it
-//! to the run: about `0.05 × ops_per_txn` inserts per committed transaction.
+//! records are never drawn). The tables are sized with `insert_room` extra records:
+//! unless given, enough for the run (its `--txns`, or its length at
+//! [`TXNS_PER_COORDINATOR_SECOND_MAX`] commits per coordinator per second, about
+//! `0.05 × ops_per_txn` inserts each), else `records`; once a table is full, inserts
+//! abort with `table_full`. With a power-of-two partition count and the run's
+//! coordinators known, a table is placed by runs of each coordinator's insert index
+//! (`dmtx_store::KeyRuns`), so the room costs memory only as inserts fill it.
 //!
 //! # Transaction types
 //!
@@ -211,7 +215,7 @@ const INSERT_ROOM: KnobSpec = KnobSpec {
     name: "insert_room",
     default: "0",
     help: "extra records of room for inserts (core=d, ~0.05 x ops_per_txn per txn; a full table \
-           aborts them with table_full); 0 = as many as `records`",
+           aborts them with table_full); default: sized from the run's length; 0 = as many as `records`",
 };
 
 /// The unit of `write_ratio`.
