@@ -46,6 +46,11 @@ impl Buf {
                 )
             };
             if p != libc::MAP_FAILED {
+                // SAFETY: `p..p+len` is the mapping just created. A hint: huge pages cut the
+                // TLB misses of the loader's random inserts; failure leaves small pages.
+                unsafe {
+                    libc::madvise(p, len, libc::MADV_HUGEPAGE);
+                }
                 if let Some(ptr) = std::ptr::NonNull::new(p as *mut u8) {
                     return Buf::Mapped { ptr, len };
                 }
