@@ -9,7 +9,7 @@
 //! | bytes | field |
 //! |-------|-------|
 //! | 0..8  | magic `b"DMTXMETA"` |
-//! | 8..12 | format version u32 (1) |
+//! | 8..12 | format version u32 (2: table entries carry their placement by runs) |
 //! | 12..14 | node id u16 |
 //! | 14..22 | region bytes u64 |
 //! | 22..30 | allocator cursor (`next_free`) u64 |
@@ -33,7 +33,7 @@ use crate::server::wire::ControlReply;
 use crate::TableMeta;
 
 const MAGIC: &[u8; 8] = b"DMTXMETA";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const HEADER_BYTES: usize = 30;
 
 /// A backed node's durable state besides its region bytes.
@@ -202,6 +202,7 @@ mod tests {
                 bucket_count: 2,
                 overflow_bucket_count: 1,
                 replicas: vec![(MnId(2), 64), (MnId(0), 64)],
+                runs: None,
             }],
         }
     }

@@ -26,6 +26,27 @@ pub struct TableMeta {
     pub overflow_bucket_count: u64,
     /// Replicas, primary first: (node, byte offset of the table on that node).
     pub replicas: Vec<(MnId, u64)>,
+    /// How keys map to hashed buckets when the table grows by runs of keys: `None`
+    /// hashes every key over all buckets (FORD §5.1).
+    pub runs: Option<Runs>,
+}
+
+/// Placement by runs for a table whose keys grow along one field (TPC-C's O_ID): the
+/// hashed buckets are split into segments of `segment_buckets`; a key goes to segment
+/// `(field >> run_log2) mod segments`, where `field` is the `seq_bits` bits of the key
+/// at `seq_shift`, and within it to bucket `murmur3_fmix64(key) mod segment_buckets`.
+/// Keys of one run share a segment, so a table reserved for a long run touches only
+/// the segments its keys have reached.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Runs {
+    /// Bit position of the growing field.
+    pub seq_shift: u8,
+    /// Its width in bits, 1..=64.
+    pub seq_bits: u8,
+    /// Consecutive field values per run: `2^run_log2`.
+    pub run_log2: u8,
+    /// Hashed buckets per segment, ≥ 1, dividing the hashed bucket count.
+    pub segment_buckets: u64,
 }
 
 impl TableMeta {

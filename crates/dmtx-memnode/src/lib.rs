@@ -30,6 +30,6 @@ mod node;
 pub mod server;
 
 pub use backing::BackingError;
-pub use control::{Control, ControlError, Result, TableMeta};
+pub use control::{Control, ControlError, Result, Runs, TableMeta};
 pub use local::LocalCluster;
 pub use node::MemNode;

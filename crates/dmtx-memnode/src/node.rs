@@ -65,6 +65,18 @@ impl MemNode {
     pub fn open_backed(id: MnId, path: &Path, region_bytes: u64) -> std::result::Result<(Self, bool), BackingError> {
         let sidecar = Sidecar::of(path);
         let saved = sidecar.load(id, region_bytes)?;
+        if saved.is_none() && path.exists() {
+            // Without a sidecar nothing in the file was ever published: start from zeros,
+            // which loaders rely on (they ship only the pages they wrote).
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .and_then(|f| f.set_len(0))
+                .map_err(|error| BackingError::Io {
+                    path: path.to_owned(),
+                    error,
+                })?;
+        }
         let region = Region::map_file(path, region_bytes).map_err(|error| BackingError::Io {
             path: path.to_owned(),
             error,
@@ -241,6 +253,7 @@ mod tests {
             bucket_count: 2,
             overflow_bucket_count: 1,
             replicas: vec![(MnId(0), 64)],
+            runs: None,
         }
     }
 
@@ -254,5 +267,22 @@ mod tests {
             Err(ControlError::DuplicateTable { id: 1, .. })
         ));
         assert_eq!(n.tables(), vec![m]);
+    }
+
+    /// Loaders ship only the pages they wrote (`dmtx_store::create_table`), so a backed
+    /// node that does not reopen its file must serve zeros, whatever the file held.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_backed_node_without_a_sidecar_starts_from_zeros() {
+        let path = std::env::temp_dir().join(format!("dmtx-node-stale-{}.region", std::process::id()));
+        std::fs::write(&path, vec![0xAB; 8192]).unwrap();
+        let (n, reopened) = MemNode::open_backed(MnId(0), &path, 8192).unwrap();
+        assert!(!reopened);
+        let mut buf = vec![0xFF; 8192];
+        n.region().read(0, &mut buf).unwrap();
+        assert!(buf.iter().all(|&b| b == 0), "stale bytes survived a fresh open");
+        drop(n);
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(path.with_extension("region.meta"));
     }
 }

@@ -268,6 +268,7 @@ fn remote_control_round_trips() {
         bucket_count: 16,
         overflow_bucket_count: 2,
         replicas: vec![(MnId(1), at), (MnId(0), 4096)],
+        runs: None,
     };
     ctl.put_table(MnId(1), &meta).unwrap();
     assert!(matches!(

@@ -75,6 +75,9 @@ pub struct CoordCtx {
     pub per_mn: Vec<MnCounters>,
     /// The last verb error seen, for reporting faults.
     pub last_fault: Option<VerbError>,
+    /// The table whose room an insert found used up, set with every `table_full` abort a
+    /// protocol returns (the driver stops the run and names the table and its knob).
+    pub last_table_full: Option<u32>,
     /// The worker thread's CN↔CN messaging endpoint, when the node has messaging.
     pub rpc: Option<Rc<Rpc>>,
     /// Where table metadata is refetched from after a memory node restarted.
@@ -104,6 +107,7 @@ impl CoordCtx {
             txn_counters: PostCounters::default(),
             per_mn,
             last_fault: None,
+            last_table_full: None,
             rpc: None,
             control: None,
             probe: None,

@@ -17,6 +17,19 @@
 //! bucket: [insert lock 8 B][next 8 B: overflow index + 1, 0 = none][slot 0]...[slot S-1]
 //! ```
 //!
+//! A key's home bucket is its hash modulo B (FORD §5.1). A table whose keys grow along
+//! one field (TPC-C's O_ID) may instead be placed by runs ([`KeyRuns`], [`Runs`]): the B
+//! hashed buckets form segments, one per run of consecutive field values, and a key
+//! hashes within its run's segment. Lookups, chains and overflow are unchanged; only
+//! which bucket is home differs, so such a table can be reserved for a long run and
+//! cost memory only for the segments its keys reach.
+//!
+//! Reserved room costs no memory until written: [`TableBuilder`] builds in an image
+//! that is resident only where written, [`create_table`] ships only the written pages
+//! (fresh region space reads as zero), and overflow buckets are handed out in order
+//! by FAA. [`footprint`] tells the reserved, loaded and full bytes of a spec before
+//! anything is built.
+//!
 //! Depends on `dmtx-verbs` and `dmtx-memnode` only.
 
 #![warn(missing_docs)]
@@ -24,11 +37,15 @@
 mod builder;
 mod catalog;
 mod error;
+mod footprint;
+mod image;
 mod shape;
 
-pub use builder::{create_table, placement, TableBuilder, TableSpec};
+pub use builder::{create_table, placement, KeyRuns, TableBuilder, TableSpec};
 pub use catalog::{Catalog, TableInfo};
+pub use dmtx_memnode::Runs;
 pub use error::{Result, StoreError};
+pub use footprint::{footprint, Footprint};
 pub use shape::{
     key_hash, scan_bucket, BucketScan, Shape, SlotLayout, BUCKET_HEADER_BYTES, BUCKET_LOCK_OFFSET, BUCKET_NEXT_OFFSET,
     OVERFLOW_CURSOR_OFFSET, TABLE_HEADER_BYTES,

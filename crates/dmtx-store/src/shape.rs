@@ -1,6 +1,6 @@
 //! Address arithmetic and bucket search.
 
-use dmtx_memnode::TableMeta;
+use dmtx_memnode::{Runs, TableMeta};
 
 /// Bytes before bucket 0.
 pub const TABLE_HEADER_BYTES: u64 = 64;
@@ -50,6 +50,8 @@ pub struct Shape {
     pub slot_bytes: u32,
     /// Slots per bucket.
     pub slots: u32,
+    /// Placement by runs of a growing key field; `None` hashes keys over all buckets.
+    pub runs: Option<Runs>,
 }
 
 impl Shape {
@@ -61,6 +63,7 @@ impl Shape {
             bucket_bytes: meta.bucket_bytes,
             slot_bytes: meta.slot_bytes,
             slots: meta.slots_per_bucket,
+            runs: meta.runs,
         }
     }
 
@@ -77,7 +80,29 @@ impl Shape {
         let slot_bytes = layout.slot_bytes(spec.value_bytes);
         assert_eq!(slot_bytes % 8, 0, "slot layouts keep slots word-aligned");
         let per_bucket = spec.slots_per_bucket as f64 * spec.load_factor;
-        let bucket_count = ((spec.capacity.max(1) as f64 / per_bucket).ceil() as u64).max(1);
+        let buckets_for = |records: u64| ((records.max(1) as f64 / per_bucket).ceil() as u64).max(1);
+        let (bucket_count, runs) = match spec.runs {
+            None => (buckets_for(spec.capacity), None),
+            Some(r) => {
+                assert!(
+                    (1..=64).contains(&r.seq_bits) && (r.seq_shift as u32 + r.seq_bits as u32) <= 64,
+                    "table `{}`: key field {}..{} does not fit 64 bits",
+                    spec.name,
+                    r.seq_shift,
+                    r.seq_shift as u32 + r.seq_bits as u32
+                );
+                assert!(r.run_log2 < r.seq_bits && r.records_per_run > 0);
+                let segment_buckets = buckets_for(r.records_per_run);
+                let segments = spec.capacity.max(1).div_ceil(r.records_per_run);
+                let runs = Runs {
+                    seq_shift: r.seq_shift,
+                    seq_bits: r.seq_bits,
+                    run_log2: r.run_log2,
+                    segment_buckets,
+                };
+                (segments * segment_buckets, Some(runs))
+            }
+        };
         // Keys land in buckets roughly as Poisson(slots × load): at 4 × 0.75 about 18.5% of
         // the buckets overflow, so the 20% reserve is just enough on average. Three
         // standard deviations more keep a table filled to its capacity loadable when it is
@@ -90,6 +115,7 @@ impl Shape {
             bucket_bytes: BUCKET_HEADER_BYTES + spec.slots_per_bucket * slot_bytes,
             slot_bytes,
             slots: spec.slots_per_bucket,
+            runs,
         }
     }
 
@@ -98,10 +124,19 @@ impl Shape {
         TABLE_HEADER_BYTES + (self.bucket_count + self.overflow_count) * self.bucket_bytes as u64
     }
 
-    /// The hashed bucket of `key` (FORD §5.1 S1).
+    /// The hashed bucket of `key` (FORD §5.1 S1): its hash over all hashed buckets, or
+    /// with [`Runs`] its hash over the segment of its run.
     #[inline]
     pub fn home_bucket(&self, key: u64) -> u64 {
-        key_hash(key) % self.bucket_count
+        match &self.runs {
+            None => key_hash(key) % self.bucket_count,
+            Some(r) => {
+                let field = (key >> r.seq_shift) & (u64::MAX >> (64 - r.seq_bits as u32));
+                let segments = self.bucket_count / r.segment_buckets;
+                let segment = (field >> r.run_log2) % segments;
+                segment * r.segment_buckets + key_hash(key) % r.segment_buckets
+            }
+        }
     }
 
     /// Offset of bucket `idx` (hashed buckets first, then overflow) (S2, S6).
@@ -178,6 +213,7 @@ mod tests {
             bucket_bytes: 16,
             slot_bytes: 0,
             slots: 0,
+            runs: None,
         };
         let mut hits = vec![0u32; 1024];
         for k in 0..1024 * 8 {

@@ -55,6 +55,6 @@ pub use smallbank::{SmallBank, SmallBankConfig, SmallBankLocal};
 pub use snapshot::Snapshot;
 pub use tatp::{Tatp, TatpConfig, TatpLocal};
 pub use tpcc::{Tpcc, TpccConfig, TpccLocal};
-pub use workload::{InvariantError, Metric, Outcome, RecordSink, TypeCounts, Workload};
+pub use workload::{room_per_part, InvariantError, Metric, Outcome, RecordSink, RunHint, TypeCounts, Workload};
 pub use ycsb::{Ycsb, YcsbConfig, YcsbLocal};
 pub use zipf::{KeyGen, Zipf};

@@ -1,6 +1,7 @@
 //! The workload abstraction.
 
 use std::future::Future;
+use std::time::Duration;
 
 use dmtx_runtime::{Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, Protocol};
 use dmtx_store::{StoreError, TableSpec};
@@ -57,6 +58,15 @@ pub trait Workload: Send + Sync + Sized + 'static {
     /// The tables to create.
     fn tables(&self) -> Vec<TableSpec>;
 
+    /// This workload with the room of its growing tables (the records its transactions
+    /// insert) sized for a run like `hint`, unless a knob fixed that room. The driver
+    /// calls it once, before [`Workload::tables`]; a workload whose tables never grow
+    /// keeps the default.
+    fn fit_to_run(self, hint: &RunHint) -> Self {
+        let _ = hint;
+        self
+    }
+
     /// Produce the initial records of `table`, handing each to `insert`.
     fn load(&self, table: u32, insert: &mut RecordSink<'_>) -> Result<(), StoreError>;
 
@@ -101,6 +111,38 @@ pub trait Workload: Send + Sync + Sized + 'static {
     /// Check the invariants on the quiesced database, given every coordinator's local
     /// state. `Ok` carries a one-line description of what was checked.
     fn check(&self, locals: &[Self::Local], snapshot: &Snapshot) -> Result<String, InvariantError>;
+}
+
+/// What a workload learns of a run before it sizes its tables.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunHint {
+    /// How long the run lasts, warm-up included, when it stops on time.
+    pub duration: Option<Duration>,
+    /// How many transactions it commits, when it stops on a count.
+    pub txns: Option<u64>,
+    /// Coordinators over all compute nodes.
+    pub coordinators: usize,
+}
+
+impl RunHint {
+    /// Committed transactions the run cannot exceed at `per_coordinator_second_max`
+    /// commits per coordinator per second (for runs that stop on time), or `None` when
+    /// the hint bounds nothing.
+    pub fn txns_max(&self, per_coordinator_second_max: f64) -> Option<f64> {
+        match (self.txns, self.duration) {
+            (Some(n), _) => Some(n as f64),
+            (None, Some(d)) => Some(d.as_secs_f64() * self.coordinators.max(1) as f64 * per_coordinator_second_max),
+            (None, None) => None,
+        }
+    }
+}
+
+/// Room for `expected` inserts spread uniformly over `parts` parts (districts): the
+/// most one part is expected to take, with a margin that no run observes exceeded (a
+/// quarter more, six standard deviations of the binomial spread, and 100).
+pub fn room_per_part(expected: f64, parts: u64) -> u64 {
+    let mean = expected / parts.max(1) as f64;
+    (mean * 1.25 + 6.0 * mean.sqrt() + 100.0).ceil() as u64
 }
 
 /// The error for knob `spec` given `value`, with why it is refused and the fix: every

@@ -291,6 +291,22 @@ impl Control for Sizing {
     }
 }
 
+/// `workload` with its growing tables sized for the run `cfg` describes
+/// ([`Workload::fit_to_run`]).
+pub fn fit_to_run<W: Workload>(workload: W, cfg: &BenchConfig) -> W {
+    workload.fit_to_run(&dmtx_workloads::RunHint {
+        duration: match cfg.stop {
+            StopRule::Duration(d) => Some(cfg.warmup + d),
+            StopRule::Txns(_) => None,
+        },
+        txns: match cfg.stop {
+            StopRule::Txns(n) => Some(n),
+            StopRule::Duration(_) => None,
+        },
+        coordinators: cfg.coordinators(),
+    })
+}
+
 /// Bytes one coordinator's protocol state allocates on each memory node.
 pub fn coordinator_bytes<P: Protocol>(proto: &P, mn_count: usize) -> Result<Vec<u64>, RunError> {
     let sizing = Sizing {
@@ -346,6 +362,8 @@ pub fn run<P: Protocol, W: Workload>(
     // 1. The plan: what the run needs, from the table specs alone. A run that cannot fit
     // `--mn-bytes` or this host is refused here, before anything is built.
     hooks.monitor.phase("planning memory");
+    // Growing tables get room for a run this long (unless a knob fixed it).
+    let workload = fit_to_run(workload, cfg);
     let specs: Vec<TableSpec> = workload.tables();
     let per_coord = coordinator_bytes(proto.as_ref(), mn_count)?;
     let plan = crate::plan::plan_and_check(
@@ -482,7 +500,13 @@ pub fn run<P: Protocol, W: Workload>(
         progress: (0..cfg.worker_threads()).map(|_| ThreadProgress::default()).collect(),
         types: types.len(),
         fault: Mutex::new(None),
-        limit: Mutex::new(None),
+        limit: Mutex::new(Limits::default()),
+        guard: MemoryGuard::new(
+            plan.in_process,
+            plan.loaded_tables_bytes() / cfg.replicas.max(1) as u64,
+            cfg.replicas,
+        ),
+        memory_low: Mutex::new(None),
         measure_from_ns: AtomicU64::new(0),
         measure_until_ns: AtomicU64::new(u64::MAX),
         retries: Retries::from_knobs(&cfg.knobs)?,
@@ -511,6 +535,9 @@ pub fn run<P: Protocol, W: Workload>(
     let mut stop_reason = StopReason::Interrupt;
     let mut real_started = std::time::Instant::now();
     let mut sim_window: (Option<SimCounters>, Option<SimCounters>) = (None, None);
+    // In-process runs hold the memory nodes: inserts grow them, so a guard stops the run
+    // before the host runs out (growth is bounded by the data, not predictable from it).
+    let mut memory_low: Option<(LowMemory, u64)> = None;
     let mut stranded = 0;
     let outcomes: Vec<Result<ThreadOutcome<W::Local>, RunError>> = if let Some(sim) = &sim {
         started_at_unix_s = crate::results::wall_clock_unix_s();
@@ -556,7 +583,7 @@ pub fn run<P: Protocol, W: Workload>(
                     stop_reason = StopReason::Interrupt;
                     break;
                 }
-                if shared.fault.lock().unwrap().is_some() || shared.limit.lock().unwrap().is_some() {
+                if shared.fault.lock().unwrap().is_some() || shared.limit.lock().unwrap().first.is_some() {
                     stop_reason = StopReason::Error;
                     break;
                 }
@@ -566,6 +593,11 @@ pub fn run<P: Protocol, W: Workload>(
                         // Threads end before the deadline only when one failed or panicked.
                         StopRule::Duration(_) => StopReason::Error,
                     };
+                    break;
+                }
+                if let Some(low) = shared.guard.check() {
+                    memory_low = Some((low, clock.now_ns()));
+                    stop_reason = StopReason::Memory;
                     break;
                 }
                 let mut wait = TICK;
@@ -628,19 +660,48 @@ pub fn run<P: Protocol, W: Workload>(
     // Transactions in hand at the deadline finish after it, uncounted: the window ends
     // there.
     end_ns = end_ns.min(shared.measure_until_ns.load(Ordering::Relaxed));
-    if let Some((reason, at_ns)) = shared.limit.lock().unwrap().take() {
-        let after = Duration::from_nanos(at_ns.saturating_sub(start_ns));
-        debug_assert_eq!(reason, AbortReason::LogFull);
-        let log_bytes: u64 = cfg
-            .knobs_effective
-            .get("log_bytes")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        return Err(RunError::LogFull {
-            protocol: cfg.protocol.clone(),
-            log_bytes,
-            after,
-        });
+    if let Some(low) = shared.memory_low.lock().unwrap().take() {
+        memory_low = Some(low);
+    }
+    let mut stop_detail = None;
+    let limits = std::mem::take(&mut *shared.limit.lock().unwrap());
+    match limits.first {
+        Some((AbortReason::LogFull, at_ns)) => {
+            let log_bytes: u64 = cfg
+                .knobs_effective
+                .get("log_bytes")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            return Err(RunError::LogFull {
+                protocol: cfg.protocol.clone(),
+                log_bytes,
+                after: Duration::from_nanos(at_ns.saturating_sub(start_ns)),
+            });
+        }
+        Some((_, at_ns)) => {
+            // Tables full: the run stopped there; what ran before it is still a result,
+            // recorded with the reason.
+            stop_reason = StopReason::TablesFull;
+            let tables = specs
+                .iter()
+                .filter(|s| limits.tables_full.contains(&s.id))
+                .map(|s| (s.name.clone(), s.growth_knob.map(String::from)))
+                .collect();
+            let after = Duration::from_nanos(at_ns.saturating_sub(start_ns));
+            stop_detail = Some(RunError::TablesFull { tables, after }.to_string());
+        }
+        None => {}
+    }
+    if let Some((low, at_ns)) = memory_low {
+        stop_reason = StopReason::Memory;
+        stop_detail = Some(format!(
+            "this host's available memory fell to {} (the guard keeps {} for the invariant check and the system); \
+             stopped the run after {:.1} s; run shorter, use fewer --replicas or a smaller scale, or put the memory \
+             nodes on other hosts (--cluster)",
+            crate::plan::bytes(low.available),
+            crate::plan::bytes(low.threshold),
+            Duration::from_nanos(at_ns.saturating_sub(start_ns)).as_secs_f64()
+        ));
     }
     if let Some((why, at_ns)) = shared.fault.lock().unwrap().take() {
         // The lost node cannot be scanned for the invariant check: report the fault.
@@ -727,6 +788,7 @@ pub fn run<P: Protocol, W: Workload>(
         per_mn: &per_mn,
         elapsed,
         stop_reason,
+        stop_detail,
         invariant,
         check,
         isolation: proto.isolation(),
@@ -873,6 +935,72 @@ fn remote_pool(view: &crate::cluster::ClusterView, need: &[u64]) -> Result<Memor
     })
 }
 
+/// The first abort that no retry can cure (`log_full`, `table_full`) and when it
+/// happened, with every table found full: the run stops there, whatever `--on-fault`
+/// says.
+#[derive(Default)]
+struct Limits {
+    first: Option<(AbortReason, u64)>,
+    tables_full: std::collections::BTreeSet<u32>,
+}
+
+/// Stops an in-process run before the host runs out of memory: the memory nodes'
+/// inserts grow with the run, and the invariant check afterwards holds a snapshot of
+/// every record. It reads `MemAvailable` at most every [`MemoryGuard::EVERY`] and
+/// reports when it falls below what the check and the system need.
+struct MemoryGuard {
+    enabled: bool,
+    origin: std::time::Instant,
+    /// Milliseconds from `origin` of the last look.
+    last_ms: AtomicU64,
+    /// Bytes kept for the system beyond the check: the larger of 1 GiB and 5% of the host.
+    floor: u64,
+    /// One replica's loaded tables: the check's snapshot at the start.
+    snapshot_base: u64,
+    replicas: u64,
+    rss_start: u64,
+}
+
+/// What the guard saw when it tripped.
+#[derive(Copy, Clone, Debug)]
+struct LowMemory {
+    available: u64,
+    threshold: u64,
+}
+
+impl MemoryGuard {
+    const EVERY: Duration = Duration::from_millis(250);
+
+    fn new(in_process: bool, snapshot_base: u64, replicas: u16) -> Self {
+        let total = crate::plan::host_total_bytes().unwrap_or(0);
+        Self {
+            enabled: in_process && crate::plan::host_available_bytes().is_some(),
+            origin: std::time::Instant::now(),
+            last_ms: AtomicU64::new(0),
+            floor: (1u64 << 30).max(total / 20),
+            snapshot_base,
+            replicas: replicas.max(1) as u64,
+            rss_start: crate::plan::process_resident_bytes().unwrap_or(0),
+        }
+    }
+
+    /// `Some` when available memory is below what the rest of the run needs.
+    fn check(&self) -> Option<LowMemory> {
+        let now_ms = self.origin.elapsed().as_millis() as u64;
+        if !self.enabled || now_ms < self.last_ms.load(Ordering::Relaxed) + Self::EVERY.as_millis() as u64 {
+            return None;
+        }
+        self.last_ms.store(now_ms, Ordering::Relaxed);
+        let available = crate::plan::host_available_bytes()?;
+        // The snapshot grows with what the run inserted: one replica's share of it.
+        let grown = crate::plan::process_resident_bytes()
+            .unwrap_or(0)
+            .saturating_sub(self.rss_start);
+        let threshold = self.floor + self.snapshot_base + grown / self.replicas;
+        (available < threshold).then_some(LowMemory { available, threshold })
+    }
+}
+
 /// What every worker thread shares.
 struct Shared<'a, P: Protocol, W: Workload> {
     /// Record every transaction (`--check`, on a protocol whose level can be checked).
@@ -897,7 +1025,11 @@ struct Shared<'a, P: Protocol, W: Workload> {
     fault: Mutex<Option<(String, u64)>>,
     /// The first abort that no retry can cure (`log_full`), and when it happened: the
     /// run stops there, whatever `--on-fault` says.
-    limit: Mutex<Option<(AbortReason, u64)>>,
+    limit: Mutex<Limits>,
+    /// Stops an in-process run before the host runs out of memory.
+    guard: MemoryGuard,
+    /// When the guard tripped on the simulator (the real-time loop keeps its own).
+    memory_low: Mutex<Option<(LowMemory, u64)>>,
     /// Clock time when measuring starts (the end of `--warmup`); attempts that start
     /// earlier are run but not counted.
     measure_from_ns: AtomicU64,
@@ -1110,6 +1242,10 @@ fn run_simulated<P: Protocol, W: Workload>(
         ex.on_progress(SIM_TICK_NS, |now| {
             let elapsed = Duration::from_nanos(now.saturating_sub(start_ns));
             hooks.monitor.tick(&shared.progress_now(elapsed));
+            if let Some(low) = shared.guard.check() {
+                shared.memory_low.lock().unwrap().get_or_insert((low, now));
+                shared.stop.store(true, Ordering::Relaxed);
+            }
         });
         for ((worker, coords, locals, _), th) in threads.iter_mut().zip(&ths) {
             let cpu = sim.cpu_of(worker.cn().id as u32, worker.thread());
@@ -1196,7 +1332,7 @@ struct ThreadCtx<'a> {
     /// `--on-fault stop`: where the first fault goes (and the run stops).
     stop_on_fault: Option<&'a Mutex<Option<(String, u64)>>>,
     /// Where the first `log_full` abort goes (and the run stops).
-    stop_on_limit: Option<&'a Mutex<Option<(AbortReason, u64)>>>,
+    stop_on_limit: Option<&'a Mutex<Limits>>,
     /// Commits per bucket of [`ThreadCtx::series_bucket_ns`] from the series origin.
     series: RefCell<Vec<u64>>,
     /// [`SERIES_BUCKET_NS_REAL`] or [`SERIES_BUCKET_NS_SIM`].
@@ -1237,8 +1373,12 @@ impl ThreadCtx<'_> {
 
     /// `--on-fault stop`: a `fault` abort records why and stops the run.
     fn stop_on<P: Protocol>(&self, reason: AbortReason, coord: &Coordinator<P>) {
-        if let (AbortReason::LogFull, Some(slot)) = (reason, self.stop_on_limit) {
-            slot.lock().unwrap().get_or_insert((reason, coord.ctx.clock.now_ns()));
+        if let (AbortReason::LogFull | AbortReason::TableFull, Some(slot)) = (reason, self.stop_on_limit) {
+            let mut limits = slot.lock().unwrap();
+            limits.first.get_or_insert((reason, coord.ctx.clock.now_ns()));
+            if reason == AbortReason::TableFull {
+                limits.tables_full.extend(coord.ctx.last_table_full);
+            }
             self.stop.store(true, Ordering::Relaxed);
         }
         if let (AbortReason::Fault, Some(slot)) = (reason, self.stop_on_fault) {
@@ -1448,6 +1588,33 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Goal: the memory guard trips when available memory is below what the check and
+    /// the system need, and not otherwise; it looks at most every `EVERY`.
+    #[test]
+    fn test_memory_guard_trips_below_its_threshold() {
+        if crate::plan::host_available_bytes().is_none() {
+            return; // no /proc/meminfo: the guard is off
+        }
+        let guard = |floor: u64| {
+            let mut g = MemoryGuard::new(true, 0, 2);
+            g.floor = floor;
+            g
+        };
+        let low = guard(u64::MAX / 4);
+        // Its first look waits one period from its creation.
+        low.last_ms.store(0, Ordering::Relaxed);
+        std::thread::sleep(MemoryGuard::EVERY);
+        let tripped = low.check().expect("no host has that much memory available");
+        assert!(tripped.available < tripped.threshold);
+        assert!(low.check().is_none(), "looks again only after a period");
+        let fine = guard(0);
+        std::thread::sleep(MemoryGuard::EVERY);
+        assert!(fine.check().is_none());
+        let off = MemoryGuard::new(false, 0, 2);
+        std::thread::sleep(MemoryGuard::EVERY);
+        assert!(off.check().is_none(), "a --cluster run's memory nodes are elsewhere");
+    }
 
     #[test]
     fn test_seeds_differ_per_coordinator_and_run() {

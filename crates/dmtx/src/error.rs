@@ -80,6 +80,16 @@ pub enum RunError {
         /// Time from the start barrier to the abort.
         after: std::time::Duration,
     },
+    /// Tables ran out of room for inserts mid-run, and the run stopped at that moment
+    /// (past it, every insert aborts `table_full` and the figures are no longer the
+    /// workload's).
+    #[error("{}", tables_full_message(tables, after))]
+    TablesFull {
+        /// Every exhausted table, with the knob that sizes its room (if one does).
+        tables: Vec<(String, Option<String>)>,
+        /// Time from the start barrier to the first `table_full` abort.
+        after: std::time::Duration,
+    },
     /// The run asks for something this build cannot do yet; the message says what to do.
     #[error("{0}")]
     Unsupported(String),
@@ -112,6 +122,22 @@ pub enum RunError {
     },
 }
 
+/// "table `a` is full (raise `k`), table `b` is full (...); stopped the run after 61.2 s ...".
+fn tables_full_message(tables: &[(String, Option<String>)], after: &std::time::Duration) -> String {
+    let each: Vec<String> = tables
+        .iter()
+        .map(|(table, knob)| match knob {
+            Some(knob) => format!("table `{table}` is full (raise `--set {knob}=...`)"),
+            None => format!("table `{table}` is full (no knob sizes it; run shorter)"),
+        })
+        .collect();
+    format!(
+        "{}; stopped the run after {:.1} s, since every insert after it aborts `table_full`",
+        each.join(", "),
+        after.as_secs_f64()
+    )
+}
+
 // The wrapped errors' text is part of each message, so none is also a `source`: a
 // one-line `{:#}` chain would print it twice.
 impl From<KnobError> for RunError {
@@ -135,5 +161,28 @@ impl From<dmtx_check::format::FormatError> for RunError {
 impl From<RuntimeError> for RunError {
     fn from(e: RuntimeError) -> Self {
         Self::Runtime(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_full_names_every_table_and_its_knob() {
+        let e = RunError::TablesFull {
+            tables: vec![
+                ("order_line".into(), Some("new_orders_max".into())),
+                ("history".into(), Some("payments_max".into())),
+                ("call_forwarding".into(), None),
+            ],
+            after: std::time::Duration::from_millis(61_240),
+        };
+        assert_eq!(
+            e.to_string(),
+            "table `order_line` is full (raise `--set new_orders_max=...`), table `history` is full \
+             (raise `--set payments_max=...`), table `call_forwarding` is full (no knob sizes it; run \
+             shorter); stopped the run after 61.2 s, since every insert after it aborts `table_full`"
+        );
     }
 }

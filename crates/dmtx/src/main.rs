@@ -595,6 +595,11 @@ fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
         eprintln!("error: isolation check failed: {} (seed {})", c.summary, cfg.seed);
         code = EXIT_ANOMALY;
     }
+    if let Some(d) = &result.stop_detail {
+        // A limit cut the run short: the record says so, and so does the exit code.
+        eprintln!("error: {} (seed {})", one_line(d), cfg.seed);
+        code = EXIT_ERROR;
+    }
     if code == EXIT_OK && result.stop_reason == results::StopReason::Interrupt {
         code = EXIT_INTERRUPTED;
     }
@@ -627,10 +632,12 @@ fn dry_run(cfg: &BenchConfig) -> anyhow::Result<i32> {
     for t in &plan.tables {
         writeln!(
             out,
-            "  table       {:<16} {:>12} records  {:>10} per replica  x {}",
+            "  table       {:<16} {:>12} records  {:>10} reserved, {:>10} loaded, {:>10} full per replica  x {}",
             t.name,
             t.capacity,
             dmtx::plan::bytes(t.replica_bytes),
+            dmtx::plan::bytes(t.loaded_bytes),
+            dmtx::plan::bytes(t.full_bytes),
             t.nodes.len()
         )?;
     }

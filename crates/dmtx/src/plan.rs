@@ -2,15 +2,16 @@
 //! anything is built, and the refusal when it cannot fit.
 //!
 //! A run needs, on each memory node, its share of the table replicas (FORD's hash index:
-//! hashed and overflow buckets, [`Shape::for_spec`]) and every coordinator's areas (undo
-//! logs), and on the compute node the table images it builds before shipping them. An
-//! in-process run (`mem`, `sim`) holds both in this process, so the sum must fit in the
-//! memory the host can give ([`host_available_bytes`], `MemAvailable`); a `--cluster` run
-//! holds only the images here, and each node's region must be large enough.
-//!
-//! Regions are reserved sparse: pages nobody writes cost nothing. The plan counts a table
-//! as resident in full once loaded (hashing spreads records over all its pages), so it
-//! errs on the safe side for tables with room left for run-time inserts.
+//! hashed and overflow buckets, [`dmtx_store::footprint`]) and every coordinator's areas
+//! (undo logs), and on the compute node the table images it builds before shipping them.
+//! Regions are reserved sparse: only the pages a load or an insert writes cost memory,
+//! so a table has three sizes: reserved (region space; must fit `--mn-bytes`), loaded
+//! (resident once loaded) and full (resident if the run fills its room for inserts). An
+//! in-process run (`mem`, `sim`) holds the nodes in this process, so what it holds once
+//! loaded must fit in the memory the host can give ([`host_available_bytes`],
+//! `MemAvailable`); a `--cluster` run holds only the images here, and each node's region
+//! must be large enough. Growth past the load is watched while the run goes (the
+//! driver's memory guard stops it before the host runs out).
 //!
 //! When a run does not fit, [`PlanError`] names the estimate, what it exceeds, and the
 //! knobs that shrink it, with the largest value of the workload's scale knob that fits
@@ -19,7 +20,7 @@
 use std::fmt;
 
 use dmtx_runtime::{Knobs, Protocol};
-use dmtx_store::{placement, Shape, SlotLayout, TableSpec};
+use dmtx_store::{footprint, placement, SlotLayout, TableSpec};
 use dmtx_verbs::MnId;
 use dmtx_workloads::Workload;
 
@@ -42,8 +43,12 @@ pub struct TablePlan {
     pub name: String,
     /// Records it has room for (loaded and inserted during the run).
     pub capacity: u64,
-    /// Bytes of one replica.
+    /// Region bytes one replica reserves.
     pub replica_bytes: u64,
+    /// Resident bytes of one replica once loaded.
+    pub loaded_bytes: u64,
+    /// Resident bytes of one replica if the run fills its room.
+    pub full_bytes: u64,
     /// The nodes holding its replicas, primary first.
     pub nodes: Vec<MnId>,
 }
@@ -53,14 +58,18 @@ pub struct TablePlan {
 pub struct MemoryPlan {
     /// Every table.
     pub tables: Vec<TablePlan>,
-    /// Bytes of table replicas on each memory node.
+    /// Region bytes of table replicas on each memory node.
     pub tables_per_mn: Vec<u64>,
+    /// Resident bytes of table replicas on each memory node once loaded.
+    pub loaded_per_mn: Vec<u64>,
+    /// Resident bytes of table replicas on each memory node if every table fills.
+    pub full_per_mn: Vec<u64>,
     /// Bytes of coordinator areas (logs) on each memory node, all coordinators together.
     pub coordinators_per_mn: Vec<u64>,
     /// Region bytes each memory node needs at least.
     pub need_per_mn: Vec<u64>,
-    /// Bytes of the table images the compute node builds before shipping them (all at
-    /// once: tables are built in parallel).
+    /// Resident bytes of the table images the compute node builds before shipping them
+    /// (all at once: tables are built in parallel; an image is resident where written).
     pub build_bytes: u64,
     /// Whether the memory nodes live in this process (`mem`, `sim`).
     pub in_process: bool,
@@ -78,10 +87,13 @@ impl MemoryPlan {
         let mn_count = cfg.memory_nodes as usize;
         let replicas = cfg.replicas as usize;
         let mut tables_per_mn = vec![0u64; mn_count];
+        let mut loaded_per_mn = vec![0u64; mn_count];
+        let mut full_per_mn = vec![0u64; mn_count];
         let mut tables = Vec::with_capacity(specs.len());
         let mut build_bytes = 0;
         for spec in specs {
-            let bytes = Shape::for_spec(spec, layout).table_bytes();
+            let fp = footprint(spec, layout);
+            let bytes = fp.reserved_bytes;
             let nodes = match cfg.cluster.as_ref().and_then(|v| v.primary_of(&spec.name)) {
                 // The cluster file names the primary; backups follow it round-robin.
                 Some(primary) => placement(primary as u32, mn_count, replicas)?,
@@ -89,12 +101,16 @@ impl MemoryPlan {
             };
             for mn in &nodes {
                 tables_per_mn[mn.index()] += bytes.next_multiple_of(64);
+                loaded_per_mn[mn.index()] += fp.loaded_bytes;
+                full_per_mn[mn.index()] += fp.full_bytes;
             }
-            build_bytes += bytes;
+            build_bytes += fp.loaded_bytes;
             tables.push(TablePlan {
                 name: spec.name.clone(),
                 capacity: spec.capacity,
                 replica_bytes: bytes,
+                loaded_bytes: fp.loaded_bytes,
+                full_bytes: fp.full_bytes,
                 nodes,
             });
         }
@@ -108,6 +124,8 @@ impl MemoryPlan {
         Ok(Self {
             tables,
             tables_per_mn,
+            loaded_per_mn,
+            full_per_mn,
             coordinators_per_mn,
             need_per_mn,
             build_bytes,
@@ -138,15 +156,30 @@ impl MemoryPlan {
         self.tables.iter().map(|t| t.capacity).sum()
     }
 
-    /// Bytes this process holds at its peak: the built images and, in-process, every
-    /// node's tables and coordinator areas.
+    /// Resident bytes of every node's loaded tables (all replicas).
+    pub fn loaded_tables_bytes(&self) -> u64 {
+        self.loaded_per_mn.iter().sum()
+    }
+
+    /// Bytes this process holds at its peak while loading: the built images and,
+    /// in-process, every node's loaded tables and coordinator areas.
     pub fn host_bytes(&self) -> u64 {
         let nodes: u64 = if self.in_process {
-            self.tables_per_mn.iter().sum::<u64>() + self.coordinators_per_mn.iter().sum::<u64>()
+            self.loaded_tables_bytes() + self.coordinators_per_mn.iter().sum::<u64>()
         } else {
             0
         };
         self.build_bytes + nodes
+    }
+
+    /// Bytes the memory nodes hold in this process if every growing table fills its
+    /// room (0 for a `--cluster` run).
+    pub fn host_full_bytes(&self) -> u64 {
+        if self.in_process {
+            self.full_per_mn.iter().sum::<u64>() + self.coordinators_per_mn.iter().sum::<u64>()
+        } else {
+            0
+        }
     }
 
     /// What keeps this plan from running, if anything: the regions against `--mn-bytes`
@@ -174,8 +207,9 @@ impl MemoryPlan {
                 format!("{n} {one}s")
             }
         };
+        let full = self.host_full_bytes();
         format!(
-            "{} records in {}; {} per memory node (largest) on {} x {}; {} on this host{}",
+            "{} records in {}; {} reserved per memory node (largest) on {} x {}; {} on this host{}{}",
             si(self.records()),
             plural(self.tables.len(), "table"),
             bytes(need),
@@ -183,9 +217,14 @@ impl MemoryPlan {
             plural(cfg.replicas as usize, "replica"),
             bytes(self.host_bytes()),
             if self.in_process {
-                " (regions and table images)"
+                " once loaded (regions and table images)"
             } else {
                 " (table images to ship)"
+            },
+            if full > self.loaded_tables_bytes() + self.coordinators_per_mn.iter().sum::<u64>() {
+                format!(", up to {} if every growing table fills", bytes(full))
+            } else {
+                String::new()
             },
         )
     }
@@ -270,8 +309,27 @@ pub fn host_available_bytes() -> Option<u64> {
     meminfo_available(&text)
 }
 
+/// `MemTotal` of `/proc/meminfo`, in bytes.
+pub fn host_total_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    meminfo_field(&text, "MemTotal:")
+}
+
+/// This process's resident memory (`/proc/self/statm`), in bytes.
+pub fn process_resident_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = text.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf reads a constant of the running system.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * page.max(4096) as u64)
+}
+
 fn meminfo_available(text: &str) -> Option<u64> {
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    meminfo_field(text, "MemAvailable:")
+}
+
+fn meminfo_field(text: &str, field: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(field))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }
@@ -392,7 +450,9 @@ fn largest_fitting_scale<P: Protocol, W: Workload>(
     let fits = |v: u64| -> bool {
         let mut knobs: Knobs = cfg.knobs.clone();
         knobs.set(knob, v);
-        let Ok(w) = W::from_knobs(&knobs) else { return false };
+        let Ok(w) = W::from_knobs(&knobs).map(|w| crate::driver::fit_to_run(w, cfg)) else {
+            return false;
+        };
         MemoryPlan::new(&w.tables(), proto.layout(), cfg, per_coord)
             .is_ok_and(|p| p.limit_hit(cfg.mn_bytes, available).is_none())
     };
@@ -478,6 +538,8 @@ mod tests {
         MemoryPlan {
             tables: Vec::new(),
             tables_per_mn: vec![tables, tables / 2],
+            loaded_per_mn: vec![tables, tables / 2],
+            full_per_mn: vec![tables, tables / 2],
             coordinators_per_mn: vec![coords, coords],
             need_per_mn: vec![64 + tables + coords, 64 + tables / 2 + coords],
             build_bytes: build,

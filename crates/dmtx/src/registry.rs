@@ -145,7 +145,7 @@ macro_rules! registry {
         fn plan_with<P: Protocol>(proto: P, cfg: &BenchConfig) -> Result<(MemoryPlan, Option<PlanError>), RunError> {
             $(
                 if cfg.workload == <$w as Workload>::NAME {
-                    let workload = <$w as Workload>::from_knobs(&cfg.knobs)?;
+                    let workload = driver::fit_to_run(<$w as Workload>::from_knobs(&cfg.knobs)?, cfg);
                     let per_coord = driver::coordinator_bytes(&proto, cfg.memory_nodes as usize)?;
                     return crate::plan::assess(&proto, &workload, cfg, &per_coord, crate::plan::host_available_bytes());
                 }

@@ -16,7 +16,8 @@
 //! | `protocol`, `workload` | string | names as given to `--protocol`, `--workload` |
 //! | `transport` | string | `mem` (in-process memory nodes), `tcp` (`--cluster`) or `sim` (the simulator: every time is virtual) |
 //! | `config` | object | `threads`, `coroutines`, `duration_s` *or* `txns`, `seed`, `memory_nodes`, `replicas`, `mn_bytes`, `warmup_s` (run before measuring, not counted), `knobs` (every knob of the protocol and workload with its effective value, defaults included, as strings), `preset` (when `--preset` was given) |
-//! | `stop_reason` | string | `duration`, `txns` or `interrupt` (Ctrl-C: results so far) |
+//! | `stop_reason` | string | `duration`, `txns`, `interrupt` (Ctrl-C: results so far), `tables_full` (a growing table ran out of room) or `memory` (the host's memory ran low); the last two exit 2 |
+//! | `stop_detail` | string, absent unless a limit stopped the run | which tables were full and the knob for each, or how much memory was left |
 //! | `elapsed_s` | float | the measured window: from the end of `--warmup` to the deadline (`--duration`), or to when the last coordinator stopped if that came sooner (`--txns`, an interrupt); the transactions in hand at the deadline finish after it and are not counted |
 //! | `committed`, `aborted`, `attempted` | int | transaction attempts by outcome (`attempted = committed + aborted + rolled_back`) |
 //! | `successful` | int | committed attempts the workload's spec counts as successful (TATP: not "not found" or "duplicate"); equals `committed` for most workloads |
@@ -93,6 +94,12 @@ pub enum StopReason {
     Interrupt,
     /// A worker failed (never written: the run reports an error instead).
     Error,
+    /// A growing table ran out of room: the run stopped there (`stop_detail` names every
+    /// full table and its knob; the command exits 2).
+    TablesFull,
+    /// The host's available memory fell below what the rest of the run needs: the run
+    /// stopped there (`stop_detail` says how much was left; the command exits 2).
+    Memory,
 }
 
 /// The JSON record of one run (see the module doc for the schema).
@@ -110,6 +117,9 @@ pub struct BenchResult {
     pub config: ConfigRecord,
     /// Why the run ended.
     pub stop_reason: StopReason,
+    /// What stopped it early, when a limit did (`tables_full`, `memory`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_detail: Option<String>,
     /// Measured seconds.
     pub elapsed_s: f64,
     /// Committed attempts.
@@ -726,6 +736,8 @@ pub struct RawRun<'a> {
     pub elapsed: Duration,
     /// Why it ended.
     pub stop_reason: StopReason,
+    /// What stopped it early, when a limit did.
+    pub stop_detail: Option<String>,
     /// Invariant outcome.
     pub invariant: InvariantResult,
     /// History check outcome.
@@ -800,6 +812,7 @@ impl BenchResult {
                 preset: cfg.preset.clone(),
             },
             stop_reason: raw.stop_reason,
+            stop_detail: raw.stop_detail,
             elapsed_s: round(elapsed_s, 6),
             committed: total.committed,
             aborted: total.aborted,
@@ -946,10 +959,11 @@ impl BenchResult {
             stop,
             c.seed
         );
-        let interrupted = if self.stop_reason == StopReason::Interrupt {
-            "  (interrupted)"
-        } else {
-            ""
+        let interrupted = match self.stop_reason {
+            StopReason::Interrupt => "  (interrupted)",
+            StopReason::TablesFull => "  (stopped: tables full)",
+            StopReason::Memory => "  (stopped: host memory low)",
+            _ => "",
         };
         let _ = writeln!(
             o,
@@ -1085,6 +1099,9 @@ impl BenchResult {
         }
         if let Some(f) = &self.last_fault {
             let _ = writeln!(o, "  last fault  {f}");
+        }
+        if let Some(d) = &self.stop_detail {
+            let _ = writeln!(o, "  stopped     {d}");
         }
         if let Some(p) = saved {
             let _ = writeln!(o, "  results     {}", p.display());

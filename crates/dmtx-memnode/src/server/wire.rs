@@ -34,7 +34,9 @@
 //!
 //! A [`TableMeta`] is: id u32, name len u16 + UTF-8, value bytes u32, slot bytes u32,
 //! slots per bucket u32, bucket bytes u32, bucket count u64, overflow bucket count u64,
-//! replica count u16 (≤ [`REPLICAS_MAX`]), per replica: node u16, offset u64.
+//! replica count u16 (≤ [`REPLICAS_MAX`]), per replica: node u16, offset u64; then runs
+//! u8 (0 none, 1 some), and with 1: seq shift u8, seq bits u8, run log2 u8, segment
+//! buckets u64 ([`crate::Runs`]).
 //!
 //! Decoders never trust a count for an allocation: lists grow as elements actually decode,
 //! so a lying count costs nothing but a typed error. Trailing bytes after a payload are an
@@ -778,6 +780,13 @@ pub fn encode_table(out: &mut Vec<u8>, t: &TableMeta) {
         out.extend_from_slice(&mn.0.to_le_bytes());
         out.extend_from_slice(&off.to_le_bytes());
     }
+    match &t.runs {
+        None => out.push(0),
+        Some(r) => {
+            out.extend_from_slice(&[1, r.seq_shift, r.seq_bits, r.run_log2]);
+            out.extend_from_slice(&r.segment_buckets.to_le_bytes());
+        }
+    }
 }
 
 fn decode_table(c: &mut Cur<'_>) -> Result<TableMeta> {
@@ -801,6 +810,15 @@ fn decode_table(c: &mut Cur<'_>) -> Result<TableMeta> {
     for _ in 0..n {
         replicas.push((MnId(c.u16("replica node")?), c.u64("replica offset")?));
     }
+    let runs = match c.u8("runs flag")? {
+        0 => None,
+        _ => Some(crate::Runs {
+            seq_shift: c.u8("runs seq shift")?,
+            seq_bits: c.u8("runs seq bits")?,
+            run_log2: c.u8("runs run log2")?,
+            segment_buckets: c.u64("runs segment buckets")?,
+        }),
+    };
     Ok(TableMeta {
         id,
         name,
@@ -811,6 +829,7 @@ fn decode_table(c: &mut Cur<'_>) -> Result<TableMeta> {
         bucket_count,
         overflow_bucket_count,
         replicas,
+        runs,
     })
 }
 
@@ -1210,8 +1229,9 @@ mod tests {
             any::<[u32; 4]>(),
             any::<[u64; 2]>(),
             prop::collection::vec((any::<u16>(), any::<u64>()), 0..4),
+            prop::option::of(any::<([u8; 3], u64)>()),
         )
-            .prop_map(|(id, name, v, c, r)| TableMeta {
+            .prop_map(|(id, name, v, c, r, runs)| TableMeta {
                 id,
                 name,
                 value_bytes: v[0],
@@ -1221,6 +1241,12 @@ mod tests {
                 bucket_count: c[0],
                 overflow_bucket_count: c[1],
                 replicas: r.into_iter().map(|(m, o)| (MnId(m), o)).collect(),
+                runs: runs.map(|(b, segment_buckets)| crate::Runs {
+                    seq_shift: b[0],
+                    seq_bits: b[1],
+                    run_log2: b[2],
+                    segment_buckets,
+                }),
             })
     }
 

@@ -187,6 +187,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                 Stage::Fetch if p.walk.reserving() => {
                     let reserved = post.old(p.cas.expect("overflow posts an FAA"));
                     let Some(rel) = index_walk::on_reserve(shape, &mut p.walk, reserved) else {
+                        c.ctx.last_table_full = Some(table);
                         result = Err(abort(AbortReason::TableFull));
                         continue;
                     };

@@ -71,6 +71,7 @@ mod testkit {
             bucket_bytes: BUCKET_HEADER_BYTES + SLOTS * slot_bytes,
             bucket_count: 4,
             overflow_bucket_count: 2,
+            runs: None,
             replicas: mns
                 .iter()
                 .enumerate()

@@ -113,29 +113,38 @@ pub(super) fn check(t: &Tpcc, locals: &[TpccLocal], s: &Snapshot) -> Result<Stri
     }
 
     // Insert budgets: a district that used its share may have refused NewOrders or
-    // Payments (`table_full` aborts); the run is then not TPC-C's.
+    // Payments (`table_full` aborts); the run is then not TPC-C's. Every budget that ran
+    // out is named, each with its knob.
     let (o_budget, p_budget) = (t.orders_per_district(), t.payments_per_district());
-    for (i, dist) in dists.iter().enumerate() {
+    let mut exhausted: Vec<String> = Vec::new();
+    let full_orders = dists
+        .iter()
+        .enumerate()
+        .find(|(_, dist)| dist.next_o_id.saturating_sub(n + 1) >= o_budget);
+    if let Some((i, dist)) = full_orders {
         let (w, d) = (i as u32 / DISTRICTS + 1, i as u32 % DISTRICTS + 1);
-        let orders = dist.next_o_id.saturating_sub(n + 1);
-        if orders >= o_budget {
-            return Err(fail(
-                "tpcc_capacity",
-                format!(
-                    "district ({w}, {d}) took {orders} NewOrders, its whole share of `new_orders_max` = {} per warehouse; later ones aborted `table_full`: raise `new_orders_max` (or run shorter)",
-                    t.cfg.new_orders_max
-                ),
-            ));
-        }
-        if dist.payments >= p_budget {
-            return Err(fail(
-                "tpcc_capacity",
-                format!(
-                    "district ({w}, {d}) took {} Payments, its whole share of `payments_max` = {} per warehouse; later ones aborted `table_full`: raise `payments_max` (or run shorter)",
-                    dist.payments, t.cfg.payments_max
-                ),
-            ));
-        }
+        exhausted.push(format!(
+            "district ({w}, {d}) took {} NewOrders, its whole share of `new_orders_max` = {} per warehouse (raise `new_orders_max`)",
+            dist.next_o_id.saturating_sub(n + 1),
+            t.cfg.new_orders_max
+        ));
+    }
+    let full_payments = dists.iter().enumerate().find(|(_, dist)| dist.payments >= p_budget);
+    if let Some((i, dist)) = full_payments {
+        let (w, d) = (i as u32 / DISTRICTS + 1, i as u32 % DISTRICTS + 1);
+        exhausted.push(format!(
+            "district ({w}, {d}) took {} Payments, its whole share of `payments_max` = {} per warehouse (raise `payments_max`)",
+            dist.payments, t.cfg.payments_max
+        ));
+    }
+    if !exhausted.is_empty() {
+        return Err(fail(
+            "tpcc_capacity",
+            format!(
+                "{}; later ones aborted `table_full`: raise the named knobs (or run shorter)",
+                exhausted.join("; ")
+            ),
+        ));
     }
 
     // HISTORY.

@@ -81,14 +81,23 @@
 //!
 //! Run-time inserts need room decided before the run: `new_orders_max` and
 //! `payments_max` (per warehouse, split evenly over its districts) size ORDER,
-//! NEW-ORDER, ORDER-LINE and HISTORY. A NewOrder (Payment) that would exceed its
-//! district's share aborts with `table_full`, and [`Tpcc::check`] then fails with
-//! `tpcc_capacity` naming the knob to raise: the run's numbers are not TPC-C's once
-//! NewOrders stop. At 5 000 NewOrders/s per warehouse a 10 s run needs 50 000.
-//! Memory per replica, with FORD's 40-byte slot header and the default table geometry
-//! (75% bucket load, 20% overflow): about 21 MB for ITEM, plus per warehouse about
-//! 160 MB, 1.8 KB per `new_orders_max` and 150 B per `payments_max` (215 MB at the
-//! defaults).
+//! NEW-ORDER, ORDER-LINE and HISTORY. Unless given, they are sized from the run
+//! ([`Workload::fit_to_run`]): its `--txns`, or its length at
+//! [`TXNS_PER_COORDINATOR_SECOND_MAX`] commits per coordinator per second, each type's
+//! share of the mix, and a margin for the busiest district; 30 000 each when the run
+//! says nothing. A NewOrder (Payment) that would exceed its district's share aborts with
+//! `table_full` (recording the table in `CoordCtx::last_table_full`), and
+//! [`Tpcc::check`] then fails with `tpcc_capacity` naming every knob to raise: the run's
+//! numbers are not TPC-C's once NewOrders stop.
+//!
+//! Reserved room costs memory only when used: ORDER, NEW-ORDER and ORDER-LINE are placed
+//! by runs of 1024 O_IDs, HISTORY (when the run's coordinators are known) by runs of
+//! each coordinator's sequence (`dmtx_store::KeyRuns`), so late records land in
+//! segments nobody touched before. Resident memory per replica, with FORD's 40-byte
+//! slot header and the default table geometry (75% bucket load): about 21 MB for ITEM,
+//! plus per warehouse about 150 MB loaded, plus about 1.4 KB per committed NewOrder
+//! (ten 88-byte ORDER-LINE slots, ORDER, NEW-ORDER, at 75% load) and 120 B per
+//! Payment attempt (HISTORY's sequence advances on aborts too).
 //!
 //! # Consistency conditions (§3.3.2), checked by [`Tpcc::check`]
 //!
@@ -113,13 +122,13 @@ pub use txns::TpccInput;
 mod tests;
 
 use dmtx_runtime::{Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, Protocol};
-use dmtx_store::{StoreError, TableSpec};
+use dmtx_store::{KeyRuns, StoreError, TableSpec};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 use crate::workload::invalid;
 use crate::zipf::uniform;
-use crate::{InvariantError, Metric, Outcome, RecordSink, Snapshot, TypeCounts, Workload};
+use crate::{room_per_part, InvariantError, Metric, Outcome, RecordSink, RunHint, Snapshot, TypeCounts, Workload};
 use schema::*;
 
 /// Transaction type names, in `run_one`'s index order.
@@ -132,6 +141,20 @@ const STOCK_LEVEL_TXN: usize = 4;
 
 /// The spec's mix (§5.2.3 minimums, as every paper runs it): 45/43/4/4/4.
 pub const STANDARD_MIX: [u32; 5] = [45, 43, 4, 4, 4];
+
+/// Committed transactions per coordinator per second that no TPC-C run reaches: rooms
+/// sized from a run's length assume it. Measured at the defaults (8 warehouses, 16
+/// coordinators): about 1 250 on `mem` and 1 800 on `sim` (cx5).
+pub const TXNS_PER_COORDINATOR_SECOND_MAX: f64 = 4000.0;
+
+/// O_IDs per run of the placement of ORDER, NEW-ORDER and ORDER-LINE: one segment holds
+/// every district's orders of 1024 consecutive O_IDs (6 MB of ORDER-LINE at 8
+/// warehouses), so the room for later orders stays untouched until they come.
+const ORDER_RUN_LOG2: u8 = 10;
+/// ORDER-LINE rows per order on average (O_OL_CNT is uniform in 5..=15).
+const LINES_PER_ORDER_MEAN: u64 = 10;
+/// Smallest run of HISTORY's per-coordinator sequence.
+const HISTORY_RUN_LOG2_MIN: u32 = 10;
 
 /// Seed of the load-time generators and of the NURand C constants (fixed, so every
 /// table's loader and every coordinator agree).
@@ -160,12 +183,12 @@ const MIX: KnobSpec = KnobSpec {
 const NEW_ORDERS_MAX: KnobSpec = KnobSpec {
     name: "new_orders_max",
     default: "30000",
-    help: "NewOrders the run may commit per warehouse (sizes ORDER, NEW-ORDER, ORDER-LINE); raise for long runs",
+    help: "NewOrders the run may commit per warehouse (sizes ORDER, NEW-ORDER, ORDER-LINE); default: sized from the run's length (30000 when unknown)",
 };
 const PAYMENTS_MAX: KnobSpec = KnobSpec {
     name: "payments_max",
     default: "30000",
-    help: "Payments the run may commit per warehouse (sizes HISTORY); raise for long runs",
+    help: "Payments the run may commit per warehouse (sizes HISTORY); default: sized from the run's length (30000 when unknown)",
 };
 const ITEMS: KnobSpec = KnobSpec {
     name: "items",
@@ -243,6 +266,11 @@ pub struct Tpcc {
     c_run: NuRandC,
     /// Cumulative mix weights.
     mix_cum: [u64; 5],
+    /// `new_orders_max` and `payments_max` were given, not derived from the run.
+    room_fixed: [bool; 2],
+    /// Coordinators of the run, when known: HISTORY is then placed by runs of each
+    /// coordinator's sequence.
+    coordinators: usize,
 }
 
 /// Per-coordinator TPC-C state.
@@ -333,7 +361,52 @@ impl Tpcc {
             c_load,
             c_run,
             mix_cum,
+            room_fixed: [true; 2],
+            coordinators: 0,
         })
+    }
+
+    /// Expected commits of transaction type `ty` among `txns`.
+    fn share(&self, txns: f64, ty: usize) -> f64 {
+        txns * self.cfg.mix[ty] as f64 / self.mix_cum[4] as f64
+    }
+
+    /// The first HISTORY sequence number a coordinator uses when HISTORY is placed by
+    /// runs of `2^k`: run 0 holds the loaded rows (sequence = C_ID), so run-time rows
+    /// start in run 1 and no segment holds more than it was sized for.
+    fn history_seq_first(k: u32) -> u64 {
+        1 << k
+    }
+
+    /// HISTORY's placement and capacity when the coordinators are known: runs of
+    /// `2^k` values of every coordinator's sequence share a segment, `k` large enough
+    /// that run 0 holds all the loaded rows (sequence = C_ID) within its designed load.
+    /// Sequences advance on aborted Payments too, so the room assumes up to one abort
+    /// per commit.
+    fn history_runs(&self) -> Option<(KeyRuns, u64)> {
+        if self.coordinators == 0 {
+            return None;
+        }
+        let coords = self.coordinators as u64;
+        let dists = self.cfg.warehouses as u64 * DISTRICTS as u64;
+        let loaded = dists * self.cfg.customers as u64;
+        let k = loaded
+            .div_ceil(coords)
+            .max(self.cfg.customers as u64 + 1)
+            .next_power_of_two()
+            .trailing_zeros()
+            .clamp(HISTORY_RUN_LOG2_MIN, HISTORY_SEQ_BITS - 2);
+        let records_per_run = coords << k;
+        let seq_max = (Self::history_seq_first(k) + (2 * self.payments_per_district() as u64 * dists).div_ceil(coords))
+            .min(1 << HISTORY_SEQ_BITS);
+        let segments = (seq_max >> k) + 1;
+        let runs = KeyRuns {
+            seq_shift: SHARD_BITS as u8,
+            seq_bits: HISTORY_SEQ_BITS as u8,
+            run_log2: k as u8,
+            records_per_run,
+        };
+        Some((runs, segments * records_per_run))
     }
 
     /// The settings.
@@ -458,7 +531,9 @@ impl Workload for Tpcc {
             "coordinator" => HomeWarehouse::Coordinator,
             other => return Err(invalid(&HOME_WAREHOUSE, other, "must be `uniform` or `coordinator`")),
         };
-        Self::new(TpccConfig {
+        let given = |spec: &KnobSpec| knobs.iter().any(|(k, _)| k == spec.name);
+        let room_fixed = [given(&NEW_ORDERS_MAX), given(&PAYMENTS_MAX)];
+        let mut t = Self::new(TpccConfig {
             variant,
             warehouses: knobs.get(&WAREHOUSES)?,
             home,
@@ -467,7 +542,9 @@ impl Workload for Tpcc {
             payments_max: knobs.get(&PAYMENTS_MAX)?,
             items: knobs.get(&ITEMS)?,
             customers: knobs.get(&CUSTOMERS)?,
-        })
+        })?;
+        t.room_fixed = room_fixed;
+        Ok(t)
     }
 
     fn txn_types(&self) -> &'static [&'static str] {
@@ -478,27 +555,76 @@ impl Workload for Tpcc {
         let w = self.cfg.warehouses as u64;
         let dists = w * DISTRICTS as u64;
         let n = self.cfg.customers as u64;
-        let orders = dists * (n + self.orders_per_district() as u64);
-        let capacity = |table: u32| -> u64 {
-            match table {
-                WAREHOUSE_ID => w,
-                DISTRICT_ID | DELIVERY_CURSOR_ID => dists,
-                CUSTOMER_ID | LAST_ORDER_ID => dists * n,
-                HISTORY_ID => dists * (n + self.payments_per_district() as u64),
-                NEW_ORDER_ID => dists * (n - self.first_new_order() as u64 + 1 + self.orders_per_district() as u64),
-                ORDER_ID => orders,
-                // 10 lines per order on average; 10% for the spread of 5..=15 (the hash
-                // table's overflow space adds more).
-                ORDER_LINE_ID => orders * 11,
-                ITEM_ID => self.cfg.items as u64,
-                STOCK_ID => w * self.cfg.items as u64,
-                CUSTOMER_NAME_ID => dists * self.names() as u64,
-                _ => unreachable!("table ids are below TABLE_COUNT"),
-            }
+        // ORDER, NEW-ORDER and ORDER-LINE are placed by runs of O_ID (every district's
+        // orders of one run share a segment), one segment per run up to the last O_ID.
+        let run = 1u64 << ORDER_RUN_LOG2;
+        let order_segments = (n + self.orders_per_district() as u64) / run + 1;
+        let order_runs = KeyRuns {
+            seq_shift: SHARD_BITS as u8,
+            seq_bits: 32,
+            run_log2: ORDER_RUN_LOG2,
+            records_per_run: dists * run,
         };
+        let line_runs = KeyRuns {
+            seq_shift: SHARD_BITS as u8,
+            seq_bits: 36,
+            run_log2: ORDER_RUN_LOG2 + 4,
+            records_per_run: dists * run * LINES_PER_ORDER_MEAN,
+        };
+        let history = self.history_runs();
         (0..TABLE_COUNT)
-            .map(|t| TableSpec::new(t, TABLE_NAMES[t as usize], VALUE_BYTES[t as usize], capacity(t)))
+            .map(|t| {
+                let spec =
+                    |capacity: u64| TableSpec::new(t, TABLE_NAMES[t as usize], VALUE_BYTES[t as usize], capacity);
+                match t {
+                    WAREHOUSE_ID => spec(w),
+                    DISTRICT_ID | DELIVERY_CURSOR_ID => spec(dists),
+                    CUSTOMER_ID | LAST_ORDER_ID => spec(dists * n),
+                    HISTORY_ID => match history {
+                        Some((runs, capacity)) => spec(capacity).growing(dists * n, PAYMENTS_MAX.name).with_runs(runs),
+                        None => spec(dists * (n + self.payments_per_district() as u64))
+                            .growing(dists * n, PAYMENTS_MAX.name),
+                    },
+                    NEW_ORDER_ID => spec(order_segments * order_runs.records_per_run)
+                        .growing(dists * (n - self.first_new_order() as u64 + 1), NEW_ORDERS_MAX.name)
+                        .with_runs(order_runs),
+                    ORDER_ID => spec(order_segments * order_runs.records_per_run)
+                        .growing(dists * n, NEW_ORDERS_MAX.name)
+                        .with_runs(order_runs),
+                    ORDER_LINE_ID => spec(order_segments * line_runs.records_per_run)
+                        .growing(dists * n * LINES_PER_ORDER_MEAN, NEW_ORDERS_MAX.name)
+                        .with_runs(line_runs),
+                    ITEM_ID => spec(self.cfg.items as u64),
+                    STOCK_ID => spec(w * self.cfg.items as u64),
+                    CUSTOMER_NAME_ID => spec(dists * self.names() as u64),
+                    _ => unreachable!("table ids are below TABLE_COUNT"),
+                }
+            })
             .collect()
+    }
+
+    /// `new_orders_max` and `payments_max`, unless given, from the run's length: the
+    /// expected commits of each type at [`TXNS_PER_COORDINATOR_SECOND_MAX`] (or among
+    /// `--txns`), with [`room_per_part`]'s margin for the busiest district.
+    fn fit_to_run(mut self, hint: &RunHint) -> Self {
+        self.coordinators = hint.coordinators;
+        let Some(txns) = hint.txns_max(TXNS_PER_COORDINATOR_SECOND_MAX) else {
+            return self;
+        };
+        let dists = self.cfg.warehouses as u64 * DISTRICTS as u64;
+        let per_warehouse = |expected: f64, per_district_max: u64| -> u32 {
+            let room = room_per_part(expected, dists).min(per_district_max);
+            (room * DISTRICTS as u64).min(u32::MAX as u64) as u32
+        };
+        if !self.room_fixed[0] {
+            let o_id_max = u32::MAX as u64 - 1 - self.cfg.customers as u64;
+            self.cfg.new_orders_max = per_warehouse(self.share(txns, NEW_ORDER_TXN), o_id_max / DISTRICTS as u64);
+        }
+        if !self.room_fixed[1] {
+            let seq_max = (1u64 << HISTORY_SEQ_BITS) - 1;
+            self.cfg.payments_max = per_warehouse(self.share(txns, PAYMENT_TXN), seq_max - 1);
+        }
+        self
     }
 
     fn load(&self, table: u32, insert: &mut RecordSink<'_>) -> Result<(), StoreError> {
@@ -514,7 +640,9 @@ impl Workload for Tpcc {
                 HomeWarehouse::Coordinator => Some(compact % self.cfg.warehouses + 1),
             },
             hist_coord: compact + 1,
-            hist_seq: 0,
+            hist_seq: self
+                .history_runs()
+                .map_or(0, |(r, _)| Self::history_seq_first(r.run_log2 as u32) as u32),
             committed: [0; 5],
             rolled_back: 0,
             delivered: 0,
@@ -573,5 +701,163 @@ impl Workload for Tpcc {
 
     fn check(&self, locals: &[TpccLocal], snapshot: &Snapshot) -> Result<String, InvariantError> {
         check::check(self, locals, snapshot)
+    }
+}
+
+#[cfg(test)]
+mod room_tests {
+    //! Room for run-time inserts: sized from the run, knobs win, exhausted budgets named.
+
+    use std::time::Duration;
+
+    use dmtx_protocols::ford::FordLayout;
+    use dmtx_runtime::AbortReason;
+
+    use super::*;
+    use crate::testkit;
+
+    fn tpcc(pairs: &[&str]) -> Tpcc {
+        Tpcc::from_knobs(&Knobs::parse(pairs.iter().copied()).unwrap()).unwrap()
+    }
+
+    fn for_secs(secs: u64) -> RunHint {
+        RunHint {
+            duration: Some(Duration::from_secs(secs)),
+            txns: None,
+            coordinators: 16,
+        }
+    }
+
+    fn capacity(w: &Tpcc, table: u32) -> u64 {
+        w.tables()[table as usize].capacity
+    }
+
+    #[test]
+    fn room_grows_with_the_run_and_costs_nothing_until_used() {
+        let short = tpcc(&[]).fit_to_run(&for_secs(10));
+        let long = tpcc(&[]).fit_to_run(&for_secs(600));
+        // 10 min at the bound: 600 s x 16 x 4000 x 45% = 17.3 M NewOrders over 80 districts.
+        assert!(
+            long.cfg.new_orders_max as f64 >= 17.28e6 / 8.0,
+            "{}",
+            long.cfg.new_orders_max
+        );
+        assert!(
+            long.cfg.payments_max as f64 >= 16.5e6 / 8.0,
+            "{}",
+            long.cfg.payments_max
+        );
+        for t in [ORDER_ID, NEW_ORDER_ID, ORDER_LINE_ID, HISTORY_ID] {
+            assert!(
+                capacity(&long, t) > 30 * capacity(&short, t),
+                "table {}: {} vs {}",
+                TABLE_NAMES[t as usize],
+                capacity(&long, t),
+                capacity(&short, t)
+            );
+        }
+        // What loading writes does not depend on the room (within a segment's rounding).
+        let layout = FordLayout {};
+        for (a, b) in short.tables().iter().zip(long.tables().iter()) {
+            let (fa, fb) = (dmtx_store::footprint(a, &layout), dmtx_store::footprint(b, &layout));
+            assert!(
+                fb.loaded_bytes <= fa.loaded_bytes + (8 << 20),
+                "table {}: loaded {} B for a 10 s run, {} B for 10 min",
+                a.name,
+                fa.loaded_bytes,
+                fb.loaded_bytes
+            );
+        }
+        // A run stopping on a count gets room for that count.
+        let counted = tpcc(&[]).fit_to_run(&RunHint {
+            duration: None,
+            txns: Some(8000),
+            coordinators: 16,
+        });
+        assert!(counted.cfg.new_orders_max < 30_000 && counted.orders_per_district() as f64 >= 8000.0 * 0.45 / 80.0);
+    }
+
+    #[test]
+    fn history_run_0_holds_only_the_loaded_rows() {
+        let w = tpcc(&[]).fit_to_run(&for_secs(600));
+        let (runs, _) = w.history_runs().unwrap();
+        let first = Tpcc::history_seq_first(runs.run_log2 as u32);
+        assert!(
+            first > w.cfg.customers as u64,
+            "loaded sequences 1..={} reach run 1",
+            w.cfg.customers
+        );
+        assert!(runs.records_per_run >= 80 * w.cfg.customers as u64);
+        let local = w.local(
+            CoordId {
+                cn: 0,
+                thread: 1,
+                coroutine: 2,
+            },
+            1,
+        );
+        assert_eq!(local.hist_seq as u64, first);
+    }
+
+    #[test]
+    fn explicit_knobs_win_over_the_run() {
+        let w = tpcc(&["new_orders_max=5000", "payments_max=7000"]).fit_to_run(&for_secs(600));
+        assert_eq!((w.cfg.new_orders_max, w.cfg.payments_max), (5000, 7000));
+        let w = tpcc(&["new_orders_max=5000"]).fit_to_run(&for_secs(600));
+        assert_eq!(w.cfg.new_orders_max, 5000);
+        assert!(w.cfg.payments_max > 1_000_000);
+        // No hint of the run's length: the knobs' defaults.
+        let w = tpcc(&[]).fit_to_run(&RunHint::default());
+        assert_eq!((w.cfg.new_orders_max, w.cfg.payments_max), (30_000, 30_000));
+    }
+
+    #[test]
+    fn growing_tables_name_their_knob() {
+        let w = tpcc(&[]);
+        for spec in w.tables() {
+            let knob = match spec.id {
+                ORDER_ID | NEW_ORDER_ID | ORDER_LINE_ID => Some("new_orders_max"),
+                HISTORY_ID => Some("payments_max"),
+                _ => None,
+            };
+            assert_eq!(spec.growth_knob, knob, "{}", spec.name);
+        }
+    }
+
+    /// Goal: the check names every budget that ran out, not the first. Method: budgets
+    /// of one NewOrder and one Payment per district, a mix of both, and enough of each.
+    #[test]
+    fn every_exhausted_budget_is_named() {
+        let w = tpcc(&[
+            "warehouses=1",
+            "items=1000",
+            "customers=60",
+            "mix=1,1,0,0,0",
+            "new_orders_max=10",
+            "payments_max=10",
+        ]);
+        let r = testkit::run_under_ford(&w, 1, 120, 71);
+        assert!(r.aborts.get(&AbortReason::TableFull).copied().unwrap_or(0) > 0, "{r:?}");
+        let e = w.check(&r.locals, &r.snapshot).unwrap_err();
+        assert_eq!(e.invariant, "tpcc_capacity");
+        let msg = e.to_string();
+        assert!(msg.contains("raise `new_orders_max`"), "{msg}");
+        assert!(msg.contains("raise `payments_max`"), "{msg}");
+    }
+
+    /// Goal: the run-sized placement (HISTORY by coordinator sequence, orders by O_ID)
+    /// keeps every consistency condition. Method: a small database sized for four
+    /// coordinators, run under FORD, checked.
+    #[test]
+    fn a_run_sized_database_passes_the_check() {
+        let w = tpcc(&["warehouses=2", "items=1000", "customers=60"]).fit_to_run(&RunHint {
+            duration: None,
+            txns: Some(400),
+            coordinators: 4,
+        });
+        assert!(w.history_runs().is_some());
+        let r = testkit::run_under_ford(&w, 4, 100, 72);
+        assert_eq!(r.aborts.get(&AbortReason::TableFull), None, "{r:?}");
+        w.check(&r.locals, &r.snapshot).unwrap();
     }
 }

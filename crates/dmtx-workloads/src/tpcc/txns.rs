@@ -234,6 +234,7 @@ impl Tpcc {
             let dist = txn.get_mut(di);
             if dist.next_o_id > self.cfg.customers + self.orders_per_district() {
                 // ORDER, NEW-ORDER and ORDER-LINE were sized for fewer orders.
+                txn.coord.ctx.last_table_full = Some(ORDER_LINE_ID);
                 return Err(table_full());
             }
             dist.next_o_id += 1;
@@ -349,6 +350,7 @@ impl Tpcc {
             seq,
         } = *input;
         if seq >= 1 << HISTORY_SEQ_BITS {
+            coord.ctx.last_table_full = Some(HISTORY_ID);
             return Err(table_full());
         }
         let date = now(coord);
@@ -370,6 +372,7 @@ impl Tpcc {
 
         if txn.get(di).payments >= self.payments_per_district() {
             // HISTORY was sized for fewer payments.
+            txn.coord.ctx.last_table_full = Some(HISTORY_ID);
             return Err(table_full());
         }
         let w_name = {

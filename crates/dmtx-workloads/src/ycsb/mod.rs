@@ -55,9 +55,13 @@
 //! ranks **its own** committed inserts newest first, then the loaded records from the
 //! highest key down (a simplification: a coordinator never reads another's fresh
 //! inserts, and the Zipfian spans the loaded count, so the oldest `own inserts` loaded
-//! records are never drawn). The tables are sized with `insert_room` extra records
-//! (default: `records`); once a table is full, inserts abort with `table_full`, so size it
-//! to the run: about `0.05 × ops_per_txn` inserts per committed transaction.
+//! records are never drawn). The tables are sized with `insert_room` extra records:
+//! unless given, enough for the run (its `--txns`, or its length at
+//! [`TXNS_PER_COORDINATOR_SECOND_MAX`] commits per coordinator per second, about
+//! `0.05 × ops_per_txn` inserts each), else `records`; once a table is full, inserts
+//! abort with `table_full`. With a power-of-two partition count and the run's
+//! coordinators known, a table is placed by runs of each coordinator's insert index
+//! (`dmtx_store::KeyRuns`), so the room costs memory only as inserts fill it.
 //!
 //! # Transaction types
 //!
@@ -110,13 +114,13 @@
 //!    or 3.
 
 use dmtx_runtime::{did_you_mean, Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, ObjRef, Protocol, Table};
-use dmtx_store::{StoreError, TableSpec};
+use dmtx_store::{KeyRuns, StoreError, TableSpec};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 use crate::workload::invalid;
 use crate::zipf::{KeyGen, Zipf};
-use crate::{InvariantError, Outcome, RecordSink, Snapshot, Workload};
+use crate::{room_per_part, InvariantError, Outcome, RecordSink, RunHint, Snapshot, Workload};
 use plan::{Dist, OpKind, Plan};
 
 mod check;
@@ -211,7 +215,7 @@ const INSERT_ROOM: KnobSpec = KnobSpec {
     name: "insert_room",
     default: "0",
     help: "extra records of room for inserts (core=d, ~0.05 x ops_per_txn per txn; a full table \
-           aborts them with table_full); 0 = as many as `records`",
+           aborts them with table_full); default: sized from the run's length; 0 = as many as `records`",
 };
 
 /// The unit of `write_ratio`.
@@ -358,7 +362,19 @@ pub struct Ycsb {
     /// Generators: `[0]` over the whole table (`nodes_per_txn = 0`) or over a partition
     /// of `records / N` keys; `[1]` over the partitions of one more key.
     dists: Vec<Dist>,
+    /// `insert_room` was given, not derived from the run.
+    room_fixed: bool,
+    /// Coordinators of the run, when known: inserts are then placed by runs of each
+    /// coordinator's insert index.
+    coordinators: usize,
 }
+
+/// Committed core=d transactions per coordinator per second that no run reaches: the
+/// room for inserts sized from a run's length assumes it.
+pub const TXNS_PER_COORDINATOR_SECOND_MAX: f64 = 10_000.0;
+
+/// Smallest run of a coordinator's insert index.
+const INSERT_RUN_LOG2_MIN: u32 = 10;
 
 /// Per-coordinator YCSB state.
 #[derive(Debug)]
@@ -511,7 +527,42 @@ impl Ycsb {
             }
             d
         };
-        Ok(Self { cfg, dists })
+        Ok(Self {
+            cfg,
+            dists,
+            room_fixed: true,
+            coordinators: 0,
+        })
+    }
+
+    /// The placement of partition tables holding `loaded` records and `room` inserts,
+    /// when the coordinators are known and the key's insert index is a bit field (a
+    /// power-of-two partition count): runs of `2^k` values of every coordinator's insert
+    /// index share a segment, `k` large enough that the loaded records (insert index 0)
+    /// at most double the first segment's designed load. Coordinators insert at their
+    /// own pace, so the segments reach twice the even share. Returns the runs and the
+    /// capacity.
+    fn insert_runs(&self, loaded: u64, room: u64) -> Option<(KeyRuns, u64)> {
+        let n = self.cfg.partitions as u64;
+        if self.coordinators == 0 || !n.is_power_of_two() || self.insert_room() == 0 {
+            return None;
+        }
+        let coords = self.coordinators as u64;
+        let k = loaded
+            .div_ceil(coords)
+            .next_power_of_two()
+            .trailing_zeros()
+            .clamp(INSERT_RUN_LOG2_MIN, INSERT_SEQ_MAX.trailing_zeros() - 1);
+        let records_per_run = coords << k;
+        let index_max = (2 * room).div_ceil(coords).min(INSERT_SEQ_MAX);
+        let segments = (index_max >> k) + 1;
+        let runs = KeyRuns {
+            seq_shift: (COORD_BITS + n.trailing_zeros()) as u8,
+            seq_bits: INSERT_SEQ_MAX.trailing_zeros() as u8,
+            run_log2: k as u8,
+            records_per_run,
+        };
+        Some((runs, segments * records_per_run))
     }
 
     /// The settings.
@@ -629,7 +680,9 @@ impl Workload for Ycsb {
         cfg.partitions = knobs.get(&PARTITIONS)?;
         cfg.nodes_per_txn = knobs.get(&NODES_PER_TXN)?;
         cfg.insert_room = knobs.get(&INSERT_ROOM)?;
-        Self::new(cfg)
+        let mut y = Self::new(cfg)?;
+        y.room_fixed = knob_given(knobs, &INSERT_ROOM);
+        Ok(y)
     }
 
     fn txn_types(&self) -> &'static [&'static str] {
@@ -651,9 +704,31 @@ impl Workload for Ycsb {
                     format!("ycsb_{p}")
                 };
                 let loaded = self.partition_len(p);
-                TableSpec::new(p, name, self.record_bytes() as u32, loaded + room)
+                let spec = |capacity: u64| TableSpec::new(p, name, self.record_bytes() as u32, capacity);
+                match (room, self.insert_runs(loaded, room)) {
+                    (0, _) => spec(loaded),
+                    (_, None) => spec(loaded + room).growing(loaded, INSERT_ROOM.name),
+                    (_, Some((runs, capacity))) => spec(capacity.max(loaded + room))
+                        .growing(loaded, INSERT_ROOM.name)
+                        .with_runs(runs),
+                }
             })
             .collect()
+    }
+
+    /// `insert_room` (core=d), unless given, from the run's length: about
+    /// `0.05 × ops_per_txn` inserts per commit at [`TXNS_PER_COORDINATOR_SECOND_MAX`]
+    /// (or among `--txns`), with [`room_per_part`]'s margin.
+    fn fit_to_run(mut self, hint: &RunHint) -> Self {
+        self.coordinators = hint.coordinators;
+        if self.cfg.preset != Preset::D || self.room_fixed {
+            return self;
+        }
+        if let Some(txns) = hint.txns_max(TXNS_PER_COORDINATOR_SECOND_MAX) {
+            let inserts = txns * 0.05 * self.cfg.ops_per_txn as f64;
+            self.cfg.insert_room = room_per_part(inserts, 1).max(1);
+        }
+        self
     }
 
     fn load(&self, table: u32, insert: &mut RecordSink<'_>) -> Result<(), StoreError> {
@@ -745,3 +820,58 @@ impl Workload for Ycsb {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod room_tests {
+    //! Room for core=d inserts: sized from the run, the knob wins, placed by runs.
+
+    use std::time::Duration;
+
+    use dmtx_runtime::AbortReason;
+
+    use super::*;
+    use crate::testkit;
+
+    fn ycsb(pairs: &[&str]) -> Ycsb {
+        Ycsb::from_knobs(&Knobs::parse(pairs.iter().copied()).unwrap()).unwrap()
+    }
+
+    fn for_secs(secs: u64) -> RunHint {
+        RunHint {
+            duration: Some(Duration::from_secs(secs)),
+            txns: None,
+            coordinators: 16,
+        }
+    }
+
+    #[test]
+    fn insert_room_grows_with_the_run_unless_given() {
+        let short = ycsb(&["core=d"]).fit_to_run(&for_secs(10));
+        let long = ycsb(&["core=d"]).fit_to_run(&for_secs(600));
+        assert!(long.insert_room() > 50 * short.insert_room());
+        assert!(long.tables()[0].capacity > long.insert_room());
+        assert_eq!(long.tables()[0].growth_knob, Some("insert_room"));
+        assert!(long.tables()[0].runs.is_some());
+        let fixed = ycsb(&["core=d", "insert_room=300"]).fit_to_run(&for_secs(600));
+        assert_eq!(fixed.insert_room(), 300);
+        let no_inserts = ycsb(&["core=a"]).fit_to_run(&for_secs(600));
+        assert_eq!(no_inserts.tables()[0].capacity, 100_000);
+        assert_eq!(no_inserts.tables()[0].growth_knob, None);
+    }
+
+    /// Goal: placement by runs of the insert index keeps inserted and loaded records
+    /// findable. Method: a core=d run sized for its four coordinators, checked.
+    #[test]
+    fn a_run_sized_insert_table_passes_the_check() {
+        let y = ycsb(&["core=d", "records=2000", "fields=2", "field_bytes=8", "partitions=2"]).fit_to_run(&RunHint {
+            duration: None,
+            txns: Some(2000),
+            coordinators: 4,
+        });
+        assert!(y.tables().iter().all(|t| t.runs.is_some()));
+        let r = testkit::run_under_ford(&y, 4, 500, 9);
+        assert_eq!(r.aborts.get(&AbortReason::TableFull), None, "{r:?}");
+        assert!(r.locals.iter().map(|l| l.inserted_total).sum::<u64>() > 100);
+        y.check(&r.locals, &r.snapshot).unwrap();
+    }
+}
