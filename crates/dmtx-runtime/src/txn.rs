@@ -606,6 +606,7 @@ mod tests {
             bucket_bytes: 8,
             bucket_count: 1,
             overflow_bucket_count: 0,
+            runs: None,
             replicas: vec![(dmtx_verbs::MnId(0), 0)],
         };
         let fabric = dmtx_verbs::MemFabric::new(vec![]);
