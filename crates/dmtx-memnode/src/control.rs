@@ -134,7 +134,7 @@ pub enum ControlError {
         name: String,
     },
     /// A named entry broke one of the store's limits (name length, value size, count).
-    #[error("{mn}: named entry `{name}`: {what} of {value} is outside the limit of {limit}; {}", what.fix())]
+    #[error("{mn}: named entry `{name}`: {what} is {value}, over the limit of {limit}; {}", what.fix())]
     NamedLimit {
         /// The node.
         mn: MnId,
@@ -185,9 +185,9 @@ impl NamedLimitKind {
 impl std::fmt::Display for NamedLimitKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            NamedLimitKind::NameBytes => "a name (bytes)",
-            NamedLimitKind::ValueBytes => "a value (bytes)",
-            NamedLimitKind::Count => "the entry count",
+            NamedLimitKind::NameBytes => "its name's length in bytes (1 at least)",
+            NamedLimitKind::ValueBytes => "its value's length in bytes",
+            NamedLimitKind::Count => "the node's entry count with it",
         })
     }
 }

@@ -349,6 +349,8 @@ mod tests {
             r => panic!("expected a limit error, got {r:?}"),
         };
         assert_eq!(limit(n.put_named("", b"x")), (NamedLimitKind::NameBytes, 0, 128));
+        let e = n.put_named("", b"x").unwrap_err().to_string();
+        assert!(e.contains("length in bytes (1 at least) is 0"), "{e}");
         let long = "é".repeat(100);
         assert_eq!(limit(n.put_named(&long, b"x")), (NamedLimitKind::NameBytes, 200, 128));
         let big = vec![0u8; crate::control::NAMED_VALUE_BYTES_MAX + 1];
@@ -360,7 +362,11 @@ mod tests {
             n.put_named(&format!("k{i:03}"), b"v").unwrap();
         }
         let e = n.put_named("one-too-many", b"v").unwrap_err();
-        assert!(e.to_string().contains("entry count of 257"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("entry count with it is 257, over the limit of 256"),
+            "{e}"
+        );
         assert_eq!(n.names().len(), NAMED_COUNT_MAX);
     }
 }
