@@ -9,31 +9,37 @@
 //! | bytes | field |
 //! |-------|-------|
 //! | 0..8  | magic `b"DMTXMETA"` |
-//! | 8..12 | format version u32 (2: table entries carry their placement by runs) |
+//! | 8..12 | format version u32 (3: table entries carry their placement by runs, named entries follow the tables) |
 //! | 12..14 | node id u16 |
 //! | 14..22 | region bytes u64 |
 //! | 22..30 | allocator cursor (`next_free`) u64 |
-//! | 30..  | the table list, encoded as a CONTROL_RESULT `TABLES` payload ([`crate::server::wire`]) |
+//! | 30..34 | `T`, bytes of the table list u32 |
+//! | 34..34+T | the table list, encoded as a CONTROL_RESULT `TABLES` payload ([`crate::server::wire`]) |
+//! | 34+T.. | the named entries: count u32, per entry name len u16 + UTF-8, value len u32 + bytes |
+//!
+//! Sidecars of earlier formats (1: no runs, no named entries; 2: one of the two) are
+//! refused with the fix: their table entries do not decode as this build writes them.
 //!
 //! # Crash ordering
 //!
 //! The sidecar is replaced atomically (write a temporary file, fsync, rename, fsync the
-//! directory), after every allocation and every published table. Before a table enters
-//! the sidecar, the whole region is msynced, so a table in the catalog implies its loaded
-//! bytes are durable. A crash between an allocation and its sidecar update loses only
+//! directory), after every allocation, every published table and every named entry.
+//! Before a table or a named entry enters the sidecar, the whole region is msynced, so an
+//! entry in the catalog implies the bytes loaded before it are durable. A crash between an allocation and its sidecar update loses only
 //! the record of space nobody has been told about yet.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use dmtx_verbs::MnId;
 
-use crate::server::wire::ControlReply;
+use crate::server::wire::{decode_named_entries, encode_named_entries, ControlReply};
 use crate::TableMeta;
 
 const MAGIC: &[u8; 8] = b"DMTXMETA";
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 const HEADER_BYTES: usize = 30;
 
 /// A backed node's durable state besides its region bytes.
@@ -43,6 +49,7 @@ pub(crate) struct NodeMeta {
     pub region_bytes: u64,
     pub next_free: u64,
     pub tables: Vec<TableMeta>,
+    pub named: BTreeMap<String, Vec<u8>>,
 }
 
 /// Where a backed node's sidecar lives.
@@ -134,7 +141,9 @@ impl Sidecar {
         let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap());
         let version = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
         if version != VERSION {
-            return Err(corrupt(format!("format version {version}, this build reads {VERSION}")));
+            return Err(corrupt(format!(
+                "format version {version}, this build reads {VERSION} (an older build made it)"
+            )));
         }
         let node = MnId(u16::from_le_bytes(bytes[12..14].try_into().unwrap()));
         let (region_bytes, next_free) = (u64_at(14), u64_at(22));
@@ -143,16 +152,30 @@ impl Sidecar {
                 "allocator cursor {next_free} beyond the region's {region_bytes} bytes"
             )));
         }
-        let tables = match ControlReply::decode(&bytes[HEADER_BYTES..]) {
+        let rest = &bytes[HEADER_BYTES..];
+        let Some((len, rest)) = rest.split_first_chunk::<4>() else {
+            return Err(corrupt("no table list length".into()));
+        };
+        let len = u32::from_le_bytes(*len) as usize;
+        if len > rest.len() {
+            return Err(corrupt(format!(
+                "table list of {len} bytes, {} left in the file",
+                rest.len()
+            )));
+        }
+        let (table_bytes, named_bytes) = rest.split_at(len);
+        let tables = match ControlReply::decode(table_bytes) {
             Ok(ControlReply::Tables(t)) => t,
             Ok(_) => return Err(corrupt("no table list".into())),
             Err(e) => return Err(corrupt(format!("table list: {e}"))),
         };
+        let named = decode_named_entries(named_bytes).map_err(|e| corrupt(format!("named entries: {e}")))?;
         Ok(NodeMeta {
             node,
             region_bytes,
             next_free,
             tables,
+            named,
         })
     }
 
@@ -164,7 +187,12 @@ impl Sidecar {
         out.extend_from_slice(&meta.node.0.to_le_bytes());
         out.extend_from_slice(&meta.region_bytes.to_le_bytes());
         out.extend_from_slice(&meta.next_free.to_le_bytes());
+        let len_at = out.len();
+        out.extend_from_slice(&[0; 4]);
         ControlReply::Tables(meta.tables.clone()).encode(&mut out);
+        let table_bytes = (out.len() - len_at - 4) as u32;
+        out[len_at..len_at + 4].copy_from_slice(&table_bytes.to_le_bytes());
+        encode_named_entries(&mut out, &meta.named);
         let io = |error| BackingError::Io {
             path: self.path.clone(),
             error,
@@ -204,6 +232,7 @@ mod tests {
                 replicas: vec![(MnId(2), 64), (MnId(0), 64)],
                 runs: None,
             }],
+            named: BTreeMap::from([("log/0".to_owned(), vec![7; 20]), ("ts".to_owned(), vec![])]),
         }
     }
 
@@ -249,5 +278,22 @@ mod tests {
         bad[22..30].copy_from_slice(&u64::MAX.to_le_bytes());
         fs::write(&s.path, &bad).unwrap();
         assert!(matches!(s.load(MnId(2), 1 << 20), Err(BackingError::Corrupt { .. })));
+        let mut bad = good.clone();
+        bad[30..34].copy_from_slice(&u32::MAX.to_le_bytes());
+        fs::write(&s.path, &bad).unwrap();
+        assert!(matches!(s.load(MnId(2), 1 << 20), Err(BackingError::Corrupt { .. })));
+    }
+
+    /// Goal: a sidecar of an earlier format is refused with the fix, not misread.
+    #[test]
+    fn an_older_sidecar_is_refused_with_the_fix() {
+        let s = Sidecar::of(&scratch("v2"));
+        s.save(&meta()).unwrap();
+        let mut bytes = fs::read(&s.path).unwrap();
+        bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+        fs::write(&s.path, &bytes).unwrap();
+        let e = s.load(MnId(2), 1 << 20).unwrap_err().to_string();
+        assert!(e.contains("format version 2, this build reads 3"), "{e}");
+        assert!(e.contains("move the backing file and its .meta aside"), "{e}");
     }
 }

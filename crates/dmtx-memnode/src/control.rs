@@ -56,6 +56,15 @@ impl TableMeta {
     }
 }
 
+/// Longest name of a named entry, in UTF-8 bytes (names are 1..=this).
+pub const NAME_BYTES_MAX: usize = 128;
+/// Largest value of a named entry: small records (an area's address, a counter's
+/// word), not data; bulk bytes go into the region through `alloc` and `load`.
+pub const NAMED_VALUE_BYTES_MAX: usize = 4096;
+/// Most named entries one memory node keeps. With [`NAMED_VALUE_BYTES_MAX`] and
+/// [`NAME_BYTES_MAX`] this bounds a node's named store (and a NAMES reply) at about 1 MiB.
+pub const NAMED_COUNT_MAX: usize = 256;
+
 /// Why a control call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -122,6 +131,99 @@ pub enum ControlError {
         /// The existing table's name.
         name: String,
     },
+    /// A named entry with this name was already published on the node: a remote node
+    /// still holds the named metadata of an earlier run (or one run published it twice).
+    #[error(
+        "{mn}: name `{name}` is already published: the memory nodes hold named metadata from an \
+         earlier run; restart them, or use `dmtx cluster up`, which starts fresh ones"
+    )]
+    DuplicateName {
+        /// The node.
+        mn: MnId,
+        /// The name.
+        name: String,
+    },
+    /// No entry of this name is published on the node.
+    #[error(
+        "{mn}: nothing is published under the name `{name}`; the protocol's `setup_run` must \
+         publish it before compute nodes set up their coordinators"
+    )]
+    UnknownName {
+        /// The node.
+        mn: MnId,
+        /// The name asked for.
+        name: String,
+    },
+    /// A named entry broke one of the store's limits (name length, value size, count).
+    #[error("{mn}: named entry `{name}`: {what} is {value}, over the limit of {limit}; {}", what.fix())]
+    NamedLimit {
+        /// The node.
+        mn: MnId,
+        /// The name (cut to [`NAME_BYTES_MAX`] bytes when it is itself too long).
+        name: String,
+        /// Which limit: [`NamedLimitKind`].
+        what: NamedLimitKind,
+        /// The offending size or count.
+        value: u64,
+        /// The limit.
+        limit: u64,
+    },
+}
+
+/// Which limit of a node's named store an entry broke.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NamedLimitKind {
+    /// The name is empty or longer than [`NAME_BYTES_MAX`] bytes.
+    NameBytes,
+    /// The value is longer than [`NAMED_VALUE_BYTES_MAX`] bytes.
+    ValueBytes,
+    /// The node already keeps [`NAMED_COUNT_MAX`] entries.
+    Count,
+}
+
+impl NamedLimitKind {
+    /// Its wire code.
+    pub fn code(self) -> u8 {
+        match self {
+            NamedLimitKind::NameBytes => 1,
+            NamedLimitKind::ValueBytes => 2,
+            NamedLimitKind::Count => 3,
+        }
+    }
+
+    /// The kind with wire code `c`.
+    pub fn from_code(c: u8) -> Option<Self> {
+        Some(match c {
+            1 => NamedLimitKind::NameBytes,
+            2 => NamedLimitKind::ValueBytes,
+            3 => NamedLimitKind::Count,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for NamedLimitKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NamedLimitKind::NameBytes => "its name's length in bytes (1 at least)",
+            NamedLimitKind::ValueBytes => "its value's length in bytes",
+            NamedLimitKind::Count => "the node's entry count with it",
+        })
+    }
+}
+
+impl NamedLimitKind {
+    /// What to do about it.
+    fn fix(self) -> &'static str {
+        match self {
+            NamedLimitKind::NameBytes => "use a non-empty, shorter name",
+            NamedLimitKind::ValueBytes => {
+                "publish a small record (node, offset, length) and keep the bytes in an allocated area"
+            }
+            NamedLimitKind::Count => "publish fewer entries, or restart the memory nodes to drop old ones",
+        }
+    }
 }
 
 /// `Result` with a [`ControlError`].
@@ -141,4 +243,42 @@ pub trait Control: Send + Sync {
     fn put_table(&self, mn: MnId, meta: &TableMeta) -> Result<()>;
     /// Every table published on `mn`.
     fn tables(&self, mn: MnId) -> Result<Vec<TableMeta>>;
+    /// Publish `value` under `name` on `mn`: run-wide metadata any compute node can
+    /// fetch (a protocol's shared areas, found by name). A name is published once per
+    /// node ([`ControlError::DuplicateName`]); names are 1..=[`NAME_BYTES_MAX`] UTF-8
+    /// bytes, values at most [`NAMED_VALUE_BYTES_MAX`], at most [`NAMED_COUNT_MAX`] per node.
+    fn put_named(&self, mn: MnId, name: &str, value: &[u8]) -> Result<()>;
+    /// The value published under `name` on `mn` ([`ControlError::UnknownName`] if none).
+    fn named(&self, mn: MnId, name: &str) -> Result<Vec<u8>>;
+    /// Every name published on `mn`, in byte order.
+    fn names(&self, mn: MnId) -> Result<Vec<String>>;
+}
+
+/// Check `name` and `value` against the named store's size limits (not the count).
+/// Every implementation of [`Control::put_named`] applies it, so a bad entry fails alike
+/// in-process, over the wire and in a sizing pass.
+pub fn check_named(mn: MnId, name: &str, value: &[u8]) -> Result<()> {
+    let limit = |what: NamedLimitKind, value: usize, limit: usize| ControlError::NamedLimit {
+        mn,
+        name: cut(name, NAME_BYTES_MAX).to_owned(),
+        what,
+        value: value as u64,
+        limit: limit as u64,
+    };
+    if name.is_empty() || name.len() > NAME_BYTES_MAX {
+        return Err(limit(NamedLimitKind::NameBytes, name.len(), NAME_BYTES_MAX));
+    }
+    if value.len() > NAMED_VALUE_BYTES_MAX {
+        return Err(limit(NamedLimitKind::ValueBytes, value.len(), NAMED_VALUE_BYTES_MAX));
+    }
+    Ok(())
+}
+
+/// `s` cut to at most `n` bytes, at a character boundary.
+fn cut(s: &str, n: usize) -> &str {
+    let mut n = n.min(s.len());
+    while !s.is_char_boundary(n) {
+        n -= 1;
+    }
+    &s[..n]
 }

@@ -3,7 +3,8 @@
 //! A [`MemNode`] owns one registered [`Region`](dmtx_verbs::Region), a bump allocator
 //! over it and a catalog of [`TableMeta`]. Before a run, compute nodes talk to it
 //! through the [`Control`] interface: allocate space, bulk-load bytes, publish and fetch
-//! table metadata, allocate per-coordinator log areas. During a run the node only
+//! table metadata, allocate per-coordinator log areas, and publish and fetch small named
+//! entries (run-wide metadata such as a shared counter's address, found by name). During a run the node only
 //! serves verbs; it never runs concurrency control, walks an index or installs a log.
 //!
 //! [`LocalCluster`] is a set of in-process nodes with their [`MemFabric`](dmtx_verbs::MemFabric).
@@ -30,6 +31,9 @@ mod node;
 pub mod server;
 
 pub use backing::BackingError;
-pub use control::{Control, ControlError, Result, Runs, TableMeta};
+pub use control::{
+    check_named, Control, ControlError, NamedLimitKind, Result, Runs, TableMeta, NAMED_COUNT_MAX,
+    NAMED_VALUE_BYTES_MAX, NAME_BYTES_MAX,
+};
 pub use local::LocalCluster;
 pub use node::MemNode;

@@ -68,6 +68,15 @@ impl Control for LocalCluster {
     fn tables(&self, mn: MnId) -> Result<Vec<TableMeta>> {
         Ok(self.node(mn)?.tables())
     }
+    fn put_named(&self, mn: MnId, name: &str, value: &[u8]) -> Result<()> {
+        self.node(mn)?.put_named(name, value)
+    }
+    fn named(&self, mn: MnId, name: &str) -> Result<Vec<u8>> {
+        self.node(mn)?.named(name)
+    }
+    fn names(&self, mn: MnId) -> Result<Vec<String>> {
+        Ok(self.node(mn)?.names())
+    }
 }
 
 #[cfg(test)]
@@ -84,5 +93,19 @@ mod tests {
         let c = LocalCluster::try_new(2, 1 << 20).unwrap();
         assert_eq!(c.mn_count(), 2);
         assert_eq!(c.node(MnId(1)).unwrap().region().bytes(), 1 << 20);
+    }
+
+    /// Goal: named entries are per node, and an unknown node is an error, not a panic.
+    #[test]
+    fn named_entries_are_kept_per_node() {
+        let c = LocalCluster::new(2, 1 << 16);
+        c.put_named(MnId(1), "x", b"on one").unwrap();
+        assert_eq!(c.named(MnId(1), "x").unwrap(), b"on one");
+        assert!(matches!(c.named(MnId(0), "x"), Err(ControlError::UnknownName { .. })));
+        assert_eq!(c.names(MnId(0)).unwrap(), Vec::<String>::new());
+        assert!(matches!(
+            c.put_named(MnId(2), "x", b""),
+            Err(ControlError::UnknownNode { mn_count: 2, .. })
+        ));
     }
 }

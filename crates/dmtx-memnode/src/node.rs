@@ -1,5 +1,6 @@
 //! One memory node: region, allocator, catalog.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -7,6 +8,7 @@ use dmtx_verbs::region::RegionAllocError;
 use dmtx_verbs::{MnId, Region};
 
 use crate::backing::{BackingError, NodeMeta, Sidecar};
+use crate::control::{check_named, NamedLimitKind, NAMED_COUNT_MAX};
 use crate::{ControlError, Result, TableMeta};
 
 /// A memory node's state. The region is shared with whatever serves verbs on it.
@@ -24,6 +26,9 @@ struct NodeState {
     /// Invariant: every byte below `next_free` was handed out by `alloc`; none above.
     next_free: u64,
     tables: Vec<TableMeta>,
+    /// Invariant: every entry passed [`check_named`], and there are at most
+    /// [`NAMED_COUNT_MAX`]; an entry, once published, never changes.
+    named: BTreeMap<String, Vec<u8>>,
 }
 
 /// The first bytes of a region are never handed out, so offset 0 can mean "null".
@@ -53,6 +58,7 @@ impl MemNode {
             state: Mutex::new(NodeState {
                 next_free: RESERVED_PREFIX,
                 tables: Vec::new(),
+                named: BTreeMap::new(),
             }),
             sidecar: None,
         }
@@ -82,14 +88,18 @@ impl MemNode {
             error,
         })?;
         let reopened = saved.is_some();
-        let (next_free, tables) = match saved {
-            Some(m) => (m.next_free, m.tables),
-            None => (RESERVED_PREFIX, Vec::new()),
+        let (next_free, tables, named) = match saved {
+            Some(m) => (m.next_free, m.tables, m.named),
+            None => (RESERVED_PREFIX, Vec::new(), BTreeMap::new()),
         };
         let node = Self {
             id,
             region: Arc::new(region),
-            state: Mutex::new(NodeState { next_free, tables }),
+            state: Mutex::new(NodeState {
+                next_free,
+                tables,
+                named,
+            }),
             sidecar: Some(sidecar),
         };
         if !reopened {
@@ -107,6 +117,7 @@ impl MemNode {
             region_bytes: self.region.bytes(),
             next_free: st.next_free,
             tables: st.tables.clone(),
+            named: st.named.clone(),
         })
     }
 
@@ -193,6 +204,59 @@ impl MemNode {
     pub fn tables(&self) -> Vec<TableMeta> {
         self.state.lock().unwrap().tables.clone()
     }
+
+    /// Publish `value` under `name` (see [`crate::Control::put_named`]).
+    pub fn put_named(&self, name: &str, value: &[u8]) -> Result<()> {
+        check_named(self.id, name, value)?;
+        let mut st = self.state.lock().unwrap();
+        if st.named.contains_key(name) {
+            return Err(ControlError::DuplicateName {
+                mn: self.id,
+                name: name.to_owned(),
+            });
+        }
+        if st.named.len() >= NAMED_COUNT_MAX {
+            return Err(ControlError::NamedLimit {
+                mn: self.id,
+                name: name.to_owned(),
+                what: NamedLimitKind::Count,
+                value: st.named.len() as u64 + 1,
+                limit: NAMED_COUNT_MAX as u64,
+            });
+        }
+        if self.sidecar.is_some() {
+            // An entry usually names bytes loaded into the region (a log area's header):
+            // they must be durable before a restarted node hands the entry out.
+            self.region
+                .persist(0, self.region.bytes())
+                .map_err(|e| self.persist_error(e))?;
+        }
+        st.named.insert(name.to_owned(), value.to_vec());
+        if let Err(e) = self.save(&st) {
+            st.named.remove(name);
+            return Err(self.persist_error(e));
+        }
+        Ok(())
+    }
+
+    /// The value published under `name`.
+    pub fn named(&self, name: &str) -> Result<Vec<u8>> {
+        self.state
+            .lock()
+            .unwrap()
+            .named
+            .get(name)
+            .cloned()
+            .ok_or_else(|| ControlError::UnknownName {
+                mn: self.id,
+                name: name.to_owned(),
+            })
+    }
+
+    /// Every published name, in byte order.
+    pub fn names(&self) -> Vec<String> {
+        self.state.lock().unwrap().named.keys().cloned().collect()
+    }
 }
 
 #[cfg(test)]
@@ -224,11 +288,18 @@ mod tests {
             let at = n.alloc(100, 64).unwrap();
             n.load(at, b"durable").unwrap();
             n.put_table(&m).unwrap();
+            n.put_named("ts/counter", &at.to_le_bytes()).unwrap();
             at
         };
         let (n, reopened) = MemNode::open_backed(MnId(0), &path, 1 << 16).unwrap();
         assert!(reopened);
         assert_eq!(n.tables(), vec![m.clone()]);
+        assert_eq!(n.names(), vec!["ts/counter".to_owned()]);
+        assert_eq!(n.named("ts/counter").unwrap(), at.to_le_bytes());
+        assert!(matches!(
+            n.put_named("ts/counter", b"again"),
+            Err(ControlError::DuplicateName { .. })
+        ));
         let mut back = [0u8; 7];
         n.region().read(at, &mut back).unwrap();
         assert_eq!(&back, b"durable");
@@ -284,5 +355,48 @@ mod tests {
         drop(n);
         let _ = std::fs::remove_file(&path);
         let _ = std::fs::remove_file(path.with_extension("region.meta"));
+    }
+
+    /// Goal: the named store keeps what it is given, refuses a second entry of one name
+    /// and anything past its limits with an error naming the limit, and is unchanged by
+    /// a refusal.
+    #[test]
+    fn named_entries_publish_once_within_limits() {
+        let n = MemNode::new(MnId(1), 4096);
+        assert_eq!(n.names(), Vec::<String>::new());
+        let e = n.named("nope").unwrap_err();
+        assert!(matches!(&e, ControlError::UnknownName { name, .. } if name == "nope"));
+        assert!(e.to_string().contains("setup_run"), "{e}");
+        n.put_named("b", b"2").unwrap();
+        n.put_named("a", b"").unwrap();
+        let e = n.put_named("b", b"3").unwrap_err();
+        assert!(e.to_string().contains("restart them"), "{e}");
+        assert_eq!(n.named("b").unwrap(), b"2");
+        assert_eq!(n.names(), vec!["a".to_owned(), "b".to_owned()]);
+
+        let limit = |r: Result<()>| match r {
+            Err(ControlError::NamedLimit { what, value, limit, .. }) => (what, value, limit),
+            r => panic!("expected a limit error, got {r:?}"),
+        };
+        assert_eq!(limit(n.put_named("", b"x")), (NamedLimitKind::NameBytes, 0, 128));
+        let e = n.put_named("", b"x").unwrap_err().to_string();
+        assert!(e.contains("length in bytes (1 at least) is 0"), "{e}");
+        let long = "é".repeat(100);
+        assert_eq!(limit(n.put_named(&long, b"x")), (NamedLimitKind::NameBytes, 200, 128));
+        let big = vec![0u8; crate::control::NAMED_VALUE_BYTES_MAX + 1];
+        assert_eq!(
+            limit(n.put_named("big", &big)),
+            (NamedLimitKind::ValueBytes, 4097, 4096)
+        );
+        for i in 2..NAMED_COUNT_MAX {
+            n.put_named(&format!("k{i:03}"), b"v").unwrap();
+        }
+        let e = n.put_named("one-too-many", b"v").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("entry count with it is 257, over the limit of 256"),
+            "{e}"
+        );
+        assert_eq!(n.names().len(), NAMED_COUNT_MAX);
     }
 }

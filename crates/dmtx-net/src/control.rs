@@ -179,6 +179,46 @@ impl RemoteControl {
         }
     }
 
+    /// [`Control::put_named`], with transport errors as values.
+    pub fn try_put_named(&self, mn: MnId, name: &str, value: &[u8]) -> Result<()> {
+        // Checked here too, so an entry the node would refuse is not sent at all.
+        dmtx_memnode::check_named(mn, name, value)?;
+        let req = ControlReq::PutNamed {
+            name: name.to_owned(),
+            value,
+        };
+        match self.call(mn, &req)? {
+            ControlReply::Done => Ok(()),
+            r => Err(unexpected_reply(mn, r)),
+        }
+    }
+
+    /// [`Control::named`], with transport errors as values.
+    pub fn try_named(&self, mn: MnId, name: &str) -> Result<Vec<u8>> {
+        let req = ControlReq::Named { name: name.to_owned() };
+        // Read-only: made again on a fresh connection if the node restarted.
+        let reply = match self.call(mn, &req) {
+            Err(NetError::Lost { .. }) => self.call(mn, &req)?,
+            r => r?,
+        };
+        match reply {
+            ControlReply::Value(v) => Ok(v),
+            r => Err(unexpected_reply(mn, r)),
+        }
+    }
+
+    /// [`Control::names`], with transport errors as values.
+    pub fn try_names(&self, mn: MnId) -> Result<Vec<String>> {
+        let reply = match self.call(mn, &ControlReq::Names) {
+            Err(NetError::Lost { .. }) => self.call(mn, &ControlReq::Names)?,
+            r => r?,
+        };
+        match reply {
+            ControlReply::Names(n) => Ok(n),
+            r => Err(unexpected_reply(mn, r)),
+        }
+    }
+
     /// [`Control::tables`], with transport errors as values.
     pub fn try_tables(&self, mn: MnId) -> Result<Vec<TableMeta>> {
         // Read-only, so a call that finds its connection dead (the node restarted since
@@ -237,5 +277,14 @@ impl Control for RemoteControl {
     }
     fn tables(&self, mn: MnId) -> dmtx_memnode::Result<Vec<TableMeta>> {
         or_unreachable(mn, self.try_tables(mn))
+    }
+    fn put_named(&self, mn: MnId, name: &str, value: &[u8]) -> dmtx_memnode::Result<()> {
+        or_unreachable(mn, self.try_put_named(mn, name, value))
+    }
+    fn named(&self, mn: MnId, name: &str) -> dmtx_memnode::Result<Vec<u8>> {
+        or_unreachable(mn, self.try_named(mn, name))
+    }
+    fn names(&self, mn: MnId) -> dmtx_memnode::Result<Vec<String>> {
+        or_unreachable(mn, self.try_names(mn))
     }
 }

@@ -13,6 +13,9 @@ pub enum RuntimeError {
     /// A verb failed during setup.
     #[error(transparent)]
     Verb(#[from] dmtx_verbs::VerbError),
+    /// A run-wide named area could not be published or fetched.
+    #[error(transparent)]
+    Named(#[from] crate::named::NamedError),
     /// CN↔CN messaging could not be set up.
     #[error(transparent)]
     Msg(#[from] dmtx_verbs::msg::MsgError),

@@ -31,6 +31,7 @@ mod ctx;
 mod error;
 mod executor;
 mod knobs;
+pub mod named;
 mod probe;
 mod protocol;
 pub mod rpc;

@@ -81,6 +81,26 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     /// Set up one coordinator (allocate its log areas through `control`, ...).
     fn coord_state(&self, ctx: &CoordCtx, control: &dyn Control) -> Result<Self::CoordState>;
 
+    // Run-wide setup: areas the whole run shares, found by name.
+
+    /// Set up what the whole run shares, once per run, after the memory nodes are up and
+    /// before any compute node sets up a coordinator: allocate run-wide areas through
+    /// `control` (a cluster-wide counter, T/O's timestamp slots, a latency region, log
+    /// areas recovery must find) and publish each under a name with
+    /// [`named::publish`](crate::named::publish) or
+    /// [`named::alloc_and_publish`](crate::named::alloc_and_publish). Coordinators, on
+    /// every compute node, find them in [`coord_state`](Protocol::coord_state) with
+    /// [`named::fetch`](crate::named::fetch).
+    ///
+    /// The driver calls it on the run's memory pool and, before measuring what one
+    /// coordinator allocates, on its sizing control, so `coord_state` can fetch there too.
+    /// Names are per run: memory nodes refuse a name published twice, so a protocol
+    /// publishes each name once, from here. The default publishes nothing.
+    fn setup_run(&self, control: &dyn Control) -> Result<()> {
+        let _ = control;
+        Ok(())
+    }
+
     /// Fetch every object added since the last call, in as few round trips as the
     /// protocol allows. Must leave `set.fetched == set.objs.len()` on success.
     fn execute(txn: &mut Txn<'_, Self>) -> impl Future<Output = std::result::Result<(), Abort>>;

@@ -463,6 +463,15 @@ mod tests {
         fn tables(&self, mn: MnId) -> dmtx_memnode::Result<Vec<TableMeta>> {
             self.inner.tables(mn)
         }
+        fn put_named(&self, mn: MnId, name: &str, value: &[u8]) -> dmtx_memnode::Result<()> {
+            self.inner.put_named(mn, name, value)
+        }
+        fn named(&self, mn: MnId, name: &str) -> dmtx_memnode::Result<Vec<u8>> {
+            self.inner.named(mn, name)
+        }
+        fn names(&self, mn: MnId) -> dmtx_memnode::Result<Vec<String>> {
+            self.inner.names(mn)
+        }
     }
 
     /// Goal: room reserved for a long run costs nothing at load. Method: load 1/50 of a

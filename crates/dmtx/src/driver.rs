@@ -261,9 +261,11 @@ impl Default for ThreadProgress {
 }
 
 /// A [`Control`] that hands out addresses without memory: measures what a
-/// coordinator's setup allocates on each node.
+/// coordinator's setup allocates on each node. It keeps named entries (checked as a
+/// memory node checks them), so a `coord_state` can fetch what `setup_run` published.
 struct Sizing {
     used: Mutex<Vec<u64>>,
+    named: Mutex<std::collections::BTreeMap<(MnId, String), Vec<u8>>>,
 }
 
 impl Control for Sizing {
@@ -289,6 +291,31 @@ impl Control for Sizing {
     fn tables(&self, _mn: MnId) -> dmtx_memnode::Result<Vec<TableMeta>> {
         Ok(Vec::new())
     }
+    fn put_named(&self, mn: MnId, name: &str, value: &[u8]) -> dmtx_memnode::Result<()> {
+        dmtx_memnode::check_named(mn, name, value)?;
+        let mut named = self.named.lock().expect("sizing lock");
+        if named.insert((mn, name.to_owned()), value.to_vec()).is_some() {
+            return Err(ControlError::DuplicateName {
+                mn,
+                name: name.to_owned(),
+            });
+        }
+        Ok(())
+    }
+    fn named(&self, mn: MnId, name: &str) -> dmtx_memnode::Result<Vec<u8>> {
+        let named = self.named.lock().expect("sizing lock");
+        named
+            .get(&(mn, name.to_owned()))
+            .cloned()
+            .ok_or_else(|| ControlError::UnknownName {
+                mn,
+                name: name.to_owned(),
+            })
+    }
+    fn names(&self, mn: MnId) -> dmtx_memnode::Result<Vec<String>> {
+        let named = self.named.lock().expect("sizing lock");
+        Ok(named.keys().filter(|(m, _)| *m == mn).map(|(_, n)| n.clone()).collect())
+    }
 }
 
 /// `workload` with its growing tables sized for the run `cfg` describes
@@ -311,7 +338,12 @@ pub fn fit_to_run<W: Workload>(workload: W, cfg: &BenchConfig) -> W {
 pub fn coordinator_bytes<P: Protocol>(proto: &P, mn_count: usize) -> Result<Vec<u64>, RunError> {
     let sizing = Sizing {
         used: Mutex::new(vec![0; mn_count]),
+        named: Mutex::default(),
     };
+    // The run-wide areas first, as in a run, so `coord_state` finds them; what they take
+    // is the run's, not the coordinator's.
+    proto.setup_run(&sizing)?;
+    let run_bytes = sizing.used.lock().expect("sizing lock").clone();
     let regions = (0..mn_count).map(|_| Arc::new(Region::new(64))).collect();
     let transport: Rc<dyn Transport> = Rc::new(MemFabric::new(regions).transport());
     let ctx = CoordCtx::new(
@@ -332,7 +364,8 @@ pub fn coordinator_bytes<P: Protocol>(proto: &P, mn_count: usize) -> Result<Vec<
         .into_inner()
         .expect("sizing lock")
         .into_iter()
-        .map(|b| b.next_multiple_of(64))
+        .zip(run_bytes)
+        .map(|(b, run)| (b - run).next_multiple_of(64))
         .collect())
 }
 
@@ -380,6 +413,8 @@ pub fn run<P: Protocol, W: Workload>(
         Some(view) => remote_pool(view, &plan.need_per_mn)?,
     };
     let mn_bytes = pool.mn_bytes;
+    // Run-wide areas, published by name before any coordinator is set up.
+    proto.setup_run(pool.control.as_ref())?;
 
     // 3. Tables, built locally in parallel (one thread each: TPC-C's nine, TATP's five;
     // the loaders only read the workload, and each builder owns its image), then shipped.

@@ -279,6 +279,15 @@ fn serve_control(shared: &Shared, ctx: &ConnCtx<'_>, req: u64, payload: &[u8], o
             shared.revoke(client_id, Some(ctx.fence));
             ControlReply::Done
         }
+        ControlReq::PutNamed { name, value } => match node.put_named(&name, value) {
+            Ok(()) => ControlReply::Done,
+            Err(e) => ControlReply::Failed(e),
+        },
+        ControlReq::Named { name } => match node.named(&name) {
+            Ok(v) => ControlReply::Value(v),
+            Err(e) => ControlReply::Failed(e),
+        },
+        ControlReq::Names => ControlReply::Names(node.names()),
     };
     let s = wire::begin_frame(out, Kind::ControlResult, req);
     reply.encode(out);

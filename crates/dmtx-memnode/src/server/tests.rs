@@ -881,3 +881,65 @@ fn handshake_any_as(s: &ServerHandle, client_id: u32) -> (TcpStream, u64) {
     assert_eq!(h.kind, Kind::HelloOk, "{:?}", ErrorFrame::decode(&p));
     (t, HelloOk::decode(&p).unwrap().regions[0].rkey)
 }
+
+/// One CONTROL request and its CONTROL_RESULT.
+fn control(t: &mut TcpStream, id: u64, req: &wire::ControlReq<'_>) -> wire::ControlReply {
+    send(t, Kind::Control, id, |o| req.encode(o));
+    let (h, p) = recv(t).unwrap();
+    assert_eq!(h.kind, Kind::ControlResult, "{:?}", ErrorFrame::decode(&p));
+    assert_eq!(h.request_id, id);
+    wire::ControlReply::decode(&p).unwrap()
+}
+
+/// Goal: named entries over the wire, and every bad input a client can send about them
+/// answered without the server dying. Method: publish, fetch and list; then a duplicate,
+/// an unknown name, an over-long name and an oversized value (each a FAILED reply on a
+/// connection that stays open); then a name that is not UTF-8 (BAD_FRAME, closed); a
+/// fresh connection still sees the entry.
+#[test]
+fn named_entries_and_their_bad_inputs() {
+    use crate::ControlError;
+    use wire::{ControlReply as R, ControlReq as Q};
+    let s = server();
+    let (mut t, _) = handshake(&s);
+    let put = |name: &str, value: &'static [u8]| Q::PutNamed {
+        name: name.to_owned(),
+        value,
+    };
+    assert_eq!(control(&mut t, 10, &put("run/ts", b"\x01\x02")), R::Done);
+    assert_eq!(
+        control(&mut t, 11, &Q::Named { name: "run/ts".into() }),
+        R::Value(vec![1, 2])
+    );
+    assert_eq!(control(&mut t, 12, &Q::Names), R::Names(vec!["run/ts".into()]));
+    match control(&mut t, 13, &put("run/ts", b"again")) {
+        R::Failed(e @ ControlError::DuplicateName { .. }) => assert!(e.to_string().contains("run/ts"), "{e}"),
+        r => panic!("{r:?}"),
+    }
+    match control(&mut t, 14, &Q::Named { name: "missing".into() }) {
+        R::Failed(ControlError::UnknownName { mn, name }) => assert_eq!((mn, name.as_str()), (MnId(2), "missing")),
+        r => panic!("{r:?}"),
+    }
+    let long = "n".repeat(crate::NAME_BYTES_MAX + 1);
+    match control(&mut t, 15, &put(&long, b"")) {
+        R::Failed(ControlError::NamedLimit { what, value, .. }) => {
+            assert_eq!((what, value), (crate::NamedLimitKind::NameBytes, 129))
+        }
+        r => panic!("{r:?}"),
+    }
+    let big: &'static [u8] = Box::leak(vec![0u8; crate::NAMED_VALUE_BYTES_MAX + 1].into_boxed_slice());
+    match control(&mut t, 16, &put("big", big)) {
+        R::Failed(ControlError::NamedLimit { what, .. }) => assert_eq!(what, crate::NamedLimitKind::ValueBytes),
+        r => panic!("{r:?}"),
+    }
+    assert_eq!(control(&mut t, 17, &Q::Names), R::Names(vec!["run/ts".into()]));
+    send(&mut t, Kind::Control, 18, |o| {
+        o.extend_from_slice(&[7, 2, 0, 0xc3, 0x28])
+    });
+    expect_refused(&mut t, ErrorCode::BAD_FRAME);
+    let (mut t, _) = handshake(&s);
+    assert_eq!(
+        control(&mut t, 19, &Q::Named { name: "run/ts".into() }),
+        R::Value(vec![1, 2])
+    );
+}

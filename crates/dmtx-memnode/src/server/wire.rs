@@ -25,8 +25,8 @@
 //! | 2 HELLO_OK | MN→CN | node id u16, epoch u64, region count u16 (≤ [`REGIONS_MAX`]), per region: rkey u64, size u64 |
 //! | 3 VERBS | CN→MN | op count u32, then per op: op kind u8 ([`OpKind`] value), rkey u64, offset u64, then READ: len u32; WRITE: len u32 + bytes; CAS: expect u64, swap u64; FAA: add u64; FLUSH: nothing |
 //! | 4 VERBS_RESULT | MN→CN | result count u32, then per op: status u8 ([`OpResult`]), then OLD: u64; DATA: len u32 + bytes; OUT_OF_RANGE: region bytes u64; others nothing |
-//! | 5 CONTROL | CN→MN | op u8: 1 ALLOC bytes u64, align u64; 2 LOAD offset u64, len u32, bytes; 3 PUT_TABLE [`TableMeta`]; 4 TABLES; 5 REVOKE client id u32 |
-//! | 6 CONTROL_RESULT | MN→CN | tag u8: 1 OFFSET u64; 2 DONE; 3 TABLES count u32 + metas; 4 FAILED [`ControlError`] (code u8 + fields) |
+//! | 5 CONTROL | CN→MN | op u8: 1 ALLOC bytes u64, align u64; 2 LOAD offset u64, len u32, bytes; 3 PUT_TABLE [`TableMeta`]; 4 TABLES; 5 REVOKE client id u32; 6 PUT_NAMED name len u16 + UTF-8, value len u32 + bytes; 7 NAMED name len u16 + UTF-8; 8 NAMES |
+//! | 6 CONTROL_RESULT | MN→CN | tag u8: 1 OFFSET u64; 2 DONE; 3 TABLES count u32 + metas; 4 FAILED [`ControlError`] (code u8 + fields); 5 VALUE len u32 + bytes; 6 NAMES count u32, per name: len u16 + UTF-8 |
 //! | 7 ERROR | both | code u16 ([`ErrorCode`]), message len u16, UTF-8 message |
 //! | 8 PING / 9 PONG | both | empty |
 //! | 10 PEER_HELLO | CN→CN | from thread u16, to node u16, to thread u16, then a HELLO payload (its client id is the sending compute node) |
@@ -38,13 +38,20 @@
 //! u8 (0 none, 1 some), and with 1: seq shift u8, seq bits u8, run log2 u8, segment
 //! buckets u64 ([`crate::Runs`]).
 //!
+//! A named entry's limits ([`crate::NAME_BYTES_MAX`], [`crate::NAMED_VALUE_BYTES_MAX`],
+//! [`crate::NAMED_COUNT_MAX`]) are the node's to enforce: PUT_NAMED past one decodes, and
+//! is answered FAILED with a `NamedLimit` error, so the connection stays open. A name
+//! that is not UTF-8 is a frame that does not decode (ERROR BAD_FRAME, then close).
+//!
 //! Decoders never trust a count for an allocation: lists grow as elements actually decode,
 //! so a lying count costs nothing but a typed error. Trailing bytes after a payload are an
 //! error. Every decode returns `Ok` or a [`WireError`]; none panics on any input.
 
 use dmtx_verbs::{MnId, OpKind};
 
-use crate::{ControlError, TableMeta};
+use std::collections::BTreeMap;
+
+use crate::{ControlError, NamedLimitKind, TableMeta};
 
 /// Bytes of a frame header.
 pub const HEADER_BYTES: usize = 16;
@@ -861,6 +868,20 @@ pub enum ControlReq<'a> {
         /// The client id to fence out, as sent in its HELLO.
         client_id: u32,
     },
+    /// Publish a named entry.
+    PutNamed {
+        /// Its name.
+        name: String,
+        /// Its value.
+        value: &'a [u8],
+    },
+    /// Fetch the value of a named entry.
+    Named {
+        /// Its name.
+        name: String,
+    },
+    /// List the published names.
+    Names,
 }
 
 impl<'a> ControlReq<'a> {
@@ -887,6 +908,17 @@ impl<'a> ControlReq<'a> {
                 out.push(5);
                 out.extend_from_slice(&client_id.to_le_bytes());
             }
+            ControlReq::PutNamed { name, value } => {
+                out.push(6);
+                put_str16(out, name);
+                out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+                out.extend_from_slice(value);
+            }
+            ControlReq::Named { name } => {
+                out.push(7);
+                put_str16(out, name);
+            }
+            ControlReq::Names => out.push(8),
         }
     }
 
@@ -911,6 +943,18 @@ impl<'a> ControlReq<'a> {
             5 => ControlReq::Revoke {
                 client_id: c.u32("revoke client id")?,
             },
+            6 => {
+                let name = c.str16("named entry name")?;
+                let n = c.u32("named value length")? as usize;
+                ControlReq::PutNamed {
+                    name,
+                    value: c.bytes(n, "named value")?,
+                }
+            }
+            7 => ControlReq::Named {
+                name: c.str16("named entry name")?,
+            },
+            8 => ControlReq::Names,
             v => {
                 return Err(WireError::UnknownTag {
                     what: "control op",
@@ -934,6 +978,10 @@ pub enum ControlReply {
     Tables(Vec<TableMeta>),
     /// The node refused.
     Failed(ControlError),
+    /// The value of a named entry (NAMED).
+    Value(Vec<u8>),
+    /// The published names (NAMES).
+    Names(Vec<String>),
 }
 
 impl ControlReply {
@@ -956,6 +1004,18 @@ impl ControlReply {
                 out.push(4);
                 encode_control_error(out, e);
             }
+            ControlReply::Value(v) => {
+                out.push(5);
+                out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                out.extend_from_slice(v);
+            }
+            ControlReply::Names(names) => {
+                out.push(6);
+                out.extend_from_slice(&(names.len() as u32).to_le_bytes());
+                for n in names {
+                    put_str16(out, n);
+                }
+            }
         }
     }
 
@@ -974,6 +1034,18 @@ impl ControlReply {
                 ControlReply::Tables(ts)
             }
             4 => ControlReply::Failed(decode_control_error(&mut c)?),
+            5 => {
+                let n = c.u32("named value length")? as usize;
+                ControlReply::Value(c.bytes(n, "named value")?.to_vec())
+            }
+            6 => {
+                let n = c.u32("name count")?;
+                let mut names = Vec::new();
+                for _ in 0..n {
+                    names.push(c.str16("name")?);
+                }
+                ControlReply::Names(names)
+            }
             v => {
                 return Err(WireError::UnknownTag {
                     what: "control result",
@@ -1021,6 +1093,27 @@ fn encode_control_error(out: &mut Vec<u8>, e: &ControlError) {
             u64s(out, 6, *mn, &[]);
             put_str16(out, why);
         }
+        ControlError::DuplicateName { mn, name } => {
+            u64s(out, 7, *mn, &[]);
+            put_str16(out, name);
+        }
+        ControlError::UnknownName { mn, name } => {
+            u64s(out, 8, *mn, &[]);
+            put_str16(out, name);
+        }
+        ControlError::NamedLimit {
+            mn,
+            name,
+            what,
+            value,
+            limit,
+        } => {
+            u64s(out, 9, *mn, &[]);
+            out.push(what.code());
+            out.extend_from_slice(&value.to_le_bytes());
+            out.extend_from_slice(&limit.to_le_bytes());
+            put_str16(out, name);
+        }
     }
 }
 
@@ -1057,6 +1150,28 @@ fn decode_control_error(c: &mut Cur<'_>) -> Result<ControlError> {
             mn,
             why: c.str16("reason")?,
         },
+        7 => ControlError::DuplicateName {
+            mn,
+            name: c.str16("name")?,
+        },
+        8 => ControlError::UnknownName {
+            mn,
+            name: c.str16("name")?,
+        },
+        9 => {
+            let code = c.u8("named limit")?;
+            let what = NamedLimitKind::from_code(code).ok_or(WireError::UnknownTag {
+                what: "named limit",
+                value: code,
+            })?;
+            ControlError::NamedLimit {
+                mn,
+                what,
+                value: c.u64("named limit value")?,
+                limit: c.u64("named limit")?,
+                name: c.str16("name")?,
+            }
+        }
         v => {
             return Err(WireError::UnknownTag {
                 what: "control error code",
@@ -1064,6 +1179,31 @@ fn decode_control_error(c: &mut Cur<'_>) -> Result<ControlError> {
             })
         }
     })
+}
+
+/// Append a node's named entries: count u32, then per entry name len u16 + UTF-8, value
+/// len u32 + bytes (the `--backing` sidecar's named section).
+pub(crate) fn encode_named_entries(out: &mut Vec<u8>, named: &BTreeMap<String, Vec<u8>>) {
+    out.extend_from_slice(&(named.len() as u32).to_le_bytes());
+    for (name, value) in named {
+        put_str16(out, name);
+        out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        out.extend_from_slice(value);
+    }
+}
+
+/// Decode what [`encode_named_entries`] wrote, and nothing after it.
+pub(crate) fn decode_named_entries(p: &[u8]) -> Result<BTreeMap<String, Vec<u8>>> {
+    let mut c = Cur { buf: p };
+    let n = c.u32("named entry count")?;
+    let mut named = BTreeMap::new();
+    for _ in 0..n {
+        let name = c.str16("named entry name")?;
+        let len = c.u32("named value length")? as usize;
+        named.insert(name, c.bytes(len, "named value")?.to_vec());
+    }
+    c.finish("named entries")?;
+    Ok(named)
 }
 
 /// Why a peer refused or closed (the code of an ERROR frame).
@@ -1207,6 +1347,37 @@ mod tests {
         p
     }
 
+    /// Goal: a PUT_NAMED or NAMED whose name is not UTF-8, or whose value is shorter
+    /// than its length says, is a typed decode error (the server answers BAD_FRAME).
+    #[test]
+    fn named_requests_with_bad_bytes_do_not_decode() {
+        let mut p = vec![6u8];
+        p.extend_from_slice(&2u16.to_le_bytes());
+        p.extend_from_slice(&[0xff, 0xfe]);
+        p.extend_from_slice(&0u32.to_le_bytes());
+        assert_eq!(ControlReq::decode(&p), Err(WireError::BadUtf8("named entry name")));
+        let mut p = vec![7u8, 1, 0, 0x80];
+        assert_eq!(ControlReq::decode(&p), Err(WireError::BadUtf8("named entry name")));
+        p = vec![6u8, 1, 0, b'a'];
+        p.extend_from_slice(&100u32.to_le_bytes());
+        p.extend_from_slice(b"short");
+        assert!(matches!(ControlReq::decode(&p), Err(WireError::Truncated { .. })));
+        p = vec![8u8, 0];
+        assert!(matches!(ControlReq::decode(&p), Err(WireError::Trailing { .. })));
+    }
+
+    #[test]
+    fn named_entries_round_trip_and_reject_trailing_bytes() {
+        let mut m = BTreeMap::new();
+        m.insert("a".to_owned(), vec![1, 2, 3]);
+        m.insert("ü".to_owned(), vec![]);
+        let mut out = Vec::new();
+        encode_named_entries(&mut out, &m);
+        assert_eq!(decode_named_entries(&out).unwrap(), m);
+        out.push(0);
+        assert!(matches!(decode_named_entries(&out), Err(WireError::Trailing { .. })));
+    }
+
     #[test]
     fn header_length_is_checked_before_the_payload_arrives() {
         let mut b = vec![0u8; 16];
@@ -1251,7 +1422,7 @@ mod tests {
     }
 
     fn control_error() -> impl Strategy<Value = ControlError> {
-        (0u8..6, any::<u16>(), any::<[u64; 3]>(), "[a-z]{0,8}").prop_map(|(k, mn, v, name)| {
+        (0u8..9, any::<u16>(), any::<[u64; 3]>(), "[a-z]{0,8}").prop_map(|(k, mn, v, name)| {
             let mn = MnId(mn);
             match k {
                 0 => ControlError::OutOfMemory {
@@ -1276,7 +1447,16 @@ mod tests {
                     name,
                 },
                 4 => ControlError::Unreachable { mn, why: name },
-                _ => ControlError::Persist { mn, why: name },
+                5 => ControlError::Persist { mn, why: name },
+                6 => ControlError::DuplicateName { mn, name },
+                7 => ControlError::UnknownName { mn, name },
+                _ => ControlError::NamedLimit {
+                    mn,
+                    name,
+                    what: NamedLimitKind::from_code(1 + (v[2] % 3) as u8).unwrap(),
+                    value: v[0],
+                    limit: v[1],
+                },
             }
         })
     }
@@ -1408,25 +1588,31 @@ mod tests {
         }
 
         #[test]
-        fn control_round_trips(k in 0u8..5, a in any::<u64>(), b in any::<u64>(), data in prop::collection::vec(any::<u8>(), 0..64), t in table()) {
+        fn control_round_trips(k in 0u8..8, a in any::<u64>(), b in any::<u64>(), data in prop::collection::vec(any::<u8>(), 0..64), t in table(), name in ".{0,20}") {
             let req = match k {
                 0 => ControlReq::Alloc { bytes: a, align: b },
                 1 => ControlReq::Load { offset: a, data: &data },
                 2 => ControlReq::PutTable(t),
                 3 => ControlReq::Tables,
-                _ => ControlReq::Revoke { client_id: a as u32 },
+                4 => ControlReq::Revoke { client_id: a as u32 },
+                5 => ControlReq::PutNamed { name, value: &data },
+                6 => ControlReq::Named { name },
+                _ => ControlReq::Names,
             };
             let f = frame(Kind::Control, a, |o| req.encode(o));
             prop_assert_eq!(ControlReq::decode(one(&f, Kind::Control, a)).unwrap(), req);
         }
 
         #[test]
-        fn control_result_round_trips(k in 0u8..4, a in any::<u64>(), ts in prop::collection::vec(table(), 0..3), e in control_error()) {
+        fn control_result_round_trips(k in 0u8..6, a in any::<u64>(), ts in prop::collection::vec(table(), 0..3), e in control_error(),
+                                      data in prop::collection::vec(any::<u8>(), 0..64), names in prop::collection::vec(".{0,12}", 0..4)) {
             let rep = match k {
                 0 => ControlReply::Offset(a),
                 1 => ControlReply::Done,
                 2 => ControlReply::Tables(ts),
-                _ => ControlReply::Failed(e),
+                3 => ControlReply::Failed(e),
+                4 => ControlReply::Value(data),
+                _ => ControlReply::Names(names),
             };
             let f = frame(Kind::ControlResult, 9, |o| rep.encode(o));
             prop_assert_eq!(ControlReply::decode(one(&f, Kind::ControlResult, 9)).unwrap(), rep);
