@@ -4,6 +4,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use bytemuck::Pod;
+use dmtx_verbs::PostCounters;
 
 use crate::{Abort, AbortReason, CoordCtx, CoordId, Protocol};
 
@@ -239,6 +240,8 @@ pub struct Coordinator<P: Protocol> {
     observer: Option<Box<dyn TxnObserver>>,
     start_ns: u64,
     summary_buf: Vec<ObjSummary>,
+    /// An attempt finished and [`Coordinator::cleanup`] has not run for it yet.
+    cleanup_due: bool,
 }
 
 impl<P: Protocol> Coordinator<P> {
@@ -252,6 +255,7 @@ impl<P: Protocol> Coordinator<P> {
             observer: None,
             start_ns: 0,
             summary_buf: Vec::new(),
+            cleanup_due: false,
         }
     }
 
@@ -263,6 +267,34 @@ impl<P: Protocol> Coordinator<P> {
     /// Take the observer back.
     pub fn take_observer(&mut self) -> Option<Box<dyn TxnObserver>> {
         self.observer.take()
+    }
+
+    /// Run the protocol's per-attempt cleanup ([`Protocol::cleanup`]) for the attempt
+    /// that just finished, and return what it posted. Whoever runs transactions awaits it
+    /// after every attempt, before the next `begin` (the driver does). Runs once per
+    /// attempt: a second call, or a call before any attempt finished, does nothing.
+    ///
+    /// Its posts are counted apart: `ctx.txn_counters` holds the attempt's counters
+    /// before and after, and the cleanup's are returned.
+    pub async fn cleanup(&mut self) -> PostCounters {
+        assert!(self.set.phase != Phase::Active, "cleanup while a transaction is active");
+        if !std::mem::take(&mut self.cleanup_due) {
+            return PostCounters::default();
+        }
+        let attempt = std::mem::take(&mut self.ctx.txn_counters);
+        P::cleanup(self).await;
+        std::mem::replace(&mut self.ctx.txn_counters, attempt)
+    }
+
+    /// Finish the coordinator's background work ([`Protocol::drain`]) before it stops,
+    /// after the last attempt's cleanup (run here if still due); returns what both
+    /// posted. `ctx.txn_counters` is left as it was.
+    pub async fn drain(&mut self) -> PostCounters {
+        let mut spent = self.cleanup().await;
+        let attempt = std::mem::take(&mut self.ctx.txn_counters);
+        P::drain(self).await;
+        spent.add(&std::mem::replace(&mut self.ctx.txn_counters, attempt));
+        spent
     }
 
     /// Start a transaction (TxBegin).
@@ -285,6 +317,7 @@ impl<P: Protocol> Coordinator<P> {
 
     fn finish(&mut self, phase: Phase) {
         self.set.phase = phase;
+        self.cleanup_due = true;
         if let Some(obs) = self.observer.as_mut() {
             self.summary_buf.clear();
             self.summary_buf.extend(self.set.objs.iter().map(|o| ObjSummary {
@@ -642,6 +675,110 @@ mod tests {
                 o(2, Access::ReadOnly, Some(2), false, None),
                 o(3, Access::ReadWrite, None, true, Some(103)),
             ]
+        );
+    }
+
+    /// A protocol whose execute takes one round trip, whose cleanup waits one READ and
+    /// leaves one background post, and whose drain waits one READ; it counts the calls.
+    struct Cleans(NoLayout);
+
+    thread_local! {
+        static CALLS: RefCell<(u32, u32)> = const { RefCell::new((0, 0)) };
+    }
+
+    fn read_word(coord: &mut Coordinator<Cleans>) -> dmtx_verbs::Post {
+        let mut p = dmtx_verbs::Post::new();
+        p.read(dmtx_verbs::RemotePtr::new(dmtx_verbs::MnId(0), 0), 8);
+        let _ = &coord.set;
+        p
+    }
+
+    impl Protocol for Cleans {
+        type CoordState = ();
+        type ObjState = ();
+        const NAME: &'static str = "cleans";
+        const ABOUT: &'static str = "test protocol";
+        const KNOBS: &'static [KnobSpec] = &[];
+
+        fn from_knobs(_: &Knobs) -> std::result::Result<Self, KnobError> {
+            Ok(Cleans(NoLayout))
+        }
+        fn isolation(&self) -> Isolation {
+            Isolation::Serializable
+        }
+        fn layout(&self) -> &dyn SlotLayout {
+            &self.0
+        }
+        fn coord_state(&self, _: &CoordCtx, _: &dyn Control) -> crate::Result<()> {
+            Ok(())
+        }
+        async fn execute(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+            txn.coord.set.fetched = txn.coord.set.objs.len();
+            Ok(())
+        }
+        async fn commit(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+            let mut p = read_word(txn.coord);
+            txn.coord
+                .ctx
+                .post(&mut p)
+                .await
+                .map_err(|_| Abort::new(AbortReason::Fault))
+        }
+        fn abort(_: &mut Txn<'_, Self>) {}
+        async fn cleanup(coord: &mut Coordinator<Self>) {
+            assert_ne!(coord.set.phase, Phase::Active, "cleanup sees the finished attempt");
+            CALLS.with(|c| c.borrow_mut().0 += 1);
+            let mut p = read_word(coord);
+            coord.ctx.post(&mut p).await.unwrap();
+            let mut p = read_word(coord);
+            coord.ctx.post_background(&mut p);
+        }
+        async fn drain(coord: &mut Coordinator<Self>) {
+            CALLS.with(|c| c.borrow_mut().1 += 1);
+            let mut p = read_word(coord);
+            coord.ctx.post(&mut p).await.unwrap();
+        }
+    }
+
+    /// Goal: `Coordinator::cleanup` runs the protocol's cleanup once per finished attempt
+    /// and counts its posts apart (the attempt's counters are left as they were), and
+    /// `drain` runs a cleanup still due, then the drain. Method: a protocol whose commit,
+    /// cleanup and drain each wait one READ; counts and call tallies after each step.
+    #[test]
+    fn cleanup_runs_once_per_attempt_and_is_counted_apart() {
+        let fabric = dmtx_verbs::MemFabric::new(vec![Arc::new(dmtx_verbs::Region::new(64))]);
+        let ctx = CoordCtx::new(
+            CoordId {
+                cn: 0,
+                thread: 0,
+                coroutine: 1,
+            },
+            Rc::new(fabric.transport()),
+            Arc::new(RealClock::new()),
+            Arc::new(Catalog::default()),
+            Rc::new(AddrCache::new(Arc::new(SharedAddrCache::new()))),
+        );
+        let mut c = Coordinator::new(ctx, Arc::new(Cleans(NoLayout)), ());
+        let calls = || CALLS.with(|c| *c.borrow());
+        assert_eq!(block_on(c.cleanup()), PostCounters::default(), "no attempt yet");
+        block_on(c.begin().commit()).unwrap();
+        assert_eq!(c.ctx.txn_counters.rtts, 1, "the commit's READ");
+        let spent = block_on(c.cleanup());
+        assert_eq!((spent.rtts, spent.background_posts, spent.ops_total()), (1, 1, 2));
+        assert_eq!(c.ctx.txn_counters.rtts, 1, "the attempt's counters are untouched");
+        assert_eq!(c.ctx.txn_counters.background_posts, 0);
+        assert_eq!(calls(), (1, 0));
+        assert_eq!(block_on(c.cleanup()), PostCounters::default(), "once per attempt");
+        assert_eq!(calls(), (1, 0));
+        // An aborted attempt is cleaned up too; drain runs it when still due.
+        drop(c.begin());
+        let spent = block_on(c.drain());
+        assert_eq!((spent.rtts, spent.background_posts), (2, 1), "cleanup + drain");
+        assert_eq!(calls(), (2, 1));
+        assert_eq!(
+            c.ctx.per_mn[0].ops[dmtx_verbs::OpKind::Read as usize],
+            6,
+            "commit 1, cleanups 2 + 2, drain 1: all load the node"
         );
     }
 }
