@@ -96,6 +96,11 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     // `abort` above runs synchronously (it is called from `Txn`'s `Drop`), so it can only
     // post without waiting. What must wait for completions (2PL's shared/exclusive release
     // loops, T/O and MVCC restores, MaaT's list removal, FaRM's log truncation) goes here.
+    // Three ways to leave work after an attempt, by when it must have landed:
+    // - `ctx.post_background`: never waited for (FORD's release);
+    // - `ctx.post_deferred` (also from the synchronous `abort`): not waited for by the
+    //   attempt, but before the coordinator's next transaction and before the run ends;
+    // - `cleanup` below: awaited steps, each round trip counted as the cleanup's.
 
     /// The per-attempt cleanup: awaited after every attempt, committed or aborted, before
     /// the coordinator's next attempt or retry (the driver calls it through

@@ -275,25 +275,36 @@ impl<P: Protocol> Coordinator<P> {
     /// attempt: a second call, or a call before any attempt finished, does nothing.
     ///
     /// Its posts are counted apart: `ctx.txn_counters` holds the attempt's counters
-    /// before and after, and the cleanup's are returned.
+    /// before and after, and the cleanup's are returned. Then every deferred post
+    /// ([`CoordCtx::post_deferred`]) of the attempt or the cleanup is waited for; a
+    /// failed one is kept as `ctx.last_fault`.
     pub async fn cleanup(&mut self) -> PostCounters {
         assert!(self.set.phase != Phase::Active, "cleanup while a transaction is active");
-        if !std::mem::take(&mut self.cleanup_due) {
-            return PostCounters::default();
+        let mut spent = PostCounters::default();
+        if std::mem::take(&mut self.cleanup_due) {
+            let attempt = std::mem::take(&mut self.ctx.txn_counters);
+            P::cleanup(self).await;
+            spent = std::mem::replace(&mut self.ctx.txn_counters, attempt);
         }
-        let attempt = std::mem::take(&mut self.ctx.txn_counters);
-        P::cleanup(self).await;
-        std::mem::replace(&mut self.ctx.txn_counters, attempt)
+        if self.ctx.deferred_in_flight() > 0 {
+            let _ = self.ctx.settle_deferred().await;
+        }
+        spent
     }
 
     /// Finish the coordinator's background work ([`Protocol::drain`]) before it stops,
-    /// after the last attempt's cleanup (run here if still due); returns what both
-    /// posted. `ctx.txn_counters` is left as it was.
+    /// after the last attempt's cleanup (run here if still due), and wait for every
+    /// deferred post; returns what the cleanup and the drain posted. `ctx.txn_counters`
+    /// is left as it was.
     pub async fn drain(&mut self) -> PostCounters {
         let mut spent = self.cleanup().await;
         let attempt = std::mem::take(&mut self.ctx.txn_counters);
         P::drain(self).await;
         spent.add(&std::mem::replace(&mut self.ctx.txn_counters, attempt));
+        if self.ctx.deferred_in_flight() > 0 {
+            let _ = self.ctx.settle_deferred().await;
+        }
+        debug_assert_eq!(self.ctx.deferred_in_flight(), 0, "nothing in flight after the drain");
         spent
     }
 
@@ -724,7 +735,12 @@ mod tests {
                 .await
                 .map_err(|_| Abort::new(AbortReason::Fault))
         }
-        fn abort(_: &mut Txn<'_, Self>) {}
+        /// Leaves one deferred READ: a synchronous abort cannot wait, the cleanup does.
+        fn abort(txn: &mut Txn<'_, Self>) {
+            let mut p = read_word(txn.coord);
+            txn.coord.ctx.post_deferred(&mut p);
+            assert!(p.is_empty(), "post_deferred takes the post's contents");
+        }
         async fn cleanup(coord: &mut Coordinator<Self>) {
             assert_ne!(coord.set.phase, Phase::Active, "cleanup sees the finished attempt");
             CALLS.with(|c| c.borrow_mut().0 += 1);
@@ -772,13 +788,121 @@ mod tests {
         assert_eq!(calls(), (1, 0));
         // An aborted attempt is cleaned up too; drain runs it when still due.
         drop(c.begin());
+        assert_eq!(c.ctx.txn_counters.background_posts, 1, "the abort's deferred READ");
         let spent = block_on(c.drain());
         assert_eq!((spent.rtts, spent.background_posts), (2, 1), "cleanup + drain");
         assert_eq!(calls(), (2, 1));
         assert_eq!(
             c.ctx.per_mn[0].ops[dmtx_verbs::OpKind::Read as usize],
-            6,
-            "commit 1, cleanups 2 + 2, drain 1: all load the node"
+            7,
+            "commit 1, abort 1, cleanups 2 + 2, drain 1: all load the node"
         );
+    }
+
+    /// A transport whose every post completes on its second poll; `fail` names a ticket
+    /// that completes with an error.
+    #[derive(Default)]
+    struct Slow {
+        next: std::cell::Cell<u64>,
+        polled: RefCell<std::collections::HashSet<u64>>,
+        polls: std::cell::Cell<u32>,
+        fail: Option<u64>,
+    }
+
+    impl dmtx_verbs::Transport for Slow {
+        fn mn_count(&self) -> usize {
+            1
+        }
+        fn submit(&self, _: &mut dmtx_verbs::Post) -> dmtx_verbs::Submitted {
+            let t = self.next.get();
+            self.next.set(t + 1);
+            dmtx_verbs::Submitted::Pending(dmtx_verbs::Ticket(t))
+        }
+        fn poll(
+            &self,
+            ticket: dmtx_verbs::Ticket,
+            _: &mut dmtx_verbs::Post,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<dmtx_verbs::Result<()>> {
+            self.polls.set(self.polls.get() + 1);
+            if self.polled.borrow_mut().insert(ticket.0) {
+                cx.waker().wake_by_ref();
+                return std::task::Poll::Pending;
+            }
+            std::task::Poll::Ready(match self.fail {
+                Some(t) if t == ticket.0 => Err(dmtx_verbs::VerbError::Unreachable {
+                    mn: dmtx_verbs::MnId(0),
+                    why: "test".into(),
+                }),
+                _ => Ok(()),
+            })
+        }
+        fn submit_detached(&self, _: &mut dmtx_verbs::Post) {}
+    }
+
+    fn slow_coordinator(slow: Rc<Slow>) -> Coordinator<Cleans> {
+        let ctx = CoordCtx::new(
+            CoordId {
+                cn: 0,
+                thread: 0,
+                coroutine: 1,
+            },
+            slow,
+            Arc::new(RealClock::new()),
+            Arc::new(Catalog::default()),
+            Rc::new(AddrCache::new(Arc::new(SharedAddrCache::new()))),
+        );
+        Coordinator::new(ctx, Arc::new(Cleans(NoLayout)), ())
+    }
+
+    /// Goal: a deferred post left by the synchronous abort is still in flight after the
+    /// attempt, and `Coordinator::cleanup` waits for it before the next transaction;
+    /// `drain` leaves nothing in flight. Method: a transport that completes every post on
+    /// its second poll; tickets in flight and polls after each step.
+    #[test]
+    fn deferred_posts_are_settled_by_the_cleanup() {
+        let slow = Rc::new(Slow::default());
+        let mut c = slow_coordinator(Rc::clone(&slow));
+        drop(c.begin());
+        assert_eq!(c.ctx.deferred_in_flight(), 1, "the abort cannot wait for it");
+        assert_eq!((c.ctx.txn_counters.rtts, c.ctx.txn_counters.background_posts), (0, 1));
+        let spent = block_on(c.cleanup());
+        assert_eq!(c.ctx.deferred_in_flight(), 0, "settled before the next transaction");
+        assert_eq!(
+            (spent.rtts, spent.background_posts),
+            (1, 1),
+            "the cleanup's own READ and background post"
+        );
+        // The cleanup's awaited READ and the deferred READ, each polled twice.
+        assert_eq!(slow.polls.get(), 4);
+        drop(c.begin());
+        assert_eq!(c.ctx.deferred_in_flight(), 1);
+        block_on(c.drain());
+        assert_eq!(
+            c.ctx.deferred_in_flight(),
+            0,
+            "nothing in flight when the coordinator stops"
+        );
+        assert!(c.ctx.last_fault.is_none());
+    }
+
+    /// Goal: a deferred post that fails is reported (first error returned, kept as the
+    /// last fault) and its buffer still comes back. Method: two deferred posts, the
+    /// second failing, settled directly.
+    #[test]
+    fn a_failed_deferred_post_is_kept_as_the_last_fault() {
+        let slow = Rc::new(Slow {
+            fail: Some(1),
+            ..Slow::default()
+        });
+        let mut c = slow_coordinator(slow);
+        for _ in 0..2 {
+            let mut p = read_word(&mut c);
+            c.ctx.post_deferred(&mut p);
+        }
+        assert_eq!(c.ctx.deferred_in_flight(), 2);
+        assert!(block_on(c.ctx.settle_deferred()).is_err());
+        assert_eq!(c.ctx.deferred_in_flight(), 0);
+        assert!(c.ctx.last_fault.as_ref().unwrap().to_string().contains("test"));
     }
 }
