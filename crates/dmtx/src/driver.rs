@@ -1330,7 +1330,7 @@ async fn drive<P: Protocol, W: Workload>(
     'txns: loop {
         if th.stop.load(Ordering::Relaxed) || !th.take_credit() {
             // The run ends with no protocol work in flight: the last attempt's cleanup
-            // ran below; what the protocol left running is finished here. Its posts load
+            // ran after it; what the protocol left running is finished here. Its posts load
             // the memory nodes and are in no transaction type's counters.
             coord.drain().await;
             return;
