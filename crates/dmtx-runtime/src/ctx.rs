@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use dmtx_memnode::Control;
 use dmtx_store::Catalog;
-use dmtx_verbs::{MnCounters, Post, PostCounters, Submitted, Transport, VerbError};
+use dmtx_verbs::{MnCounters, Post, PostCounters, Submitted, Ticket, Transport, VerbError};
 
 use crate::rpc::Rpc;
 use crate::{yield_now, AddrCache, Clock, Probe};
@@ -57,6 +57,10 @@ impl std::fmt::Display for CoordId {
     }
 }
 
+/// Most deferred posts ([`CoordCtx::post_deferred`]) a coordinator may have in flight:
+/// they are settled after every attempt, so a protocol that reaches this leaks them.
+pub const DEFERRED_POSTS_MAX: usize = 4096;
+
 /// The runtime side of a coordinator, shared by every protocol.
 pub struct CoordCtx {
     /// Who this is.
@@ -86,6 +90,10 @@ pub struct CoordCtx {
     pub probe: Option<Rc<dyn Probe>>,
     /// [`Transport::restarts`] when this context last refreshed.
     seen_restarts: u64,
+    /// Deferred posts in flight, with the buffers the transport fills.
+    deferred: Vec<(Ticket, Post)>,
+    /// Emptied buffers of settled deferred posts, reused.
+    deferred_spare: Vec<Post>,
 }
 
 impl CoordCtx {
@@ -112,6 +120,8 @@ impl CoordCtx {
             control: None,
             probe: None,
             seen_restarts: 0,
+            deferred: Vec::new(),
+            deferred_spare: Vec::new(),
         }
     }
 
@@ -238,6 +248,63 @@ impl CoordCtx {
         }
         self.count(post, false);
         self.transport.submit_detached(post);
+    }
+
+    /// Post without waiting now, and keep the post until [`CoordCtx::settle_deferred`]
+    /// waits for it: background work (a release, a log truncation) that is off the
+    /// attempt's critical path but must have landed before the coordinator's next
+    /// transaction and before the run ends. `Coordinator::cleanup` settles after every
+    /// attempt, and `Coordinator::drain` at the end. Counted like
+    /// [`CoordCtx::post_background`] (`background_posts`, never a round trip). Takes the
+    /// post's contents and leaves `post` empty, ready for reuse.
+    pub fn post_deferred(&mut self, post: &mut Post) {
+        if post.is_empty() {
+            return;
+        }
+        assert!(
+            self.deferred.len() < DEFERRED_POSTS_MAX,
+            "{DEFERRED_POSTS_MAX} deferred posts in flight: the protocol never settles them"
+        );
+        self.count(post, false);
+        let mut owned = self.deferred_spare.pop().unwrap_or_default();
+        std::mem::swap(&mut owned, post);
+        match self.transport.submit(&mut owned) {
+            Submitted::Done(res) => {
+                if let Err(e) = res {
+                    self.last_fault = Some(e);
+                }
+                owned.clear();
+                self.deferred_spare.push(owned);
+            }
+            Submitted::Pending(ticket) => self.deferred.push((ticket, owned)),
+        }
+    }
+
+    /// Deferred posts still in flight.
+    pub fn deferred_in_flight(&self) -> usize {
+        self.deferred.len()
+    }
+
+    /// Wait for every deferred post ([`CoordCtx::post_deferred`]); not a round trip of
+    /// any attempt. Returns the first error; every failure is kept as `last_fault`.
+    pub async fn settle_deferred(&mut self) -> Result<(), VerbError> {
+        let mut first = Ok(());
+        while let Some((ticket, mut post)) = self.deferred.pop() {
+            let transport = Rc::clone(&self.transport);
+            let res = std::future::poll_fn(|cx| transport.poll(ticket, &mut post, cx)).await;
+            if let Err(e) = res {
+                self.last_fault = Some(e.clone());
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+            post.clear();
+            self.deferred_spare.push(post);
+        }
+        if self.transport.restarts() != self.seen_restarts {
+            self.after_restart();
+        }
+        first
     }
 }
 

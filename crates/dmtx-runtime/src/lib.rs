@@ -44,7 +44,7 @@ mod worker;
 pub use abort::{Abort, AbortReason};
 pub use cache::{AddrCache, SharedAddrCache};
 pub use clock::{Clock, RealClock, DRIFT_BOUND_PPM_DEFAULT};
-pub use ctx::{CoordCtx, CoordId};
+pub use ctx::{CoordCtx, CoordId, DEFERRED_POSTS_MAX};
 pub use error::{Result, RuntimeError};
 pub use executor::{block_on, yield_now, LocalExecutor};
 pub use knobs::{did_you_mean, KnobError, KnobSpec, Knobs};

@@ -5,7 +5,7 @@ use std::future::Future;
 use dmtx_memnode::Control;
 use dmtx_store::SlotLayout;
 
-use crate::{Abort, CoordCtx, KnobError, KnobSpec, Knobs, Result, Txn};
+use crate::{Abort, CoordCtx, Coordinator, KnobError, KnobSpec, Knobs, Result, Txn};
 
 /// The isolation level a protocol claims; histories of its runs are checked against it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -110,6 +110,44 @@ pub trait Protocol: Send + Sync + Sized + 'static {
 
     /// Release every lock the transaction holds (in the background).
     fn abort(txn: &mut Txn<'_, Self>);
+
+    // ---- Cleanup and background work: steps that take round trips after an attempt ----
+    //
+    // `abort` above runs synchronously (it is called from `Txn`'s `Drop`), so it can only
+    // post without waiting. What must wait for completions (2PL's shared/exclusive release
+    // loops, T/O and MVCC restores, MaaT's list removal, FaRM's log truncation) goes here.
+    // Three ways to leave work after an attempt, by when it must have landed:
+    // - `ctx.post_background`: never waited for (FORD's release);
+    // - `ctx.post_deferred` (also from the synchronous `abort`): not waited for by the
+    //   attempt, but before the coordinator's next transaction and before the run ends;
+    // - `cleanup` below: awaited steps, each round trip counted as the cleanup's.
+
+    /// The per-attempt cleanup: awaited after every attempt, committed or aborted, before
+    /// the coordinator's next attempt or retry (the driver calls it through
+    /// [`Coordinator::cleanup`]). `coord.set` still holds the finished attempt: its
+    /// objects with their per-object state, and its `phase`.
+    ///
+    /// Its posts (waited for with `ctx.post`, or left with `ctx.post_background`) are
+    /// counted apart from the attempt's: in the results' `cleanup_rtts_per_commit` and
+    /// `cleanup_counters`, never in `rtt_per_commit`. They are not in the transaction's
+    /// latency either: its outcome is known before cleanup starts. The default does
+    /// nothing and costs nothing (FORD releases with `abort` and its commit batch).
+    fn cleanup(coord: &mut Coordinator<Self>) -> impl Future<Output = ()> {
+        let _ = coord;
+        std::future::ready(())
+    }
+
+    /// Per-coordinator background work still to finish when the coordinator stops:
+    /// awaited once, at the end of the run, after the last attempt's
+    /// [`cleanup`](Protocol::cleanup) (the driver calls it through
+    /// [`Coordinator::drain`]), so no run ends with a protocol's work in flight. Work that
+    /// must end before the coordinator's *next* transaction belongs in `cleanup`. Its
+    /// posts load the memory nodes (`per_mn`) and are in no transaction type's counters.
+    /// The default does nothing and costs nothing.
+    fn drain(coord: &mut Coordinator<Self>) -> impl Future<Output = ()> {
+        let _ = coord;
+        std::future::ready(())
+    }
 }
 
 #[cfg(test)]

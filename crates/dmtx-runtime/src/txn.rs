@@ -4,6 +4,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use bytemuck::Pod;
+use dmtx_verbs::PostCounters;
 
 use crate::{Abort, AbortReason, CoordCtx, CoordId, Protocol};
 
@@ -239,6 +240,8 @@ pub struct Coordinator<P: Protocol> {
     observer: Option<Box<dyn TxnObserver>>,
     start_ns: u64,
     summary_buf: Vec<ObjSummary>,
+    /// An attempt finished and [`Coordinator::cleanup`] has not run for it yet.
+    cleanup_due: bool,
 }
 
 impl<P: Protocol> Coordinator<P> {
@@ -252,6 +255,7 @@ impl<P: Protocol> Coordinator<P> {
             observer: None,
             start_ns: 0,
             summary_buf: Vec::new(),
+            cleanup_due: false,
         }
     }
 
@@ -263,6 +267,45 @@ impl<P: Protocol> Coordinator<P> {
     /// Take the observer back.
     pub fn take_observer(&mut self) -> Option<Box<dyn TxnObserver>> {
         self.observer.take()
+    }
+
+    /// Run the protocol's per-attempt cleanup ([`Protocol::cleanup`]) for the attempt
+    /// that just finished, and return what it posted. Whoever runs transactions awaits it
+    /// after every attempt, before the next `begin` (the driver does). Runs once per
+    /// attempt: a second call, or a call before any attempt finished, does nothing.
+    ///
+    /// Its posts are counted apart: `ctx.txn_counters` holds the attempt's counters
+    /// before and after, and the cleanup's are returned. Then every deferred post
+    /// ([`CoordCtx::post_deferred`]) of the attempt or the cleanup is waited for; a
+    /// failed one is kept as `ctx.last_fault`.
+    pub async fn cleanup(&mut self) -> PostCounters {
+        assert!(self.set.phase != Phase::Active, "cleanup while a transaction is active");
+        let mut spent = PostCounters::default();
+        if std::mem::take(&mut self.cleanup_due) {
+            let attempt = std::mem::take(&mut self.ctx.txn_counters);
+            P::cleanup(self).await;
+            spent = std::mem::replace(&mut self.ctx.txn_counters, attempt);
+        }
+        if self.ctx.deferred_in_flight() > 0 {
+            let _ = self.ctx.settle_deferred().await;
+        }
+        spent
+    }
+
+    /// Finish the coordinator's background work ([`Protocol::drain`]) before it stops,
+    /// after the last attempt's cleanup (run here if still due), and wait for every
+    /// deferred post; returns what the cleanup and the drain posted. `ctx.txn_counters`
+    /// is left as it was.
+    pub async fn drain(&mut self) -> PostCounters {
+        let mut spent = self.cleanup().await;
+        let attempt = std::mem::take(&mut self.ctx.txn_counters);
+        P::drain(self).await;
+        spent.add(&std::mem::replace(&mut self.ctx.txn_counters, attempt));
+        if self.ctx.deferred_in_flight() > 0 {
+            let _ = self.ctx.settle_deferred().await;
+        }
+        debug_assert_eq!(self.ctx.deferred_in_flight(), 0, "nothing in flight after the drain");
+        spent
     }
 
     /// Start a transaction (TxBegin).
@@ -285,6 +328,7 @@ impl<P: Protocol> Coordinator<P> {
 
     fn finish(&mut self, phase: Phase) {
         self.set.phase = phase;
+        self.cleanup_due = true;
         if let Some(obs) = self.observer.as_mut() {
             self.summary_buf.clear();
             self.summary_buf.extend(self.set.objs.iter().map(|o| ObjSummary {
@@ -644,5 +688,222 @@ mod tests {
                 o(3, Access::ReadWrite, None, true, Some(103)),
             ]
         );
+    }
+
+    /// A protocol whose execute takes one round trip, whose cleanup waits one READ and
+    /// leaves one background post, and whose drain waits one READ; it counts the calls.
+    struct Cleans(NoLayout);
+
+    thread_local! {
+        static CALLS: RefCell<(u32, u32)> = const { RefCell::new((0, 0)) };
+    }
+
+    fn read_word(coord: &mut Coordinator<Cleans>) -> dmtx_verbs::Post {
+        let mut p = dmtx_verbs::Post::new();
+        p.read(dmtx_verbs::RemotePtr::new(dmtx_verbs::MnId(0), 0), 8);
+        let _ = &coord.set;
+        p
+    }
+
+    impl Protocol for Cleans {
+        type CoordState = ();
+        type ObjState = ();
+        const NAME: &'static str = "cleans";
+        const ABOUT: &'static str = "test protocol";
+        const KNOBS: &'static [KnobSpec] = &[];
+
+        fn from_knobs(_: &Knobs) -> std::result::Result<Self, KnobError> {
+            Ok(Cleans(NoLayout))
+        }
+        fn isolation(&self) -> Isolation {
+            Isolation::Serializable
+        }
+        fn layout(&self) -> &dyn SlotLayout {
+            &self.0
+        }
+        fn coord_state(&self, _: &CoordCtx, _: &dyn Control) -> crate::Result<()> {
+            Ok(())
+        }
+        async fn execute(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+            txn.coord.set.fetched = txn.coord.set.objs.len();
+            Ok(())
+        }
+        async fn commit(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+            let mut p = read_word(txn.coord);
+            txn.coord
+                .ctx
+                .post(&mut p)
+                .await
+                .map_err(|_| Abort::new(AbortReason::Fault))
+        }
+        /// Leaves one deferred READ: a synchronous abort cannot wait, the cleanup does.
+        fn abort(txn: &mut Txn<'_, Self>) {
+            let mut p = read_word(txn.coord);
+            txn.coord.ctx.post_deferred(&mut p);
+            assert!(p.is_empty(), "post_deferred takes the post's contents");
+        }
+        async fn cleanup(coord: &mut Coordinator<Self>) {
+            assert_ne!(coord.set.phase, Phase::Active, "cleanup sees the finished attempt");
+            CALLS.with(|c| c.borrow_mut().0 += 1);
+            let mut p = read_word(coord);
+            coord.ctx.post(&mut p).await.unwrap();
+            let mut p = read_word(coord);
+            coord.ctx.post_background(&mut p);
+        }
+        async fn drain(coord: &mut Coordinator<Self>) {
+            CALLS.with(|c| c.borrow_mut().1 += 1);
+            let mut p = read_word(coord);
+            coord.ctx.post(&mut p).await.unwrap();
+        }
+    }
+
+    /// Goal: `Coordinator::cleanup` runs the protocol's cleanup once per finished attempt
+    /// and counts its posts apart (the attempt's counters are left as they were), and
+    /// `drain` runs a cleanup still due, then the drain. Method: a protocol whose commit,
+    /// cleanup and drain each wait one READ; counts and call tallies after each step.
+    #[test]
+    fn cleanup_runs_once_per_attempt_and_is_counted_apart() {
+        let fabric = dmtx_verbs::MemFabric::new(vec![Arc::new(dmtx_verbs::Region::new(64))]);
+        let ctx = CoordCtx::new(
+            CoordId {
+                cn: 0,
+                thread: 0,
+                coroutine: 1,
+            },
+            Rc::new(fabric.transport()),
+            Arc::new(RealClock::new()),
+            Arc::new(Catalog::default()),
+            Rc::new(AddrCache::new(Arc::new(SharedAddrCache::new()))),
+        );
+        let mut c = Coordinator::new(ctx, Arc::new(Cleans(NoLayout)), ());
+        let calls = || CALLS.with(|c| *c.borrow());
+        assert_eq!(block_on(c.cleanup()), PostCounters::default(), "no attempt yet");
+        block_on(c.begin().commit()).unwrap();
+        assert_eq!(c.ctx.txn_counters.rtts, 1, "the commit's READ");
+        let spent = block_on(c.cleanup());
+        assert_eq!((spent.rtts, spent.background_posts, spent.ops_total()), (1, 1, 2));
+        assert_eq!(c.ctx.txn_counters.rtts, 1, "the attempt's counters are untouched");
+        assert_eq!(c.ctx.txn_counters.background_posts, 0);
+        assert_eq!(calls(), (1, 0));
+        assert_eq!(block_on(c.cleanup()), PostCounters::default(), "once per attempt");
+        assert_eq!(calls(), (1, 0));
+        // An aborted attempt is cleaned up too; drain runs it when still due.
+        drop(c.begin());
+        assert_eq!(c.ctx.txn_counters.background_posts, 1, "the abort's deferred READ");
+        let spent = block_on(c.drain());
+        assert_eq!((spent.rtts, spent.background_posts), (2, 1), "cleanup + drain");
+        assert_eq!(calls(), (2, 1));
+        assert_eq!(
+            c.ctx.per_mn[0].ops[dmtx_verbs::OpKind::Read as usize],
+            7,
+            "commit 1, abort 1, cleanups 2 + 2, drain 1: all load the node"
+        );
+    }
+
+    /// A transport whose every post completes on its second poll; `fail` names a ticket
+    /// that completes with an error.
+    #[derive(Default)]
+    struct Slow {
+        next: std::cell::Cell<u64>,
+        polled: RefCell<std::collections::HashSet<u64>>,
+        polls: std::cell::Cell<u32>,
+        fail: Option<u64>,
+    }
+
+    impl dmtx_verbs::Transport for Slow {
+        fn mn_count(&self) -> usize {
+            1
+        }
+        fn submit(&self, _: &mut dmtx_verbs::Post) -> dmtx_verbs::Submitted {
+            let t = self.next.get();
+            self.next.set(t + 1);
+            dmtx_verbs::Submitted::Pending(dmtx_verbs::Ticket(t))
+        }
+        fn poll(
+            &self,
+            ticket: dmtx_verbs::Ticket,
+            _: &mut dmtx_verbs::Post,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<dmtx_verbs::Result<()>> {
+            self.polls.set(self.polls.get() + 1);
+            if self.polled.borrow_mut().insert(ticket.0) {
+                cx.waker().wake_by_ref();
+                return std::task::Poll::Pending;
+            }
+            std::task::Poll::Ready(match self.fail {
+                Some(t) if t == ticket.0 => Err(dmtx_verbs::VerbError::Unreachable {
+                    mn: dmtx_verbs::MnId(0),
+                    why: "test".into(),
+                }),
+                _ => Ok(()),
+            })
+        }
+        fn submit_detached(&self, _: &mut dmtx_verbs::Post) {}
+    }
+
+    fn slow_coordinator(slow: Rc<Slow>) -> Coordinator<Cleans> {
+        let ctx = CoordCtx::new(
+            CoordId {
+                cn: 0,
+                thread: 0,
+                coroutine: 1,
+            },
+            slow,
+            Arc::new(RealClock::new()),
+            Arc::new(Catalog::default()),
+            Rc::new(AddrCache::new(Arc::new(SharedAddrCache::new()))),
+        );
+        Coordinator::new(ctx, Arc::new(Cleans(NoLayout)), ())
+    }
+
+    /// Goal: a deferred post left by the synchronous abort is still in flight after the
+    /// attempt, and `Coordinator::cleanup` waits for it before the next transaction;
+    /// `drain` leaves nothing in flight. Method: a transport that completes every post on
+    /// its second poll; tickets in flight and polls after each step.
+    #[test]
+    fn deferred_posts_are_settled_by_the_cleanup() {
+        let slow = Rc::new(Slow::default());
+        let mut c = slow_coordinator(Rc::clone(&slow));
+        drop(c.begin());
+        assert_eq!(c.ctx.deferred_in_flight(), 1, "the abort cannot wait for it");
+        assert_eq!((c.ctx.txn_counters.rtts, c.ctx.txn_counters.background_posts), (0, 1));
+        let spent = block_on(c.cleanup());
+        assert_eq!(c.ctx.deferred_in_flight(), 0, "settled before the next transaction");
+        assert_eq!(
+            (spent.rtts, spent.background_posts),
+            (1, 1),
+            "the cleanup's own READ and background post"
+        );
+        // The cleanup's awaited READ and the deferred READ, each polled twice.
+        assert_eq!(slow.polls.get(), 4);
+        drop(c.begin());
+        assert_eq!(c.ctx.deferred_in_flight(), 1);
+        block_on(c.drain());
+        assert_eq!(
+            c.ctx.deferred_in_flight(),
+            0,
+            "nothing in flight when the coordinator stops"
+        );
+        assert!(c.ctx.last_fault.is_none());
+    }
+
+    /// Goal: a deferred post that fails is reported (first error returned, kept as the
+    /// last fault) and its buffer still comes back. Method: two deferred posts, the
+    /// second failing, settled directly.
+    #[test]
+    fn a_failed_deferred_post_is_kept_as_the_last_fault() {
+        let slow = Rc::new(Slow {
+            fail: Some(1),
+            ..Slow::default()
+        });
+        let mut c = slow_coordinator(slow);
+        for _ in 0..2 {
+            let mut p = read_word(&mut c);
+            c.ctx.post_deferred(&mut p);
+        }
+        assert_eq!(c.ctx.deferred_in_flight(), 2);
+        assert!(block_on(c.ctx.settle_deferred()).is_err());
+        assert_eq!(c.ctx.deferred_in_flight(), 0);
+        assert!(c.ctx.last_fault.as_ref().unwrap().to_string().contains("test"));
     }
 }

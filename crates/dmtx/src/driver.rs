@@ -1486,7 +1486,9 @@ pub fn retryable(reason: AbortReason) -> bool {
 
 /// One coordinator's loop: draw a transaction, run it until it commits or may not be
 /// retried ([`Retries`], [`retryable`]), then the next, until stopped; every attempt is
-/// counted.
+/// counted. After every attempt the protocol's cleanup is awaited
+/// ([`Coordinator::cleanup`], counted apart), and before the loop ends its background
+/// work ([`Coordinator::drain`]).
 ///
 /// A committed transaction's latency runs from its first attempt's start to the commit
 /// (what TPC-C and BenchBase report); every attempt, and every abort, goes through
@@ -1502,6 +1504,10 @@ async fn drive<P: Protocol, W: Workload>(
     let mut backoff_rng = splitmix64(coord.ctx.id.global());
     'txns: loop {
         if th.stop.load(Ordering::Relaxed) || !th.take_credit() {
+            // The run ends with no protocol work in flight: the last attempt's cleanup
+            // ran after it; what the protocol left running is finished here. Its posts load
+            // the memory nodes and are in no transaction type's counters.
+            coord.drain().await;
             return;
         }
         let first_ns = coord.ctx.clock.now_ns();
@@ -1523,12 +1529,18 @@ async fn drive<P: Protocol, W: Workload>(
             coord.ctx.attempt_end(ty);
             let end_ns = coord.ctx.clock.now_ns();
             let counters = coord.ctx.txn_counters;
+            // Before the next attempt or retry (a retry must not meet this attempt's own
+            // locks), counted apart from the attempt and outside its latency.
+            let cleanup = coord.cleanup().await;
             // Attempts of the warm-up, and those that end after the deadline (the
             // transactions in hand when it came), are run, not counted.
             let counted = measuring && end_ns <= th.measure_until_ns.load(Ordering::Relaxed);
             let committed = matches!(outcome, Ok(Outcome::Committed | Outcome::Unsuccessful));
             let latency_ns = end_ns.saturating_sub(first_ns);
             th.publish(committed, latency_ns);
+            if counted {
+                th.stats.borrow_mut().cleanup(ty, &cleanup);
+            }
             match outcome {
                 Ok(o @ (Outcome::Committed | Outcome::Unsuccessful)) => {
                     if counted {

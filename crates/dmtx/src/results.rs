@@ -50,9 +50,11 @@
 //! | `background_posts_per_commit` | posts never waited for (background release) / committed |
 //! | `ts_per_commit`, `ts_rtts_per_commit` | timestamps committed attempts asked of the timestamp service / committed, and of those the ones waited a round trip for (an RPC to the oracle's host, a FAA); never in `rtt_per_commit` or `ops_per_commit` (DESIGN §4) |
 //! | `wasted_rtts_per_commit` | round trips of *aborted* attempts / committed |
+//! | `cleanup_rtts_per_commit` | round trips of the protocol's per-attempt cleanup (releases, restores, log truncation awaited after an attempt, committed or aborted, before the next) / committed; never in `rtt_per_commit` or `wasted_rtts_per_commit`; 0 for protocols without one (FORD) |
 //! | `attempts_per_commit` | attempts of the committed transactions (the commit and the aborted attempts retried before it) / committed; 1 when nothing was retried |
 //! | `latency_us` | as above, for this type, or null |
 //! | `committed_counters`, `aborted_counters` | raw sums: `rtts`, `background_posts`, `ops` {…}, `bytes_out`, `bytes_in`, `ts_requests`, `ts_rtts` (for re-aggregating runs) |
+//! | `cleanup_counters` | the same raw sums over the per-attempt cleanups of every attempt (absent from older records: zeros) |
 //!
 //! An attempt aborted by a conflict is retried with the same inputs as `--set
 //! retry_aborts` says (default `unbounded`: until it commits, as TPC-C, BenchBase and
@@ -310,7 +312,7 @@ pub struct Bytes {
 }
 
 /// Raw verb sums.
-#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Counters {
     /// Round trips waited for.
     pub rtts: u64,
@@ -382,12 +384,19 @@ pub struct TxnTypeResult {
     /// Of those, the ones waited a round trip for, per commit.
     #[serde(default)]
     pub ts_rtts_per_commit: Option<f64>,
+    /// Round trips of the per-attempt cleanups, per commit (absent from older records:
+    /// `null`).
+    #[serde(default)]
+    pub cleanup_rtts_per_commit: Option<f64>,
     /// Latency of committed attempts.
     pub latency_us: Option<Latency>,
     /// Raw sums over committed attempts.
     pub committed_counters: Counters,
     /// Raw sums over aborted attempts.
     pub aborted_counters: Counters,
+    /// Raw sums over the per-attempt cleanups of every attempt.
+    #[serde(default)]
+    pub cleanup_counters: Counters,
 }
 
 impl TxnTypeResult {
@@ -422,9 +431,11 @@ impl TxnTypeResult {
             attempts_per_commit: per(t.commit_attempts),
             ts_per_commit: per(c.ts_requests),
             ts_rtts_per_commit: per(c.ts_rtts),
+            cleanup_rtts_per_commit: per(t.cleanup_counters.rtts),
             latency_us: Latency::of(&t.latency_ns),
             committed_counters: Counters::from(c),
             aborted_counters: Counters::from(&t.aborted_counters),
+            cleanup_counters: Counters::from(&t.cleanup_counters),
         }
     }
 }
@@ -1078,6 +1089,12 @@ impl BenchResult {
                 "  timestamps  {ts:.2} per commit, {waited:.2} of them waited a round trip for (not in rtt/c)"
             );
         }
+        if let Some(n) = self.total.cleanup_rtts_per_commit.filter(|&n| n > 0.0) {
+            let _ = writeln!(
+                o,
+                "  cleanup     {n:.2} round trips per commit after the attempts (not in rtt/c)"
+            );
+        }
         let _ = writeln!(
             o,
             "  invariant   {}: {}",
@@ -1246,8 +1263,22 @@ mod tests {
                 ..Default::default()
             },
         );
+        s.cleanup(
+            0,
+            &PostCounters {
+                rtts: 3,
+                background_posts: 1,
+                ..Default::default()
+            },
+        );
         let t = TxnTypeResult::of(&s.types[0]);
         assert_eq!(t.rtt_per_commit, Some(3.0));
+        assert_eq!(
+            t.cleanup_rtts_per_commit,
+            Some(1.5),
+            "3 cleanup round trips for 2 commits"
+        );
+        assert_eq!(t.cleanup_counters.background_posts, 1);
         assert_eq!(t.ops_per_commit.unwrap().cas, 2.0);
         assert_eq!(t.bytes_per_commit.unwrap().r#in, 50.0);
         assert_eq!(t.wasted_rtts_per_commit, Some(0.5));
@@ -1269,8 +1300,11 @@ mod tests {
         let o = old.as_object_mut().unwrap();
         o.remove("ts_per_commit");
         o.remove("ts_rtts_per_commit");
+        o.remove("cleanup_rtts_per_commit");
+        o.remove("cleanup_counters");
         o["committed_counters"].as_object_mut().unwrap().remove("ts_requests");
         let back: TxnTypeResult = serde_json::from_value(old).unwrap();
         assert_eq!((back.ts_per_commit, back.committed_counters.ts_requests), (None, 0));
+        assert_eq!((back.cleanup_rtts_per_commit, back.cleanup_counters.rtts), (None, 0));
     }
 }

@@ -55,6 +55,9 @@ pub struct TypeStats {
     /// Attempts of the committed transactions (the committing one and the aborted ones
     /// retried before it), summed.
     pub commit_attempts: u64,
+    /// Verbs of the protocol's per-attempt cleanup (`Protocol::cleanup`) after every
+    /// attempt, committed or not, summed; in neither of the counters above.
+    pub cleanup_counters: PostCounters,
     /// Latency of committed transactions, ns: from the first attempt's start to the
     /// commit.
     pub latency_ns: Histogram<u64>,
@@ -71,6 +74,7 @@ impl Default for TypeStats {
             committed_counters: PostCounters::default(),
             aborted_counters: PostCounters::default(),
             commit_attempts: 0,
+            cleanup_counters: PostCounters::default(),
             latency_ns: latency_histogram(),
         }
     }
@@ -89,6 +93,7 @@ impl TypeStats {
         self.committed_counters.add(&other.committed_counters);
         self.aborted_counters.add(&other.aborted_counters);
         self.commit_attempts += other.commit_attempts;
+        self.cleanup_counters.add(&other.cleanup_counters);
         self.latency_ns.add(&other.latency_ns).expect("histograms share bounds");
     }
 
@@ -158,6 +163,12 @@ impl RunStats {
         t.aborted_counters.add(counters);
     }
 
+    /// Count the cleanup that followed an attempt of type `ty` (whatever its outcome).
+    #[inline]
+    pub fn cleanup(&mut self, ty: usize, counters: &PostCounters) {
+        self.ty(ty).cleanup_counters.add(counters);
+    }
+
     /// Add another thread's counters.
     pub fn merge(&mut self, other: &RunStats) {
         if self.types.len() < other.types.len() {
@@ -193,6 +204,7 @@ mod tests {
         a.commit(0, &c, 3_000, false, 3);
         a.abort(1, AbortReason::Validation, &c);
         a.rolled_back(1, &c);
+        a.cleanup(1, &c);
         let mut b = RunStats::new(2);
         b.commit(1, &c, 2_000, true, 1);
         b.merge(&a);
@@ -207,6 +219,8 @@ mod tests {
         assert_eq!(all.commit_attempts, 5, "1 + 3 + 1 attempts of the three commits");
         assert_eq!(all.committed_counters.rtts, 6);
         assert_eq!(all.aborted_counters.rtts, 4);
+        assert_eq!(all.cleanup_counters.rtts, 2, "apart from both");
+        assert_eq!(b.types[1].cleanup_counters.rtts, 2);
         assert_eq!(all.latency_ns.len(), 3);
         assert_eq!(all.latency_ns.max(), 3_001, "3 significant figures");
         assert_eq!(slot_name(reason_slot(AbortReason::LockConflict)), "lock_conflict");
