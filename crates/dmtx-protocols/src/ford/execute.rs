@@ -72,6 +72,36 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
         let c = &mut *txn.coord;
         let post = &mut c.state.post;
         post.clear();
+        // Inserts of this transaction homing to one bucket go one at a time: the first
+        // takes the chain's insert lock; each later one waits until those before it have
+        // claimed their slots, then walks under the same lock. A second CAS of the lock
+        // would conflict with our own lock on every retry of the same inputs, and two
+        // walks at once would claim one slot or link two overflow buckets to one chain.
+        // Per (table, home bucket): whether an insert is under way, whether one holds
+        // the lock.
+        let mut walks: Vec<(u32, u64, bool, bool)> = Vec::new();
+        for o in c
+            .set
+            .objs
+            .iter()
+            .filter(|o| o.access == Access::Insert && o.proto.walk.started())
+        {
+            let home = c
+                .ctx
+                .catalog
+                .get(o.table)
+                .expect("table checked at add")
+                .shape
+                .home_bucket(o.key);
+            let busy = o.proto.stage != Stage::Done;
+            match walks.iter_mut().find(|w| w.0 == o.table && w.1 == home) {
+                Some(w) => {
+                    w.2 |= busy;
+                    w.3 |= o.proto.holds.bucket_lock.is_some();
+                }
+                None => walks.push((o.table, home, busy, o.proto.holds.bucket_lock.is_some())),
+            }
+        }
         for o in &mut c.set.objs[start..n] {
             let info = c.ctx.catalog.get(o.table).expect("table checked at add");
             let shape = &info.shape;
@@ -83,7 +113,24 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                 Stage::Lookup(b) => {
                     // Inserters serialize per home bucket: no two can claim two free
                     // slots for the same key.
-                    let lock_bucket = o.access == Access::Insert && p.holds.bucket_lock.is_none();
+                    let mut lock_bucket = false;
+                    if o.access == Access::Insert && !p.walk.started() {
+                        match walks.iter_mut().find(|w| w.0 == o.table && w.1 == b) {
+                            // A sibling's walk of this chain is under way.
+                            Some(w) if w.2 => continue,
+                            // Siblings claimed their slots; one holds the lock.
+                            Some(w) => {
+                                debug_assert!(w.3, "a finished insert walk holds its chain's lock");
+                                p.walk.share_lock();
+                                w.2 = true;
+                            }
+                            None => {
+                                lock_bucket = true;
+                                walks.push((o.table, b, true, true));
+                            }
+                        }
+                        p.walk.start();
+                    }
                     let (cas, read) = index_walk::post_lookup(post, info, b, p.replica as usize, lock_bucket, lock);
                     p.cas = cas;
                     p.read = Some(read);
@@ -134,6 +181,24 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
         let layout = dmtx_runtime::Protocol::layout(c.proto.as_ref());
         let mut result = Ok(());
         for i in start..n {
+            // Slots other inserts of this transaction claimed in the same table: locked,
+            // not yet written, so a bucket READ shows them free.
+            let claimed: Vec<u64> = match (&c.set.objs[i].access, &c.set.objs[i].proto.stage) {
+                (Access::Insert, Stage::Lookup(_)) => c
+                    .set
+                    .objs
+                    .iter()
+                    .enumerate()
+                    .filter(|&(j, q)| {
+                        j != i
+                            && q.table == c.set.objs[i].table
+                            && q.access == Access::Insert
+                            && matches!(q.proto.stage, Stage::Fetch | Stage::Done)
+                    })
+                    .map(|(_, q)| q.proto.rel)
+                    .collect(),
+                _ => Vec::new(),
+            };
             let o = &mut c.set.objs[i];
             let info = c.ctx.catalog.get(o.table).expect("table checked at add");
             let shape = &info.shape;
@@ -143,6 +208,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
             let mut copy_from: Option<&[u8]> = None;
             match p.stage {
                 Stage::Done | Stage::New => continue,
+                Stage::Lookup(_) if p.read.is_none() => continue, // waiting for a sibling's insert lock
                 Stage::Lookup(b) => {
                     let read = p.read.expect("lookup posts a read");
                     let ids = (p.cas, read);
@@ -157,6 +223,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                         ids,
                         walk,
                         bucket_lock,
+                        &claimed,
                     ) {
                         Found::At { rel, slot } => {
                             p.rel = rel;

@@ -22,11 +22,18 @@
 //! 1. Only the holder of a chain's insert lock (the home bucket's lock word) claims a
 //!    free slot of the chain or links an overflow bucket to it, so two transactions never
 //!    insert one key twice.
+//!    Several inserts of one transaction homing to one bucket walk it one at a time:
+//!    the first takes the lock, each later one walks under it ([`Walk::share_lock`])
+//!    once those before it claimed their slots, and never picks a slot a sibling
+//!    claimed (`claimed` of [`on_lookup`]): a second CAS of the lock would conflict
+//!    with the transaction's own lock on every retry, and two walks at once would claim
+//!    one slot or link two overflow buckets to one chain.
 //! 2. An overflow bucket is linked on every replica before any of its slots is locked.
 
 use dmtx_runtime::{AbortReason, Access, AddrCache};
 use dmtx_store::{
-    scan_bucket, Shape, SlotLayout, TableInfo, BUCKET_LOCK_OFFSET, BUCKET_NEXT_OFFSET, OVERFLOW_CURSOR_OFFSET,
+    scan_bucket, Shape, SlotLayout, TableInfo, BUCKET_HEADER_BYTES, BUCKET_LOCK_OFFSET, BUCKET_NEXT_OFFSET,
+    OVERFLOW_CURSOR_OFFSET,
 };
 use dmtx_verbs::{AtomicId, Post, ReadId};
 
@@ -58,6 +65,11 @@ pub struct Walk {
     last_bucket: u64,
     /// Overflow bucket: [`RESERVE`] until the FAA returns, then its number until linked.
     new_overflow: Option<u64>,
+    /// The chain's insert lock is held by another insert of the same transaction (two
+    /// keys homing to one bucket): this walk neither takes nor releases it.
+    shared_lock: bool,
+    /// The walk has posted its first lookup.
+    started: bool,
 }
 
 impl Walk {
@@ -71,6 +83,30 @@ impl Walk {
     #[inline]
     pub fn linked(&mut self) {
         self.new_overflow = None;
+    }
+
+    /// Walk under the insert lock a sibling insert of the same transaction holds.
+    #[inline]
+    pub fn share_lock(&mut self) {
+        self.shared_lock = true;
+    }
+
+    /// Whether the walk runs under a sibling's insert lock.
+    #[inline]
+    pub fn shares_lock(&self) -> bool {
+        self.shared_lock
+    }
+
+    /// The first lookup is posted.
+    #[inline]
+    pub fn start(&mut self) {
+        self.started = true;
+    }
+
+    /// Whether the first lookup was posted.
+    #[inline]
+    pub fn started(&self) -> bool {
+        self.started
     }
 }
 
@@ -136,7 +172,9 @@ pub fn post_link(post: &mut Post, info: &TableInfo, walk: &Walk) {
 }
 
 /// What the lookup of bucket `b` found: `cas` and `read` are what [`post_lookup`]
-/// returned; a taken insert lock is recorded in `bucket_lock`.
+/// returned; a taken insert lock is recorded in `bucket_lock`. `claimed` are slots other
+/// inserts of the same transaction already took in this table (locked, not yet
+/// written, so they read as free): an insert never picks one.
 #[allow(clippy::too_many_arguments)]
 pub fn on_lookup<'a>(
     post: &'a Post,
@@ -148,6 +186,7 @@ pub fn on_lookup<'a>(
     (cas, read): (Option<AtomicId>, ReadId),
     walk: &mut Walk,
     bucket_lock: &mut Option<u64>,
+    claimed: &[u64],
 ) -> Found<'a> {
     let shape = &info.shape;
     if let Some(cas) = cas {
@@ -171,7 +210,16 @@ pub fn on_lookup<'a>(
         };
     }
     if access == Access::Insert && walk.free_rel.is_none() {
-        walk.free_rel = scan.free.map(|f| shape.slot_off(b, f));
+        walk.free_rel = match scan.free {
+            Some(f) if claimed.contains(&shape.slot_off(b, f)) => (f + 1..shape.slots)
+                .find(|&i| {
+                    let at = BUCKET_HEADER_BYTES as usize + i as usize * shape.slot_bytes as usize;
+                    layout.key(&bucket[at..at + shape.slot_bytes as usize]).is_none()
+                        && !claimed.contains(&shape.slot_off(b, i))
+                })
+                .map(|i| shape.slot_off(b, i)),
+            free => free.map(|f| shape.slot_off(b, f)),
+        };
     }
     match (scan.next, access) {
         (Some(next), _) => Found::Next(next),
@@ -220,7 +268,7 @@ pub fn evict_stale(
 
 #[cfg(test)]
 mod tests {
-    use dmtx_store::{Shape, SlotLayout, BUCKET_HEADER_BYTES};
+    use dmtx_store::{Shape, SlotLayout};
     use dmtx_verbs::Post;
 
     use super::super::record::OneVersionLayout;
@@ -271,6 +319,7 @@ mod tests {
             ids,
             walk,
             bucket_lock,
+            &[],
         );
         let found = match found {
             Found::At { rel, slot } => {
