@@ -1564,7 +1564,7 @@ async fn drive<P: Protocol, W: Workload>(
                     }
                     th.stop_on(abort.reason, coord);
                     if retryable(abort.reason) && th.retries.allows(attempts - 1) && !th.stop.load(Ordering::Relaxed) {
-                        backoff(&mut backoff_rng, attempts, coord.ctx.clock.as_ref()).await;
+                        backoff(&mut backoff_rng, attempts).await;
                         start_ns = coord.ctx.clock.now_ns();
                         continue;
                     }
@@ -1594,24 +1594,21 @@ fn time_series(mut series: Vec<u64>, bucket_ns: u64, elapsed: Duration, clock: c
     }
 }
 
-/// Largest exponent of the backoff before a retry: at most 2^this units.
+/// Largest exponent of the backoff before a retry: at most 2^this yields.
 pub const RETRY_BACKOFF_EXP_MAX: u32 = 10;
-/// The backoff's unit of time, on the coordinator's clock (virtual on the simulator).
-pub const RETRY_BACKOFF_UNIT_NS: u64 = 1_000;
 
-/// Wait before retry `attempts` of a transaction: a random time of 1 to
-/// `2^min(attempts, RETRY_BACKOFF_EXP_MAX)` units of [`RETRY_BACKOFF_UNIT_NS`] on the
-/// coordinator's clock (randomized exponential backoff, as Deneva's abort queue does).
-/// Without it, transactions that abort each other on partly taken locks retry in step
-/// and abort each other again: a livelock. It is time, not a count of yields: a thread
-/// whose last coordinator retries has nobody to yield to, and two such threads on a
-/// 2-core host retried in step for ever (TPC-C, 2 warehouses, the last commits of a
-/// `--txns` run). The thread runs its other coordinators meanwhile, or sleeps; the
-/// simulator turns the wait into one event.
-async fn backoff(rng: &mut u64, attempts: u32, clock: &dyn Clock) {
+/// Wait before retry `attempts` of a transaction: yield to the thread's other
+/// coordinators a random number of times below `2^min(attempts, RETRY_BACKOFF_EXP_MAX)`
+/// (randomized exponential backoff, as Deneva's abort queue does in time). Without
+/// it, transactions that abort each other on partly taken locks retry in step and
+/// abort each other again (a livelock seen on TPC-C with 2 warehouses). Counted in
+/// yields, not clock time, so it ends on the simulator too whatever else is pending.
+async fn backoff(rng: &mut u64, attempts: u32) {
     *rng = splitmix64(*rng);
-    let units = 1 + *rng % (1u64 << attempts.min(RETRY_BACKOFF_EXP_MAX));
-    dmtx_runtime::sleep(clock, units * RETRY_BACKOFF_UNIT_NS).await;
+    let yields = *rng % (1u64 << attempts.min(RETRY_BACKOFF_EXP_MAX));
+    for _ in 0..yields {
+        dmtx_runtime::yield_now().await;
+    }
 }
 
 /// Add each node's counters of `from` into `into`.
