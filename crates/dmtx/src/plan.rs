@@ -368,8 +368,8 @@ pub fn assess<P: Protocol, W: Workload>(
             bytes(plan.coordinators_per_mn[mn])
         ),
         Limit::Host { .. } => format!(
-            "{} of tables on {} memory nodes, {} to build them, {} of coordinator areas",
-            bytes(plan.tables_per_mn.iter().sum()),
+            "{} of loaded tables on {} memory nodes, {} to build them, {} of coordinator areas",
+            bytes(plan.loaded_tables_bytes()),
             cfg.memory_nodes,
             bytes(plan.build_bytes),
             bytes(plan.coordinators_per_mn.iter().sum()),
