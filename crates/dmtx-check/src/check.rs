@@ -1419,12 +1419,6 @@ impl<'h> Checker<'h> {
                 .iter()
                 .any(|&u| g.out(u).iter().any(|&e| session(u, e & 3, e >> 2)));
             if has_session {
-                let kind = FindingKind::Session;
-                if !si && !self.findings.wants(kind) {
-                    // The closing edge's ends are in one component: it lies on a cycle.
-                    self.add_cycle(kind, None);
-                    continue;
-                }
                 let q = CycleQuery {
                     closing: &session,
                     path_mask: M_ALL,
@@ -1434,23 +1428,11 @@ impl<'h> Checker<'h> {
                     shortest: false,
                     rank: None,
                 };
-                let bfs = bfs.get_or_insert_with(|| Bfs::new(g.nodes()));
-                let found = self.cycle_in(g, bfs, members, &q);
-                if found.truncated {
-                    self.search_truncated += 1;
-                }
-                if found.cycle.is_some() || !si {
-                    self.add_cycle(kind, found.cycle);
+                if self.order_finding(g, &mut bfs, members, FindingKind::Session, &q) {
                     continue;
                 }
             }
             if !members.iter().any(|&v| v >= c) {
-                continue;
-            }
-            let kind = FindingKind::RealTime;
-            if !si && !self.findings.wants(kind) {
-                // Every node of a component lies on a cycle: this one goes through time.
-                self.add_cycle(kind, None);
                 continue;
             }
             let q = CycleQuery {
@@ -1462,15 +1444,36 @@ impl<'h> Checker<'h> {
                 shortest: false,
                 rank: None,
             };
-            let bfs = bfs.get_or_insert_with(|| Bfs::new(g.nodes()));
-            let found = self.cycle_in(g, bfs, members, &q);
-            if found.truncated {
-                self.search_truncated += 1;
-            }
-            if found.cycle.is_some() || !si {
-                self.add_cycle(kind, found.cycle);
-            }
+            self.order_finding(g, &mut bfs, members, FindingKind::RealTime, &q);
         }
+    }
+
+    /// One component's session or real-time finding of [`Self::order_cycles`]: true when
+    /// it reported one. Without wanting evidence, every node of a component lies on a
+    /// cycle through the closing edge's ends; under SI only a cycle the query finds counts.
+    fn order_finding(
+        &mut self,
+        g: &Graph,
+        bfs: &mut Option<Bfs>,
+        members: &[u32],
+        kind: FindingKind,
+        q: &CycleQuery,
+    ) -> bool {
+        let si = q.no_adjacent_rw;
+        if !si && !self.findings.wants(kind) {
+            self.add_cycle(kind, None);
+            return true;
+        }
+        let bfs = bfs.get_or_insert_with(|| Bfs::new(g.nodes()));
+        let found = self.cycle_in(g, bfs, members, q);
+        if found.truncated {
+            self.search_truncated += 1;
+        }
+        if found.cycle.is_some() || !si {
+            self.add_cycle(kind, found.cycle);
+            return true;
+        }
+        false
     }
 
     fn report(self) -> Report {
