@@ -82,6 +82,10 @@ pub struct CoordCtx {
     /// The table whose room an insert found used up, set with every `table_full` abort a
     /// protocol returns (the driver stops the run and names the table and its knob).
     pub last_table_full: Option<u32>,
+    /// Why the last `log_full` abort happened, in the protocol's words (what the
+    /// transaction needed, the area, the knob that sizes it): the driver stops the run
+    /// with it.
+    pub last_log_full: Option<String>,
     /// The worker thread's CN↔CN messaging endpoint, when the node has messaging.
     pub rpc: Option<Rc<Rpc>>,
     /// Where table metadata is refetched from after a memory node restarted.
@@ -116,6 +120,7 @@ impl CoordCtx {
             per_mn,
             last_fault: None,
             last_table_full: None,
+            last_log_full: None,
             rpc: None,
             control: None,
             probe: None,

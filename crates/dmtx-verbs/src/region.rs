@@ -41,7 +41,7 @@ pub struct RegionAllocError {
 }
 
 /// `bytes` in the largest binary unit that keeps a whole part: `100.0 TiB`, `1.5 GiB`.
-fn binary_units(bytes: u64) -> String {
+pub fn binary_units(bytes: u64) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     let mut v = bytes as f64;
     let mut u = 0;

@@ -261,11 +261,12 @@ impl Default for ThreadProgress {
 }
 
 /// A [`Control`] that hands out addresses without memory: measures what a
-/// coordinator's setup allocates on each node. It keeps named entries (checked as a
-/// memory node checks them), so a `coord_state` can fetch what `setup_run` published.
+/// coordinator's setup allocates on each node. Named entries go to a memory node of
+/// one page each (same checks, same limits), so a `coord_state` can fetch what
+/// `setup_run` published.
 struct Sizing {
     used: Mutex<Vec<u64>>,
-    named: Mutex<std::collections::BTreeMap<(MnId, String), Vec<u8>>>,
+    named: Vec<dmtx_memnode::MemNode>,
 }
 
 impl Control for Sizing {
@@ -292,29 +293,22 @@ impl Control for Sizing {
         Ok(Vec::new())
     }
     fn put_named(&self, mn: MnId, name: &str, value: &[u8]) -> dmtx_memnode::Result<()> {
-        dmtx_memnode::check_named(mn, name, value)?;
-        let mut named = self.named.lock().expect("sizing lock");
-        if named.insert((mn, name.to_owned()), value.to_vec()).is_some() {
-            return Err(ControlError::DuplicateName {
-                mn,
-                name: name.to_owned(),
-            });
-        }
-        Ok(())
+        self.node(mn)?.put_named(name, value)
     }
     fn named(&self, mn: MnId, name: &str) -> dmtx_memnode::Result<Vec<u8>> {
-        let named = self.named.lock().expect("sizing lock");
-        named
-            .get(&(mn, name.to_owned()))
-            .cloned()
-            .ok_or_else(|| ControlError::UnknownName {
-                mn,
-                name: name.to_owned(),
-            })
+        self.node(mn)?.named(name)
     }
     fn names(&self, mn: MnId) -> dmtx_memnode::Result<Vec<String>> {
-        let named = self.named.lock().expect("sizing lock");
-        Ok(named.keys().filter(|(m, _)| *m == mn).map(|(_, n)| n.clone()).collect())
+        Ok(self.node(mn)?.names())
+    }
+}
+
+impl Sizing {
+    fn node(&self, mn: MnId) -> dmtx_memnode::Result<&dmtx_memnode::MemNode> {
+        self.named.get(mn.index()).ok_or(ControlError::UnknownNode {
+            mn,
+            mn_count: self.named.len(),
+        })
     }
 }
 
@@ -338,7 +332,9 @@ pub fn fit_to_run<W: Workload>(workload: W, cfg: &BenchConfig) -> W {
 pub fn coordinator_bytes<P: Protocol>(proto: &P, mn_count: usize) -> Result<Vec<u64>, RunError> {
     let sizing = Sizing {
         used: Mutex::new(vec![0; mn_count]),
-        named: Mutex::default(),
+        named: (0..mn_count)
+            .map(|i| dmtx_memnode::MemNode::new(MnId(i as u16), 4096))
+            .collect(),
     };
     // The run-wide areas first, as in a run, so `coord_state` finds them; what they take
     // is the run's, not the coordinator's.
@@ -500,9 +496,7 @@ pub fn run<P: Protocol, W: Workload>(
     // that starts a little later still runs its share; only what they give back or leave
     // over is shared.
     let budget = match cfg.stop {
-        StopRule::Txns(n) => Some(AtomicU64::new(
-            n - n / cfg.worker_threads() as u64 * cfg.worker_threads() as u64,
-        )),
+        StopRule::Txns(n) => Some(AtomicU64::new(n % cfg.worker_threads() as u64)),
         StopRule::Duration(_) => None,
     };
     // An unsafe upper bound promises no isolation: there is nothing to check.
@@ -570,9 +564,6 @@ pub fn run<P: Protocol, W: Workload>(
     let mut stop_reason = StopReason::Interrupt;
     let mut real_started = std::time::Instant::now();
     let mut sim_window: (Option<SimCounters>, Option<SimCounters>) = (None, None);
-    // In-process runs hold the memory nodes: inserts grow them, so a guard stops the run
-    // before the host runs out (growth is bounded by the data, not predictable from it).
-    let mut memory_low: Option<(LowMemory, u64)> = None;
     let mut stranded = 0;
     let outcomes: Vec<Result<ThreadOutcome<W::Local>, RunError>> = if let Some(sim) = &sim {
         started_at_unix_s = crate::results::wall_clock_unix_s();
@@ -631,8 +622,7 @@ pub fn run<P: Protocol, W: Workload>(
                     break;
                 }
                 if let Some(low) = shared.guard.check() {
-                    memory_low = Some((low, clock.now_ns()));
-                    stop_reason = StopReason::Memory;
+                    *shared.memory_low.lock().unwrap() = Some((low, clock.now_ns()));
                     break;
                 }
                 let mut wait = TICK;
@@ -695,21 +685,14 @@ pub fn run<P: Protocol, W: Workload>(
     // Transactions in hand at the deadline finish after it, uncounted: the window ends
     // there.
     end_ns = end_ns.min(shared.measure_until_ns.load(Ordering::Relaxed));
-    if let Some(low) = shared.memory_low.lock().unwrap().take() {
-        memory_low = Some(low);
-    }
     let mut stop_detail = None;
     let limits = std::mem::take(&mut *shared.limit.lock().unwrap());
     match limits.first {
         Some((AbortReason::LogFull, at_ns)) => {
-            let log_bytes: u64 = cfg
-                .knobs_effective
-                .get("log_bytes")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
             return Err(RunError::LogFull {
-                protocol: cfg.protocol.clone(),
-                log_bytes,
+                why: limits
+                    .log_full
+                    .unwrap_or_else(|| format!("`{}` reported a full log", cfg.protocol)),
                 after: Duration::from_nanos(at_ns.saturating_sub(start_ns)),
             });
         }
@@ -727,14 +710,14 @@ pub fn run<P: Protocol, W: Workload>(
         }
         None => {}
     }
-    if let Some((low, at_ns)) = memory_low {
+    if let Some((low, at_ns)) = shared.memory_low.lock().unwrap().take() {
         stop_reason = StopReason::Memory;
         stop_detail = Some(format!(
             "this host's available memory fell to {} (the guard keeps {} for the invariant check and the system); \
              stopped the run after {:.1} s; run shorter, use fewer --replicas or a smaller scale, or put the memory \
              nodes on other hosts (--cluster)",
-            crate::plan::bytes(low.available),
-            crate::plan::bytes(low.threshold),
+            crate::units::bytes(low.available),
+            crate::units::bytes(low.threshold),
             Duration::from_nanos(at_ns.saturating_sub(start_ns)).as_secs_f64()
         ));
     }
@@ -977,6 +960,8 @@ fn remote_pool(view: &crate::cluster::ClusterView, need: &[u64]) -> Result<Memor
 struct Limits {
     first: Option<(AbortReason, u64)>,
     tables_full: std::collections::BTreeSet<u32>,
+    /// The protocol's words for the first `log_full` abort.
+    log_full: Option<String>,
 }
 
 /// Stops an in-process run before the host runs out of memory: the memory nodes'
@@ -1058,12 +1043,13 @@ struct Shared<'a, P: Protocol, W: Workload> {
     types: usize,
     /// The first fault of a `--on-fault stop` run, and when it happened.
     fault: Mutex<Option<(String, u64)>>,
-    /// The first abort that no retry can cure (`log_full`), and when it happened: the
-    /// run stops there, whatever `--on-fault` says.
+    /// The aborts no retry can cure (`log_full`, `table_full`): the run stops at the
+    /// first, whatever `--on-fault` says.
     limit: Mutex<Limits>,
-    /// Stops an in-process run before the host runs out of memory.
+    /// Stops an in-process run before the host runs out of memory: inserts grow the
+    /// memory nodes, by what the data needs, which the plan cannot foresee.
     guard: MemoryGuard,
-    /// When the guard tripped on the simulator (the real-time loop keeps its own).
+    /// What the guard saw when it stopped the run, and when.
     memory_low: Mutex<Option<(LowMemory, u64)>>,
     /// Clock time when measuring starts (the end of `--warmup`); attempts that start
     /// earlier are run but not counted.
@@ -1173,7 +1159,7 @@ fn thread_ctx<'a, P: Protocol, W: Workload>(t: u16, shared: &'a Shared<'a, P, W>
         committed: Cell::new(0),
         attempted: Cell::new(0),
         stop_on_fault: (shared.cfg.on_fault == OnFault::Stop).then_some(&shared.fault),
-        stop_on_limit: Some(&shared.limit),
+        stop_on_limit: &shared.limit,
         series: RefCell::new(Vec::new()),
         series_bucket_ns: shared.series_bucket_ns,
         series_origin_ns: &shared.series_origin_ns,
@@ -1366,8 +1352,8 @@ struct ThreadCtx<'a> {
     attempted: Cell<u64>,
     /// `--on-fault stop`: where the first fault goes (and the run stops).
     stop_on_fault: Option<&'a Mutex<Option<(String, u64)>>>,
-    /// Where the first `log_full` abort goes (and the run stops).
-    stop_on_limit: Option<&'a Mutex<Limits>>,
+    /// Where the aborts no retry can cure go (and the run stops).
+    stop_on_limit: &'a Mutex<Limits>,
     /// Commits per bucket of [`ThreadCtx::series_bucket_ns`] from the series origin.
     series: RefCell<Vec<u64>>,
     /// [`SERIES_BUCKET_NS_REAL`] or [`SERIES_BUCKET_NS_SIM`].
@@ -1408,11 +1394,16 @@ impl ThreadCtx<'_> {
 
     /// `--on-fault stop`: a `fault` abort records why and stops the run.
     fn stop_on<P: Protocol>(&self, reason: AbortReason, coord: &Coordinator<P>) {
-        if let (AbortReason::LogFull | AbortReason::TableFull, Some(slot)) = (reason, self.stop_on_limit) {
-            let mut limits = slot.lock().unwrap();
+        if matches!(reason, AbortReason::LogFull | AbortReason::TableFull) {
+            let mut limits = self.stop_on_limit.lock().unwrap();
             limits.first.get_or_insert((reason, coord.ctx.clock.now_ns()));
-            if reason == AbortReason::TableFull {
-                limits.tables_full.extend(coord.ctx.last_table_full);
+            match reason {
+                AbortReason::TableFull => limits.tables_full.extend(coord.ctx.last_table_full),
+                _ => {
+                    if limits.log_full.is_none() {
+                        limits.log_full.clone_from(&coord.ctx.last_log_full);
+                    }
+                }
             }
             self.stop.store(true, Ordering::Relaxed);
         }
@@ -1601,8 +1592,9 @@ pub const RETRY_BACKOFF_EXP_MAX: u32 = 10;
 /// coordinators a random number of times below `2^min(attempts, RETRY_BACKOFF_EXP_MAX)`
 /// (randomized exponential backoff, as Deneva's abort queue does in time). Without
 /// it, transactions that abort each other on partly taken locks retry in step and
-/// abort each other again (a livelock seen on TPC-C with 2 warehouses). Counted in
-/// yields, not clock time, so it ends on the simulator too whatever else is pending.
+/// abort each other again. Counted in yields, not clock time, so it ends on the
+/// simulator too whatever else is pending; a coordinator alone on its thread has
+/// nobody to yield to and retries at once.
 async fn backoff(rng: &mut u64, attempts: u32) {
     *rng = splitmix64(*rng);
     let yields = *rng % (1u64 << attempts.min(RETRY_BACKOFF_EXP_MAX));
@@ -1747,6 +1739,7 @@ mod tests {
         let (measure_from, measure_until) = (AtomicU64::new(0), AtomicU64::new(u64::MAX));
         let progress = ThreadProgress::default();
         let stop = AtomicBool::new(false);
+        let limits = Mutex::new(Limits::default());
         let th = ThreadCtx {
             stop: &stop,
             budget: Some(&budget),
@@ -1757,7 +1750,7 @@ mod tests {
             committed: Cell::new(0),
             attempted: Cell::new(0),
             stop_on_fault: None,
-            stop_on_limit: None,
+            stop_on_limit: &limits,
             series: RefCell::new(Vec::new()),
             series_bucket_ns: SERIES_BUCKET_NS_REAL,
             series_origin_ns: &measure_from,

@@ -67,16 +67,10 @@ pub enum RunError {
     },
     /// A transaction's undo log outgrew the protocol's log area: it can never commit, so
     /// the run stopped.
-    #[error(
-        "a transaction's undo log needs more than the {log_bytes}-byte log area of `{protocol}` \
-         (`log_bytes`); stopped the run after {after:.1?}; raise it, e.g. --set log_bytes={}",
-        log_bytes.saturating_mul(4).max(4096)
-    )]
+    #[error("{why}; stopped the run after {after:.1?}")]
     LogFull {
-        /// The protocol.
-        protocol: String,
-        /// Its `log_bytes` knob.
-        log_bytes: u64,
+        /// The protocol's words: what the transaction needed, the area, the knob.
+        why: String,
         /// Time from the start barrier to the abort.
         after: std::time::Duration,
     },

@@ -47,6 +47,7 @@ pub mod registry;
 pub mod report;
 pub mod results;
 pub mod stats;
+pub mod units;
 
 pub use config::{BenchArgs, BenchConfig, ConfigError, OutTarget, StopRule};
 pub use driver::{Monitor, Progress, RunHooks, Silent};

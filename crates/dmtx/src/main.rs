@@ -635,9 +635,9 @@ fn dry_run(cfg: &BenchConfig) -> anyhow::Result<i32> {
             "  table       {:<16} {:>12} records  {:>10} reserved, {:>10} loaded, {:>10} full per replica  x {}",
             t.name,
             t.capacity,
-            dmtx::plan::bytes(t.replica_bytes),
-            dmtx::plan::bytes(t.loaded_bytes),
-            dmtx::plan::bytes(t.full_bytes),
+            dmtx::units::bytes(t.replica_bytes),
+            dmtx::units::bytes(t.loaded_bytes),
+            dmtx::units::bytes(t.full_bytes),
             t.nodes.len()
         )?;
     }
@@ -645,10 +645,10 @@ fn dry_run(cfg: &BenchConfig) -> anyhow::Result<i32> {
         writeln!(
             out,
             "  mn{i:<9} {} ({} tables, {} coordinator areas); region {}",
-            dmtx::plan::bytes(*need),
-            dmtx::plan::bytes(plan.tables_per_mn[i]),
-            dmtx::plan::bytes(plan.coordinators_per_mn[i]),
-            dmtx::plan::bytes(plan.mn_bytes(cfg.mn_bytes)),
+            dmtx::units::bytes(*need),
+            dmtx::units::bytes(plan.tables_per_mn[i]),
+            dmtx::units::bytes(plan.coordinators_per_mn[i]),
+            dmtx::units::bytes(plan.mn_bytes(cfg.mn_bytes)),
         )?;
     }
     writeln!(out, "  memory      {}", plan.describe(cfg))?;
@@ -773,19 +773,8 @@ impl Status {
         };
         Some(format!(
             "{at}: {} txn/s, abort {aborts:.1}%, p99 {p99} us",
-            si(committed as f64 / secs)
+            dmtx::units::si(committed as f64 / secs)
         ))
-    }
-}
-
-/// `431.2 k`, `1.25 M`, `950`.
-fn si(x: f64) -> String {
-    if x >= 1e6 {
-        format!("{:.2} M", x / 1e6)
-    } else if x >= 1e3 {
-        format!("{:.1} k", x / 1e3)
-    } else {
-        format!("{x:.0}")
     }
 }
 

@@ -26,6 +26,7 @@ use dmtx_workloads::Workload;
 
 use crate::config::BenchConfig;
 use crate::error::RunError;
+use crate::units::{bytes, si};
 
 /// Share of the host's available memory an in-process run may plan to fill; the rest is
 /// left to the system, the coordinators' caches, the history and the results.
@@ -210,7 +211,7 @@ impl MemoryPlan {
         let full = self.host_full_bytes();
         format!(
             "{} records in {}; {} reserved per memory node (largest) on {} x {}; {} on this host{}{}",
-            si(self.records()),
+            si(self.records() as f64),
             plural(self.tables.len(), "table"),
             bytes(need),
             plural(cfg.memory_nodes as usize, "memory node"),
@@ -487,32 +488,9 @@ fn round_down_2_digits(n: u64) -> u64 {
     (n / scale) * scale
 }
 
-/// Bytes as `3.1 GiB`, `512.0 MiB`, `12 KiB`.
-pub fn bytes(b: u64) -> String {
-    const GIB: f64 = (1u64 << 30) as f64;
-    const MIB: f64 = (1u64 << 20) as f64;
-    let f = b as f64;
-    if f >= GIB {
-        format!("{:.1} GiB", f / GIB)
-    } else if f >= MIB {
-        format!("{:.1} MiB", f / MIB)
-    } else {
-        format!("{} KiB", b.div_ceil(1024))
-    }
-}
-
 /// Bytes as a `--mn-bytes` value, rounded up to whole MiB.
 fn mib(b: u64) -> String {
     format!("{}MiB", b.div_ceil(1 << 20))
-}
-
-/// A count as `1.2 M`, `340 k`, `512`.
-fn si(n: u64) -> String {
-    match n {
-        0..=9_999 => n.to_string(),
-        10_000..=999_999 => format!("{} k", n / 1000),
-        _ => format!("{:.1} M", n as f64 / 1e6),
-    }
 }
 
 #[cfg(test)]

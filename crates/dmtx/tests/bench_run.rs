@@ -216,7 +216,7 @@ fn too_small_regions_are_refused_with_the_fix() {
     .unwrap();
     let e = common::run_error(&cfg);
     assert!(
-        e.starts_with("--mn-bytes 64 KiB: the dataset (accounts=1000) needs"),
+        e.starts_with("--mn-bytes 64.0 KiB: the dataset (accounts=1000) needs"),
         "{e}"
     );
     assert!(e.contains("on memory node mn"), "{e}");

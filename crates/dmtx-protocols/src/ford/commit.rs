@@ -30,9 +30,18 @@ pub(super) async fn commit(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
     for &mn in &st.mns {
         // On `LogFull` nothing is written yet: the abort path releases the locks. The
         // driver stops the run on this reason, since the transaction can never commit.
-        st.log
+        if let Err(needed) = st
+            .log
             .post_write(&mut st.post, mn, header, &c.set.objs, &c.ctx.catalog, &st.undo)
-            .map_err(Abort::new)?;
+        {
+            let area = st.log.bytes() as u64;
+            c.ctx.last_log_full = Some(format!(
+                "a transaction's undo log needs {needed} bytes, more than the {area}-byte log area of `ford` \
+                 (`log_bytes`); raise it, e.g. --set log_bytes={}",
+                (needed as u64).next_power_of_two().max(area * 2)
+            ));
+            return Err(Abort::new(AbortReason::LogFull));
+        }
     }
 
     let unlock_early = c.proto.config().variant == FordVariant::UnlockBeforeCommitWrite;

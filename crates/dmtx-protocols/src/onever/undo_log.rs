@@ -26,7 +26,7 @@
 //! background.
 
 use dmtx_memnode::Control;
-use dmtx_runtime::{AbortReason, Obj, Result};
+use dmtx_runtime::{Obj, Result};
 use dmtx_store::Catalog;
 use dmtx_verbs::{MnId, Post, RemotePtr};
 
@@ -63,6 +63,12 @@ impl UndoLog {
         Ok(Self { base, bytes })
     }
 
+    /// Bytes of each area.
+    #[inline]
+    pub fn bytes(&self) -> u32 {
+        self.bytes
+    }
+
     /// The start of the area on `mn` (also where a selective FLUSH is aimed).
     #[inline]
     pub fn area(&self, mn: MnId) -> RemotePtr {
@@ -70,8 +76,9 @@ impl UndoLog {
     }
 
     /// Append to `post` the log WRITE for memory node `mn`: one entry per written object
-    /// with a replica there, its old image at `undo[obj.undo_at()..]`. `Err(LogFull)`,
-    /// with nothing appended, when the log would exceed the area (invariant 2).
+    /// with a replica there, its old image at `undo[obj.undo_at()..]`. `Err(needed)`, the
+    /// log's length in bytes, with nothing appended, when it would exceed the area
+    /// (invariant 2): the caller aborts with `LogFull`.
     pub fn post_write<S: OneVersionObj>(
         &self,
         post: &mut Post,
@@ -80,7 +87,7 @@ impl UndoLog {
         objs: &[Obj<S>],
         catalog: &Catalog,
         undo: &[u8],
-    ) -> std::result::Result<(), AbortReason> {
+    ) -> std::result::Result<(), usize> {
         let mut len = LOG_HEADER_BYTES;
         let mut count = 0u64;
         for o in objs.iter().filter(|o| o.access.writes()) {
@@ -91,7 +98,7 @@ impl UndoLog {
             }
         }
         if len > self.bytes as usize {
-            return Err(AbortReason::LogFull);
+            return Err(len);
         }
         let header = [coord, txn_seq, count, LOG_PENDING];
         post.write_with(self.area(mn), len, |buf| {
@@ -197,7 +204,7 @@ mod tests {
             bytes: fits - 8,
         };
         let got = short.post_write(&mut post, MnId(0), (1, 1), &objs, &cat, &undo);
-        assert_eq!(got, Err(AbortReason::LogFull));
+        assert_eq!(got, Err(fits as usize));
         assert!(post.is_empty());
     }
 
