@@ -79,7 +79,8 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
         // walks at once would claim one slot or link two overflow buckets to one chain.
         // Per (table, home bucket): whether an insert is under way, whether one holds
         // the lock.
-        let mut walks: Vec<(u32, u64, bool, bool)> = Vec::new();
+        let walks = &mut c.state.insert_walks;
+        walks.clear();
         for o in c
             .set
             .objs
@@ -180,25 +181,19 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
         bg.clear();
         let layout = dmtx_runtime::Protocol::layout(c.proto.as_ref());
         let mut result = Ok(());
+        // Slots this transaction's inserts claimed: locked, not yet written, so a bucket
+        // READ shows them free. A chain has one insert walk at a time, so what this
+        // round's walks claim is on other chains.
+        let claimed = &mut c.state.claimed;
+        claimed.clear();
+        claimed.extend(
+            c.set
+                .objs
+                .iter()
+                .filter(|q| q.access == Access::Insert && matches!(q.proto.stage, Stage::Fetch | Stage::Done))
+                .map(|q| (q.table, q.proto.rel)),
+        );
         for i in start..n {
-            // Slots other inserts of this transaction claimed in the same table: locked,
-            // not yet written, so a bucket READ shows them free.
-            let claimed: Vec<u64> = match (&c.set.objs[i].access, &c.set.objs[i].proto.stage) {
-                (Access::Insert, Stage::Lookup(_)) => c
-                    .set
-                    .objs
-                    .iter()
-                    .enumerate()
-                    .filter(|&(j, q)| {
-                        j != i
-                            && q.table == c.set.objs[i].table
-                            && q.access == Access::Insert
-                            && matches!(q.proto.stage, Stage::Fetch | Stage::Done)
-                    })
-                    .map(|(_, q)| q.proto.rel)
-                    .collect(),
-                _ => Vec::new(),
-            };
             let o = &mut c.set.objs[i];
             let info = c.ctx.catalog.get(o.table).expect("table checked at add");
             let shape = &info.shape;
@@ -223,7 +218,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                         ids,
                         walk,
                         bucket_lock,
-                        &claimed,
+                        &|rel| claimed.contains(&(table, rel)),
                     ) {
                         Found::At { rel, slot } => {
                             p.rel = rel;

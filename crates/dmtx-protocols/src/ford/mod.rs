@@ -254,6 +254,12 @@ pub struct FordCoord {
     mns: Vec<MnId>,
     /// Scratch: one encoded record.
     undo_scratch: Vec<u8>,
+    /// Scratch of `execute`: per (table, home bucket) of this transaction's inserts,
+    /// whether a walk is under way and whether one holds the chain's insert lock.
+    insert_walks: Vec<(u32, u64, bool, bool)>,
+    /// Scratch of `execute`: (table, slot) of every slot this transaction's inserts
+    /// claimed (locked, not yet written).
+    claimed: Vec<(u32, u64)>,
 }
 
 impl Protocol for Ford {
@@ -300,6 +306,8 @@ impl Protocol for Ford {
             undo: Vec::new(),
             mns: Vec::new(),
             undo_scratch: Vec::new(),
+            insert_walks: Vec::new(),
+            claimed: Vec::new(),
         })
     }
 

@@ -172,7 +172,7 @@ pub fn post_link(post: &mut Post, info: &TableInfo, walk: &Walk) {
 }
 
 /// What the lookup of bucket `b` found: `cas` and `read` are what [`post_lookup`]
-/// returned; a taken insert lock is recorded in `bucket_lock`. `claimed` are slots other
+/// returned; a taken insert lock is recorded in `bucket_lock`. `claimed` tells slots other
 /// inserts of the same transaction already took in this table (locked, not yet
 /// written, so they read as free): an insert never picks one.
 #[allow(clippy::too_many_arguments)]
@@ -186,7 +186,7 @@ pub fn on_lookup<'a>(
     (cas, read): (Option<AtomicId>, ReadId),
     walk: &mut Walk,
     bucket_lock: &mut Option<u64>,
-    claimed: &[u64],
+    claimed: &dyn Fn(u64) -> bool,
 ) -> Found<'a> {
     let shape = &info.shape;
     if let Some(cas) = cas {
@@ -211,11 +211,10 @@ pub fn on_lookup<'a>(
     }
     if access == Access::Insert && walk.free_rel.is_none() {
         walk.free_rel = match scan.free {
-            Some(f) if claimed.contains(&shape.slot_off(b, f)) => (f + 1..shape.slots)
+            Some(f) if claimed(shape.slot_off(b, f)) => (f + 1..shape.slots)
                 .find(|&i| {
                     let at = BUCKET_HEADER_BYTES as usize + i as usize * shape.slot_bytes as usize;
-                    layout.key(&bucket[at..at + shape.slot_bytes as usize]).is_none()
-                        && !claimed.contains(&shape.slot_off(b, i))
+                    layout.key(&bucket[at..at + shape.slot_bytes as usize]).is_none() && !claimed(shape.slot_off(b, i))
                 })
                 .map(|i| shape.slot_off(b, i)),
             free => free.map(|f| shape.slot_off(b, f)),
@@ -319,7 +318,7 @@ mod tests {
             ids,
             walk,
             bucket_lock,
-            &[],
+            &|_| false,
         );
         let found = match found {
             Found::At { rel, slot } => {
