@@ -42,7 +42,7 @@ mod txn;
 mod worker;
 
 pub use abort::{Abort, AbortReason};
-pub use cache::{AddrCache, SharedAddrCache};
+pub use cache::{AddrCache, SharedAddrCache, ADDR_CACHE_ENTRIES_DEFAULT};
 pub use clock::{Clock, RealClock, DRIFT_BOUND_PPM_DEFAULT};
 pub use ctx::{CoordCtx, CoordId, DEFERRED_POSTS_MAX};
 pub use error::{Result, RuntimeError};

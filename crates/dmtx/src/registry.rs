@@ -90,7 +90,8 @@ pub static DRIVER: Entry = Entry {
 };
 
 fn check_driver(knobs: &Knobs) -> Result<(), KnobError> {
-    driver::Retries::from_knobs(knobs).map(drop)
+    driver::Retries::from_knobs(knobs)?;
+    driver::addr_cache_entries(knobs).map(drop)
 }
 
 macro_rules! registry {
