@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use dmtx_runtime::{Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, Protocol};
+use dmtx_runtime::{Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, Protocol, TxnHints};
 use dmtx_store::{StoreError, TableSpec};
 
 use crate::Snapshot;
@@ -54,6 +54,17 @@ pub trait Workload: Send + Sync + Sized + 'static {
 
     /// Names of the transaction types, indexed as `draw` reports them.
     fn txn_types(&self) -> &'static [&'static str];
+
+    /// What every transaction of type `ty` promises at begin: read-only, and every key
+    /// declared before the first execute ([`TxnHints`]); `run` begins each transaction
+    /// with at least these hints. One transaction may promise more than its type (TPC-C's
+    /// Payment by customer id declares its keys; by last name it reads the id first). The
+    /// registry pairs a protocol that requires declared keys only with a workload whose
+    /// every type declares them. The default promises nothing.
+    fn txn_hints(&self, ty: usize) -> TxnHints {
+        let _ = ty;
+        TxnHints::NONE
+    }
 
     /// The tables to create.
     fn tables(&self) -> Vec<TableSpec>;
