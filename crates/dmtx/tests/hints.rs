@@ -135,8 +135,7 @@ impl Protocol for Declared {
             );
             let mut post = Post::new();
             let mut reads = Vec::new();
-            for i in 0..n {
-                let o = &coord.set.objs[i];
+            for (i, o) in coord.set.objs.iter().enumerate() {
                 assert!(
                     matches!(o.access, Access::ReadOnly | Access::ReadWrite),
                     "toy-declared neither inserts nor deletes"
