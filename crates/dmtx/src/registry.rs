@@ -141,7 +141,8 @@ pub fn unmet_types(requires_declared_keys: bool, workload: &Entry, knobs: &Knobs
 /// Refuse `protocol` (which requires declared keys, or not) on `workload` built from
 /// `knobs` when some transaction type cannot give it what it requires; the error names
 /// those types, and what to run instead: the other workloads of `workloads` that run the
-/// protocol, and the protocols of `protocols` that run the workload (default knobs). `dmtx bench` calls it before anything is built.
+/// protocol, and the protocols of `protocols` that run the workload (default knobs).
+/// `dmtx bench` calls it before anything is built.
 pub fn check_pair(
     protocol: &str,
     requires_declared_keys: bool,
