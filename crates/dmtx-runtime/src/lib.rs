@@ -58,6 +58,7 @@ pub use timestamp::{
     TsKind, TsKindError,
 };
 pub use txn::{
-    Access, Coordinator, Obj, ObjRef, ObjSummary, Phase, Table, Txn, TxnObserver, TxnSet, TxnSummary, STEP_ADD,
+    Access, Coordinator, Obj, ObjRef, ObjSummary, Phase, Table, Txn, TxnHints, TxnObserver, TxnSet, TxnSummary,
+    STEP_ADD,
 };
 pub use worker::{Cn, Worker};
