@@ -134,6 +134,9 @@ pub struct ClusterView {
     pub placement: Vec<(String, u16)>,
     /// Time limits of the `tcp` transport.
     pub timeouts: Timeouts,
+    /// The compute node this process runs (`dmtx bench --cn`), one of `compute_nodes`;
+    /// `None` when it runs the only compute node of the run.
+    pub cn: Option<u16>,
 }
 
 /// How long compute nodes wait for memory nodes (defaults: those of `TcpConfig::new`).
@@ -323,7 +326,25 @@ impl ClusterView {
             compute_nodes,
             placement,
             timeouts,
+            cn: None,
         })
+    }
+
+    /// Run as compute node `id` (`--cn`): it must be listed under `[[compute_nodes]]` of
+    /// the file at `path`.
+    pub fn select_cn(&mut self, id: u16, path: &Path) -> Result<(), ClusterError> {
+        if !self.compute_nodes.iter().any(|c| c.id == id) {
+            let listed: Vec<String> = self.compute_nodes.iter().map(|c| c.id.to_string()).collect();
+            return Err(ClusterError {
+                path: path.display().to_string(),
+                what: format!(
+                    "--cn {id}: no `[[compute_nodes]]` entry has that id (listed: {}); add one with its `id` and `address`",
+                    if listed.is_empty() { "none".to_string() } else { listed.join(", ") }
+                ),
+            });
+        }
+        self.cn = Some(id);
+        Ok(())
     }
 
     /// The memory node holding the primary of `table`, if the file places it.

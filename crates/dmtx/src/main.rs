@@ -49,7 +49,15 @@ enum Command {
     Bench(Box<BenchArgs>),
     /// List protocols and workloads with their knobs.
     List,
-    /// Check a recorded history (`dmtx bench --history FILE`) for isolation anomalies.
+    /// Check a recorded history (`dmtx bench --history FILE`) for isolation anomalies;
+    /// several files (one per compute node of a `--cn` run) are checked as one history.
+    #[command(after_help = "Real time (--level strict) over several files compares times taken on different \
+hosts: `dmtx bench --cn` writes Unix-epoch nanoseconds of its host's wall clock, so the check is only as \
+good as the hosts' clock agreement. Give --clock-offset-max, the most any two hosts' clocks can differ \
+during the run (e.g. what NTP or PTP guarantees, plus drift); a transaction is then ordered after another \
+only if it began more than that after the other ended. One file has one clock per compute node and needs \
+no bound.\n\nExamples:\n  dmtx check run.history\n  dmtx check cn0.history cn1.history cn2.history\n  \
+dmtx check cn*.history --level strict --clock-offset-max 1ms")]
     Check(CheckArgs),
     /// Tabulate run records (`dmtx bench --out` JSON files, or directories of them).
     Report {
@@ -181,8 +189,9 @@ struct MemnodeArgs {
 /// `dmtx check` flags.
 #[derive(clap::Args, Debug)]
 struct CheckArgs {
-    /// The history file (JSON lines, format version 1 or 2).
-    file: std::path::PathBuf,
+    /// The history files (JSON lines, format version 1 or 2), checked as one history.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<std::path::PathBuf>,
     /// The level to check: `serializable`, `si` (snapshot isolation) or `strict`
     /// (serializable in real-time order).
     #[arg(long, default_value = "serializable")]
@@ -191,6 +200,11 @@ struct CheckArgs {
     /// ran them (session order, checked by default).
     #[arg(long = "no-sessions")]
     no_sessions: bool,
+    /// With --level strict over several files: the most the clocks of the hosts that
+    /// wrote them can differ (`500us`, `2ms`, `0` when they share one clock); required
+    /// there (see below).
+    #[arg(long = "clock-offset-max", value_name = "TIME")]
+    clock_offset_max: Option<String>,
 }
 
 fn main() {
@@ -231,7 +245,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             for w in &loaded.warnings {
                 eprintln!("warning: {w}");
             }
-            let runs = loaded.runs;
+            let merged = dmtx::report::merge_cn_runs(loaded.runs);
+            for n in &merged.notes {
+                eprintln!("{n}");
+            }
+            let runs = merged.runs;
             if let Some(path) = plot {
                 let svg = match plot_vs {
                     Some(field) => dmtx::plot::sweep_svg(&runs, &field)?,
@@ -470,12 +488,29 @@ fn check(args: &CheckArgs) -> anyhow::Result<i32> {
         "strict" => dmtx::runtime::Isolation::StrictSerializable,
         other => anyhow::bail!("--level `{other}`: expected `serializable`, `si` or `strict`"),
     };
-    let history = dmtx_check::format::read_history(&args.file)?;
-    let started = std::time::Instant::now();
-    let options = dmtx_check::CheckOptions {
+    let mut options = dmtx_check::CheckOptions {
         sessions: !args.no_sessions,
         ..dmtx_check::check_options(isolation)
     };
+    match (&args.clock_offset_max, args.files.len()) {
+        (Some(t), _) => {
+            anyhow::ensure!(
+                options.real_time,
+                "--clock-offset-max {t}: only real-time order (--level strict) compares clocks; drop it"
+            );
+            options.clock_offset_ns_max = parse_clock_offset(t)?;
+        }
+        (None, n) if n > 1 && options.real_time => anyhow::bail!(
+            "--level strict over {n} histories compares times taken on different hosts; give --clock-offset-max \
+             (the most the hosts' clocks can differ, e.g. 1ms; 0 if they share one clock), or check at serializable"
+        ),
+        (None, _) => {}
+    }
+    let history = dmtx_check::format::read_histories(&args.files)?;
+    if args.files.len() > 1 {
+        eprintln!("merged {} histories: {} txns", args.files.len(), history.len());
+    }
+    let started = std::time::Instant::now();
     let report = dmtx_check::check(&history, &options);
     let secs = started.elapsed().as_secs_f64();
     let mut out = std::io::stdout().lock();
@@ -488,6 +523,25 @@ fn check(args: &CheckArgs) -> anyhow::Result<i32> {
     )?;
     out.flush()?;
     Ok(if report.is_clean() { EXIT_OK } else { EXIT_ANOMALY })
+}
+
+/// A clock offset bound: `0`, or a whole number with `ns`, `us`, `ms` or `s`.
+fn parse_clock_offset(text: &str) -> anyhow::Result<u64> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let n: u64 = n.parse().map_err(|_| {
+        anyhow::anyhow!("--clock-offset-max {text}: expected a whole number with a unit, e.g. 500us or 2ms")
+    })?;
+    let scale = match unit {
+        "" if n == 0 => 0,
+        "ns" => 1,
+        "us" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        u => anyhow::bail!("--clock-offset-max {text}: unknown unit `{u}`; use ns, us, ms or s"),
+    };
+    Ok(n.saturating_mul(scale))
 }
 
 fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
