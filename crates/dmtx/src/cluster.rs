@@ -539,6 +539,33 @@ impl LocalNodes {
 }
 
 impl LocalNodes {
+    /// List `n` compute nodes (ids `0..n`) on `127.0.0.1` in the cluster file, each on a
+    /// port free now (bound and released here: another process could take it before the
+    /// compute node binds it, which it then reports).
+    pub fn add_compute_nodes(&self, n: u16) -> Result<(), ClusterError> {
+        use std::io::Write;
+        let err = |what: String| ClusterError {
+            path: self.cluster_file.display().to_string(),
+            what,
+        };
+        // Held together so that the ports differ.
+        let listeners: Vec<std::net::TcpListener> = (0..n)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+            .collect::<Result<_, _>>()
+            .map_err(|e| err(format!("finding free loopback ports for compute nodes: {e}")))?;
+        let mut text = String::new();
+        for (id, l) in listeners.iter().enumerate() {
+            let addr = l.local_addr().map_err(|e| err(e.to_string()))?;
+            text += &format!("\n[[compute_nodes]]\nid = {id}\naddress = \"{addr}\"\n");
+        }
+        drop(listeners);
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.cluster_file)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .map_err(|e| err(e.to_string()))
+    }
+
     /// CPU time (user + system) each memory-node process has used so far, from
     /// `/proc/PID/stat`; `None` where it cannot be read (not Linux, process gone).
     pub fn cpu_seconds(&self) -> Vec<Option<f64>> {
