@@ -573,6 +573,35 @@ impl LocalNodes {
     }
 }
 
+/// Wait for every child (the compute-node processes of `cluster up --compute-nodes`);
+/// once one fails (a non-zero exit), the others are killed: they would otherwise wait at
+/// the start barrier for it until their time limit. Each child's exit code (`None`
+/// when a signal ended it: the ones killed here).
+pub fn wait_all_or_stop(children: &mut [std::process::Child]) -> std::io::Result<Vec<Option<i32>>> {
+    let mut codes: Vec<Option<Option<i32>>> = vec![None; children.len()];
+    let mut failed = false;
+    while codes.iter().any(Option::is_none) {
+        for (c, code) in children.iter_mut().zip(codes.iter_mut()) {
+            if code.is_none() {
+                if let Some(status) = c.try_wait()? {
+                    failed |= status.code() != Some(0);
+                    *code = Some(status.code());
+                }
+            }
+        }
+        if failed {
+            for (c, code) in children.iter_mut().zip(codes.iter_mut()) {
+                if code.is_none() {
+                    let _ = c.kill();
+                    *code = Some(c.wait()?.code());
+                }
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Ok(codes.into_iter().map(|c| c.expect("every child waited for")).collect())
+}
+
 /// User + system CPU seconds of process `pid` (Linux `/proc`).
 pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -669,6 +698,23 @@ mod tests {
         assert_eq!(status.code(), Some(3), "the child made its directory and exited");
         assert!(base.exists() && !exited.exists(), "{} left behind", exited.display());
         std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_failed_child_stops_the_others() {
+        let spawn = |script: &str| {
+            std::process::Command::new("sh")
+                .args(["-c", script])
+                .spawn()
+                .unwrap()
+        };
+        let started = std::time::Instant::now();
+        let mut children = vec![spawn("sleep 30"), spawn("sleep 0.1; exit 2"), spawn("sleep 30")];
+        let codes = wait_all_or_stop(&mut children).unwrap();
+        assert_eq!(codes, vec![None, Some(2), None]);
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        let mut ok = vec![spawn("exit 0"), spawn("sleep 0.2")];
+        assert_eq!(wait_all_or_stop(&mut ok).unwrap(), vec![Some(0), Some(0)]);
     }
 
     #[test]

@@ -560,6 +560,76 @@ mod tests {
         assert!(e.contains("seed 1") && e.contains("seed 99"), "{e}");
     }
 
+    /// Goal: the messaging a `--cn` compute node builds listens on its cluster-file
+    /// address and reaches the other CNs of the file with their thread counts and the
+    /// cluster's credentials. Method: two CNs of one parsed cluster file on free
+    /// loopback ports; a one-way entry from cn0's thread 0 to cn1's thread 1.
+    #[test]
+    fn cns_of_a_cluster_file_message_each_other_over_tcp() {
+        use dmtx_verbs::msg::{Entry, EntryKind, Event, MsgFabric, WorkerAddr};
+        let dir = std::env::temp_dir().join(format!("dmtx-cn-msg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let token = dir.join("token");
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&token)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, b"0123456789abcdef0123\n"))
+                .unwrap();
+        }
+        let ports: Vec<std::net::TcpListener> =
+            (0..2).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+        let mut text = "format = \"dmtx-cluster\"\nversion = 1\ncluster_id = 5\nepoch = 0\ntoken_file = \"token\"\nreplicas = 1\n\n[[memory_nodes]]\nid = 0\naddress = \"127.0.0.1:9\"\nbytes = \"1MiB\"\n".to_string();
+        for (i, l) in ports.iter().enumerate() {
+            text += &format!(
+                "\n[[compute_nodes]]\nid = {i}\naddress = \"{}\"\n",
+                l.local_addr().unwrap()
+            );
+        }
+        drop(ports);
+        let path = dir.join("cluster.toml");
+        let view = crate::cluster::ClusterView::parse(&text, &path).unwrap();
+        let control: Arc<dyn Control> = Arc::new(LocalCluster::new(1, 1 << 20));
+        let mut cfg = cfg();
+        cfg.threads = 2;
+        let mut join = |id: u16| {
+            let mut v = view.clone();
+            v.select_cn(id, &path).unwrap();
+            cfg.cluster = Some(v);
+            Join::new(Role::of(&cfg).unwrap(), Arc::clone(&control))
+        };
+        let (a, b) = (join(0), join(1));
+        let fa = a.messaging(&view, cfg.threads).unwrap();
+        let fb = b.messaging(&view, cfg.threads).unwrap();
+        assert_eq!(fb.local_addr(), view.compute_nodes[1].address);
+        assert_eq!(fa.workers().len(), 4, "2 CNs x 2 threads");
+        let (from, to) = (fa.mailbox(0).unwrap(), fb.mailbox(1).unwrap());
+        let entry = Entry {
+            kind: EntryKind::OneWay,
+            retry: false,
+            id: 7,
+            payload: b"hello",
+        };
+        from.push(WorkerAddr::new(1, 1), entry).unwrap();
+        let since = Instant::now();
+        let mut got = None;
+        while got.is_none() && since.elapsed() < Duration::from_secs(10) {
+            from.flush();
+            to.drain(&mut |e| {
+                if let Event::Entry { from, entry } = e {
+                    got = Some((from, entry.id, entry.payload.to_vec()));
+                }
+            });
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(got, Some((WorkerAddr::new(0, 0), 7, b"hello".to_vec())));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn a_missing_cn_times_out_or_is_interrupted() {
         let cluster: Arc<dyn Control> = Arc::new(LocalCluster::new(1, 1 << 20));

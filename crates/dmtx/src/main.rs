@@ -567,12 +567,18 @@ fn run_compute_nodes(
         children.push(child);
     }
     let mut code = EXIT_OK;
-    for (i, c) in children.iter_mut().enumerate() {
-        let status = c.wait().with_context(|| format!("waiting for compute node {i}"))?;
-        let c = status.code().unwrap_or(EXIT_ERROR);
-        if c != EXIT_OK {
-            eprintln!("compute node {i} exited with {c}");
-            code = code.max(c);
+    let codes = dmtx::cluster::wait_all_or_stop(&mut children).context("waiting for the compute nodes")?;
+    for (i, c) in codes.into_iter().enumerate() {
+        match c {
+            Some(EXIT_OK) => {}
+            Some(c) => {
+                eprintln!("compute node {i} exited with {c}");
+                code = code.max(c);
+            }
+            None => {
+                eprintln!("compute node {i} was stopped: another one failed");
+                code = code.max(EXIT_ERROR);
+            }
         }
     }
     if code == EXIT_ERROR || code == EXIT_INTERRUPTED {
