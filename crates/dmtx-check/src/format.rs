@@ -337,6 +337,42 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// Goal: several files read as one history (every transaction once, each file's reads
+    /// and writes still its own), shifted times included; a transaction in two files is
+    /// refused naming both.
+    #[test]
+    fn reads_several_files_as_one() {
+        let dir = scratch("several");
+        let (a, b) = (dir.join("cn0.jsonl"), dir.join("cn1.jsonl"));
+        let mut first = sample();
+        first.shift_times(1000);
+        assert_eq!((first.txns[0].start_ns, first.txns[0].end_ns), (1005, 1009));
+        write_history(&a, &first).unwrap();
+        write_history(&b, &sample_v2_other_cn()).unwrap();
+        let both = read_histories(&[&a, &b]).unwrap();
+        let mut want = first.clone();
+        want.append(sample_v2_other_cn());
+        assert_eq!(both, want);
+        let e = read_histories(&[&a, &a]).unwrap_err().to_string();
+        assert!(e.contains("is in both") && e.contains("cn0.jsonl"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `sample_v2` as run by compute node 1 (other coordinators and transaction ids).
+    fn sample_v2_other_cn() -> History {
+        let h = sample_v2();
+        History::from_records(
+            &(0..h.len())
+                .map(|i| {
+                    let mut r = h.record(i);
+                    r.coord |= 1 << 16;
+                    r.id |= 1 << 56;
+                    r
+                })
+                .collect::<Vec<_>>(),
+        )
+    }
+
     /// Goal: version 1 files (as dmtx wrote them before version 2) still read, to the
     /// same history; a version 1 file that uses a version 2 field is refused naming it.
     #[test]

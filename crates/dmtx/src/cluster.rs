@@ -702,12 +702,7 @@ mod tests {
 
     #[test]
     fn a_failed_child_stops_the_others() {
-        let spawn = |script: &str| {
-            std::process::Command::new("sh")
-                .args(["-c", script])
-                .spawn()
-                .unwrap()
-        };
+        let spawn = |script: &str| std::process::Command::new("sh").args(["-c", script]).spawn().unwrap();
         let started = std::time::Instant::now();
         let mut children = vec![spawn("sleep 30"), spawn("sleep 0.1; exit 2"), spawn("sleep 30")];
         let codes = wait_all_or_stop(&mut children).unwrap();

@@ -89,7 +89,9 @@ pub enum JoinError {
         ours: String,
     },
     /// A published entry this build cannot read.
-    #[error("--cn {cn}: the entry `{RUN_NAME}` on mn0 is not a run record of this dmtx build; restart the memory nodes")]
+    #[error(
+        "--cn {cn}: the entry `{RUN_NAME}` on mn0 is not a run record of this dmtx build; restart the memory nodes"
+    )]
     Malformed {
         /// This CN.
         cn: u16,
@@ -163,7 +165,10 @@ impl Role {
 
     /// Position among the CNs.
     fn index(&self) -> usize {
-        self.ids.iter().position(|&i| i == self.id).expect("a role's id is listed")
+        self.ids
+            .iter()
+            .position(|&i| i == self.id)
+            .expect("a role's id is listed")
     }
 }
 
@@ -206,8 +211,9 @@ pub fn settings(cfg: &BenchConfig) -> String {
 
 fn fingerprint(s: &str) -> u64 {
     // FNV-1a: stable across builds and hosts.
-    s.bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// A fresh run id: random, never 0.
@@ -219,8 +225,8 @@ fn fresh_run_id() -> u64 {
         Ok(()) => u64::from_le_bytes(b),
         // No /dev/urandom: time and pid differ between runs well enough for an id.
         Err(_) => fingerprint(&format!(
-            "{:?} {}",
-            std::time::SystemTime::now(),
+            "{} {}",
+            crate::results::wall_clock_unix_s(),
             std::process::id()
         )),
     };
@@ -449,14 +455,13 @@ impl Join {
                 threads,
             })
             .collect();
-        dmtx_net::msg::TcpMsgFabric::bind(self.role.id, self.role.addr, peers, tcp)
-            .map_err(|error| {
-                JoinError::Listen {
-                    cn: self.role.id,
-                    error,
-                }
-                .into()
-            })
+        dmtx_net::msg::TcpMsgFabric::bind(self.role.id, self.role.addr, peers, tcp).map_err(|error| {
+            JoinError::Listen {
+                cn: self.role.id,
+                error,
+            }
+            .into()
+        })
     }
 
     /// Why this CN does not check the workload's invariant alone, when it does not.
@@ -474,6 +479,11 @@ impl Join {
 /// Nanoseconds to add to a reading of `clock` to make it Unix-epoch nanoseconds of this
 /// host's wall clock (measured once: histories of several hosts are then comparable up
 /// to the hosts' clock offset).
+///
+/// The workspace bans `SystemTime::now` so that nothing a run computes depends on the
+/// wall clock; this only relabels a `--cn` history's times after the run (never on the
+/// simulator), so that histories of several hosts can be compared.
+#[allow(clippy::disallowed_methods)]
 pub fn unix_offset_ns(clock: &dyn dmtx_runtime::Clock) -> u64 {
     let unix_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -581,8 +591,9 @@ mod tests {
                 .and_then(|mut f| std::io::Write::write_all(&mut f, b"0123456789abcdef0123\n"))
                 .unwrap();
         }
-        let ports: Vec<std::net::TcpListener> =
-            (0..2).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+        let ports: Vec<std::net::TcpListener> = (0..2)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
         let mut text = "format = \"dmtx-cluster\"\nversion = 1\ncluster_id = 5\nepoch = 0\ntoken_file = \"token\"\nreplicas = 1\n\n[[memory_nodes]]\nid = 0\naddress = \"127.0.0.1:9\"\nbytes = \"1MiB\"\n".to_string();
         for (i, l) in ports.iter().enumerate() {
             text += &format!(

@@ -51,13 +51,15 @@ enum Command {
     List,
     /// Check a recorded history (`dmtx bench --history FILE`) for isolation anomalies;
     /// several files (one per compute node of a `--cn` run) are checked as one history.
-    #[command(after_help = "Real time (--level strict) over several files compares times taken on different \
+    #[command(
+        after_help = "Real time (--level strict) over several files compares times taken on different \
 hosts: `dmtx bench --cn` writes Unix-epoch nanoseconds of its host's wall clock, so the check is only as \
 good as the hosts' clock agreement. Give --clock-offset-max, the most any two hosts' clocks can differ \
 during the run (e.g. what NTP or PTP guarantees, plus drift); a transaction is then ordered after another \
 only if it began more than that after the other ended. One file has one clock per compute node and needs \
 no bound.\n\nExamples:\n  dmtx check run.history\n  dmtx check cn0.history cn1.history cn2.history\n  \
-dmtx check cn*.history --level strict --clock-offset-max 1ms")]
+dmtx check cn*.history --level strict --clock-offset-max 1ms"
+    )]
     Check(CheckArgs),
     /// Tabulate run records (`dmtx bench --out` JSON files, or directories of them).
     Report {
@@ -492,7 +494,9 @@ fn without_flags(argv: &[String], drop: &[(&str, Option<&str>, bool)]) -> Vec<St
 
 /// `path` with `-cnI` before its extension: `run.json` → `run-cn2.json`.
 fn per_cn(path: &std::path::Path, i: u16) -> std::path::PathBuf {
-    let stem = path.file_stem().map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+    let stem = path
+        .file_stem()
+        .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
     let name = match path.extension() {
         Some(ext) => format!("{stem}-cn{i}.{}", ext.to_string_lossy()),
         None => format!("{stem}-cn{i}"),
@@ -540,7 +544,11 @@ fn run_compute_nodes(
     );
     eprintln!(
         "cluster: {n} compute nodes on loopback, records {}",
-        records.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(", ")
+        records
+            .iter()
+            .map(|r| r.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     let mut children = Vec::with_capacity(n as usize);
     for i in 0..n {
@@ -615,11 +623,19 @@ fn run_compute_nodes(
             };
             let report = dmtx_check::check(&history, &options);
             let mut out = std::io::stdout().lock();
-            writeln!(out, "check of the {n} compute nodes' histories ({} txns):", history.len())?;
+            writeln!(
+                out,
+                "check of the {n} compute nodes' histories ({} txns):",
+                history.len()
+            )?;
             write!(out, "{report}")?;
             out.flush()?;
             if !report.is_clean() {
-                eprintln!("error: isolation check failed: {} (seed {})", report.summary(), cfg.seed);
+                eprintln!(
+                    "error: isolation check failed: {} (seed {})",
+                    report.summary(),
+                    cfg.seed
+                );
                 code = EXIT_ANOMALY;
             }
         }

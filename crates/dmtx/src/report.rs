@@ -453,7 +453,11 @@ fn merge_records(parts: &[&BenchResult]) -> BenchResult {
     m.total = merge_type(&parts.iter().map(|r| &r.total).collect::<Vec<_>>());
     m.total.latency_us = m.latency_us;
     m.per_txn_type = BTreeMap::new();
-    for name in parts.iter().flat_map(|r| r.per_txn_type.keys()).collect::<BTreeSet<_>>() {
+    for name in parts
+        .iter()
+        .flat_map(|r| r.per_txn_type.keys())
+        .collect::<BTreeSet<_>>()
+    {
         let of: Vec<&TxnTypeResult> = parts.iter().filter_map(|r| r.per_txn_type.get(name)).collect();
         m.per_txn_type.insert(name.clone(), merge_type(&of));
     }
@@ -505,8 +509,15 @@ fn merge_records(parts: &[&BenchResult]) -> BenchResult {
     // left out of the totals rather than guessed.
     m.metrics = BTreeMap::new();
     if let Some(c) = m.cn.as_mut() {
-        c.id = parts.iter().filter_map(|r| r.cn.as_ref().map(|c| c.id)).min().unwrap_or(c.id);
-        c.latency_ns = h.iter_recorded().map(|v| (v.value_iterated_to(), v.count_at_value())).collect();
+        c.id = parts
+            .iter()
+            .filter_map(|r| r.cn.as_ref().map(|c| c.id))
+            .min()
+            .unwrap_or(c.id);
+        c.latency_ns = h
+            .iter_recorded()
+            .map(|v| (v.value_iterated_to(), v.count_at_value()))
+            .collect();
     }
     m
 }

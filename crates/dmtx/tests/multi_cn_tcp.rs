@@ -88,7 +88,11 @@ fn three_ford_cns_run_as_one_and_merge_into_a_clean_total() {
         // Each CN ran its share; none checked alone.
         assert_eq!(r.committed, TXNS / 3, "cn{i}");
         assert!(r.check.is_none());
-        assert!(r.invariant.detail.contains("not checked by cn"), "{}", r.invariant.detail);
+        assert!(
+            r.invariant.detail.contains("not checked by cn"),
+            "{}",
+            r.invariant.detail
+        );
     }
     assert!(
         run.stderr.contains(&format!("merged 3 CN records of run {run_id}")),
@@ -96,7 +100,11 @@ fn three_ford_cns_run_as_one_and_merge_into_a_clean_total() {
         run.stderr
     );
     // The merged row: 3 CNs, the whole budget, and one clean check of every history.
-    let row = run.stdout.lines().find(|l| l.contains(&format!("run-{run_id}"))).unwrap();
+    let row = run
+        .stdout
+        .lines()
+        .find(|l| l.contains(&format!("run-{run_id}")))
+        .unwrap();
     assert!(row.contains("tcp   3"), "{row}");
     assert!(
         run.stdout.contains(&format!("({TXNS} committed), no anomalies")),
@@ -143,7 +151,12 @@ fn report_merges_one_runs_records_with_percentiles_of_the_merged_histogram() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     let run_id = &recs[0].1.cn.as_ref().unwrap().run_id;
     assert!(text(&o.stderr).contains(&format!("merged 3 CN records of run {run_id}")));
-    assert_eq!(text(&o.stdout).lines().count(), 2, "header and one row:\n{}", text(&o.stdout));
+    assert_eq!(
+        text(&o.stdout).lines().count(),
+        2,
+        "header and one row:\n{}",
+        text(&o.stdout)
+    );
 }
 
 #[test]
@@ -158,14 +171,24 @@ fn report_never_merges_records_of_different_runs() {
     let (first, other) = (&merged.runs[0].1, &merged.runs[1].1);
     assert_eq!(first.committed, recs[0].1.committed + recs[1].1.committed);
     assert_eq!(other.committed, recs[2].1.committed);
-    assert!(merged.notes.iter().any(|n| n.contains("merged 2 CN records")), "{:?}", merged.notes);
-    // Each run says records of its compute nodes are missing.
     assert!(
-        merged.notes.iter().any(|n| n.contains("records of 2 of its 3 compute nodes")),
+        merged.notes.iter().any(|n| n.contains("merged 2 CN records")),
         "{:?}",
         merged.notes
     );
-    assert!(merged.notes.iter().any(|n| n.contains("run 00000000000000aa: records of 1 of its 3")));
+    // Each run says records of its compute nodes are missing.
+    assert!(
+        merged
+            .notes
+            .iter()
+            .any(|n| n.contains("records of 2 of its 3 compute nodes")),
+        "{:?}",
+        merged.notes
+    );
+    assert!(merged
+        .notes
+        .iter()
+        .any(|n| n.contains("run 00000000000000aa: records of 1 of its 3")));
 }
 
 /// A committed transaction of coordinator `coord` (CN << 16), sequence 1, reading
@@ -212,7 +235,11 @@ fn check_over_several_files_catches_a_cycle_split_across_them() {
     let o = dmtx(&["check", &a, &b]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
     assert!(text(&o.stdout).contains("G2"), "{}", text(&o.stdout));
-    assert!(text(&o.stderr).contains("merged 2 histories: 2 txns"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("merged 2 histories: 2 txns"),
+        "{}",
+        text(&o.stderr)
+    );
     // The same file twice is refused, not checked as a history of duplicates.
     let o = dmtx(&["check", &a, &a]);
     assert_eq!(o.status.code(), Some(2));
