@@ -716,13 +716,18 @@ mod tests {
     fn cpu_time_of_a_busy_process_is_read() {
         let me = std::process::id();
         let before = process_cpu_seconds(me).expect("readable on Linux");
+        // Spin until the reading has grown by 0.1 s, rather than for a fixed wall time: on
+        // a loaded host (several builds at once) 300 ms of wall time got 90 ms of CPU.
         let t = std::time::Instant::now();
         let mut x = 0u64;
-        while t.elapsed() < std::time::Duration::from_millis(300) {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        let mut after = before;
+        while after - before < 0.1 && t.elapsed() < std::time::Duration::from_secs(30) {
+            for _ in 0..1_000_000 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            }
+            after = process_cpu_seconds(me).unwrap();
         }
         std::hint::black_box(x);
-        let after = process_cpu_seconds(me).unwrap();
         assert!(after - before >= 0.1, "{before} -> {after}");
         assert_eq!(process_cpu_seconds(u32::MAX), None);
     }

@@ -283,6 +283,25 @@ fn cn_flag_needs_a_listed_compute_node() {
     assert_eq!(o.status.code(), Some(2));
     let e = text(&o.stderr);
     assert!(e.contains("--cn 5") && e.contains("listed: 0, 1"), "{e}");
+    let o = dmtx(&["cluster", "up", "--local", "1", "--compute-nodes", "2"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("give the bench"), "{}", text(&o.stderr));
+    let o = dmtx(&[
+        "cluster",
+        "up",
+        "--local",
+        "1",
+        "--size",
+        "64MiB",
+        "--compute-nodes",
+        "2",
+        "--",
+        "bench",
+        "--out",
+        "-",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("2 records"), "{}", text(&o.stderr));
     let o = dmtx(&["bench", "--cn", "0"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o.stderr).contains("--cluster"), "{}", text(&o.stderr));
