@@ -106,6 +106,7 @@ fn three_ford_cns_run_as_one_and_merge_into_a_clean_total() {
         .find(|l| l.contains(&format!("run-{run_id}")))
         .unwrap();
     assert!(row.contains("tcp   3"), "{row}");
+    assert!(!row.contains(" ok "), "no invariant was checked across the CNs: {row}");
     assert!(
         run.stdout.contains(&format!("({TXNS} committed), no anomalies")),
         "{}",
