@@ -777,7 +777,11 @@ pub fn run<P: Protocol, W: Workload>(
     // virtual time forward outside the executor.
     let scan_cn = match &sim {
         Some(_) => Cn::connect(0, direct, Arc::clone(&control), Arc::new(RealClock::new()))?,
-        None => cns[0].clone(),
+        // The scanner is one thread more than messaging knows of: it sends nothing.
+        None => Cn {
+            msg: None,
+            ..cns[0].clone()
+        },
     };
     let scanner = scan_cn.worker(cfg.threads)?;
     let mut ctx = scanner.ctx(0);
