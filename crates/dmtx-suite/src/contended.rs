@@ -172,7 +172,20 @@ pub fn run_mem<P: Protocol>(env: &Env<P>, seed: u64, tears: bool) -> Outcome {
     let done = AtomicBool::new(false);
     let mut out = Outcome::default();
     std::thread::scope(|scope| {
-        let injector = tears.then(|| scope.spawn(|| inject_tears(env, seed, &done)));
+        let injector = tears.then(|| {
+            let (cn, done) = (&cns[0], &done);
+            let (to_reader, keys) = std::sync::mpsc::sync_channel(1);
+            let (read_done, from_reader) = std::sync::mpsc::sync_channel(1);
+            let reader = scope.spawn(move || {
+                let w = cn.worker(s.threads + 1).expect("the injector's reader");
+                injected_reader(env, &w, &keys, &read_done)
+            });
+            let injector = scope.spawn(move || {
+                let w = cn.worker(s.threads).expect("the injector's worker");
+                inject_tears(env, &w, &to_reader, &from_reader, seed, done)
+            });
+            (injector, reader)
+        });
         let handles: Vec<_> = cns
             .iter()
             .flat_map(|cn| (0..s.threads).map(move |t| (cn, t)))
@@ -185,8 +198,14 @@ pub fn run_mem<P: Protocol>(env: &Env<P>, seed: u64, tears: bool) -> Outcome {
             .collect();
         let parts: Vec<_> = handles.into_iter().map(|h| h.join().expect("worker thread")).collect();
         done.store(true, Ordering::Relaxed);
-        if let Some(i) = injector {
-            out.stalls = i.join().expect("tear injector");
+        if let Some((i, r)) = injector {
+            let (h, t, caught) = i.join().expect("tear injector");
+            out.history.append(h);
+            out.absorb(t);
+            out.stalls = caught;
+            let (h, t) = r.join().expect("the injector's reader");
+            out.history.append(h);
+            out.absorb(t);
         }
         for (h, tallies) in parts {
             out.history.append(h);
@@ -226,41 +245,129 @@ fn run_thread<P: Protocol>(env: &Env<P>, w: &Worker, seed: u64) -> (History, Vec
 
 /// Longest a tear injection waits for an op to reach its word.
 const STALL_REACH: Duration = Duration::from_millis(2);
-/// How long a caught op is held while the others run.
-const STALL_HOLD: Duration = Duration::from_micros(300);
+/// Attempts of the injector's own transaction while an op is held.
+const INJECT_TRIES_MAX: u32 = 8;
 
-/// Until `done`: stall a READ (2 in 3) or a WRITE of a random account on a random
-/// replica at a random word past the first, hold it, release it. Returns how many
-/// stalls caught an op.
-fn inject_tears<P: Protocol>(env: &Env<P>, seed: u64, done: &AtomicBool) -> u64 {
+/// Until `done`, inject tears: stall a READ (3 in 4) or a WRITE of a random account on a
+/// random replica at a random word past the first (mostly inside the value), start a
+/// read of that account on the injector's reader thread (`reader`) so a single-object
+/// read is among the ops that may be caught, and once an op is held there run, on the
+/// injector's own coordinator, a transfer of that account (against a held READ) or a
+/// read of it (against a held WRITE), then release. Every injector transaction is
+/// recorded like any other. Returns the history, the counts and how many stalls caught
+/// an op.
+fn inject_tears<P: Protocol>(
+    env: &Env<P>,
+    w: &Worker,
+    reader: &std::sync::mpsc::SyncSender<Option<u64>>,
+    read_done: &std::sync::mpsc::Receiver<()>,
+    seed: u64,
+    done: &AtomicBool,
+) -> (History, Tally, u64) {
     let catalog = env.catalog();
     let info = catalog.get(bank::TABLE.id()).expect("bank table");
-    let slots: Vec<u64> = env.slots(bank::TABLE.id()).into_values().collect();
+    let slots: Vec<(u64, u64)> = env.slots(bank::TABLE.id()).into_iter().collect();
     let words = info.shape.slot_bytes as u64 / 8;
+    // Where the layout puts the value: a READ held inside it returns old and new value
+    // words, which the bank's check bytes expose.
+    let mut slot = vec![0u8; info.shape.slot_bytes as usize];
+    let vb = info.meta.value_bytes;
+    env.proto
+        .layout()
+        .encode(bank::TABLE.id(), 0, &vec![0u8; vb as usize], &mut slot);
+    let value_word = (env.proto.layout().value(&slot, vb).as_ptr() as usize - slot.as_ptr() as usize) as u64 / 8;
+    let in_value = (value_word + 1).max(1)..words;
+    let keys = env.setup.keys;
+    let history = Rc::new(RefCell::new(History::new()));
+    let mut c = w.coordinator(&env.proto, 0).expect("injector's coordinator");
+    c.set_observer(Box::new(Recorder::new(history.clone())));
     let mut rng = SmallRng::seed_from_u64(seed ^ 0x7ea2);
+    let mut tally = Tally::default();
     let mut caught = 0;
     while !done.load(Ordering::Relaxed) {
-        let rel = slots[rng.random_range(0..slots.len())];
+        let (key, rel) = slots[rng.random_range(0..slots.len())];
         let ptr = info.ptr(rng.random_range(0..info.replica_count()), rel);
-        let kind = if rng.random_range(0..3) < 2 {
+        let kind = if rng.random_range(0..4) < 3 {
             StallKind::Read
         } else {
             StallKind::Write
         };
-        let gate = env
-            .region(ptr.mn)
-            .arm_stall(kind, ptr.offset + 8 * rng.random_range(1..words));
+        // Mostly inside the value; one in four anywhere past the lock word.
+        let word = if !in_value.is_empty() && rng.random_range(0..4) > 0 {
+            rng.random_range(in_value.clone())
+        } else {
+            rng.random_range(1..words)
+        };
+        let gate = env.region(ptr.mn).arm_stall(kind, ptr.offset + 8 * word);
+        let reading = kind == StallKind::Read;
+        if reading {
+            reader.send(Some(key)).expect("the injector's reader");
+        }
         let start = Instant::now();
         while !gate.is_stalled() && start.elapsed() < STALL_REACH && !done.load(Ordering::Relaxed) {
             std::thread::yield_now();
         }
         if gate.is_stalled() {
             caught += 1;
-            std::thread::sleep(STALL_HOLD);
+            for _ in 0..INJECT_TRIES_MAX {
+                let res = dmtx_runtime::block_on(async {
+                    let res = match kind {
+                        StallKind::Read => {
+                            let other = (key + rng.random_range(1..keys)) % keys;
+                            bank::transfer(&mut c, key, other, 1, &mut tally.seen).await
+                        }
+                        StallKind::Write => bank::read_one(&mut c, key, &mut tally.seen).await.map(|_| ()),
+                    };
+                    c.cleanup().await;
+                    res
+                });
+                match res {
+                    Ok(()) => {
+                        tally.commits += 1;
+                        break;
+                    }
+                    Err(a) => *tally.aborts.entry(a.reason).or_default() += 1,
+                }
+            }
         }
         gate.release();
+        if reading {
+            read_done.recv().expect("the injector's reader");
+        }
     }
-    caught
+    reader.send(None).expect("the injector's reader");
+    dmtx_runtime::block_on(c.drain());
+    drop(c);
+    let h = Rc::try_unwrap(history).expect("recorder dropped").into_inner();
+    (h, tally, caught)
+}
+
+/// The injector's reader: a read of each key it is sent, until `None`.
+fn injected_reader<P: Protocol>(
+    env: &Env<P>,
+    w: &Worker,
+    keys: &std::sync::mpsc::Receiver<Option<u64>>,
+    read_done: &std::sync::mpsc::SyncSender<()>,
+) -> (History, Tally) {
+    let history = Rc::new(RefCell::new(History::new()));
+    let mut c = w.coordinator(&env.proto, 0).expect("reader's coordinator");
+    c.set_observer(Box::new(Recorder::new(history.clone())));
+    let mut tally = Tally::default();
+    while let Ok(Some(key)) = keys.recv() {
+        let res = dmtx_runtime::block_on(async {
+            let res = bank::read_one(&mut c, key, &mut tally.seen).await;
+            c.cleanup().await;
+            res
+        });
+        match res {
+            Ok(_) => tally.commits += 1,
+            Err(a) => *tally.aborts.entry(a.reason).or_default() += 1,
+        }
+        read_done.send(()).expect("the injector");
+    }
+    dmtx_runtime::block_on(c.drain());
+    drop(c);
+    (Rc::try_unwrap(history).expect("recorder dropped").into_inner(), tally)
 }
 
 /// Virtual time a faulted run lasts at most; coordinators stop starting transactions at
