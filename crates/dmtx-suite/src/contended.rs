@@ -43,6 +43,10 @@ pub struct Outcome {
     pub stalls: u64,
     /// Faults fired, with their virtual time (`sim` with a fault script).
     pub faults: Vec<String>,
+    /// Background posts a fault failed (`sim`).
+    pub lost_background: u64,
+    /// Virtual end time and the simulator's counters (`sim`).
+    pub sim: Option<(u64, dmtx_sim::SimStats)>,
     /// A fault crashed a compute node: its half-applied commits stay for a recovery, so
     /// the state checks (money, replicas) do not apply.
     pub crashed: bool,
@@ -125,21 +129,28 @@ struct Tally {
     seen: Seen,
 }
 
-/// Run `txns` transactions of the bank's mix on `c`, awaiting the protocol's cleanup
-/// after every attempt and its drain at the end, as the driver does.
+/// Run `s.txns` transactions of the bank's mix (or transfers only) on `c`, awaiting the
+/// protocol's cleanup after every attempt and its drain at the end, as the driver does.
 async fn coordinator_loop<P: Protocol>(
     c: &mut Coordinator<P>,
-    keys: u64,
-    txns: u32,
+    s: &crate::Setup,
     mut rng: SmallRng,
     stop: &dyn Fn() -> bool,
 ) -> Tally {
     let mut tally = Tally::default();
-    for _ in 0..txns {
+    let keys = s.keys;
+    for _ in 0..s.txns {
         if stop() {
             break;
         }
-        match bank::one(c, keys, &mut rng, &mut tally.seen).await {
+        let res = if s.transfers_only {
+            let a = rng.random_range(0..keys);
+            let b = (a + rng.random_range(1..keys)) % keys;
+            bank::transfer(c, a, b, rng.random_range(1..10), &mut tally.seen).await
+        } else {
+            bank::one(c, keys, &mut rng, &mut tally.seen).await
+        };
+        match res {
             Ok(()) => tally.commits += 1,
             Err(a) => *tally.aborts.entry(a.reason).or_default() += 1,
         }
@@ -233,7 +244,7 @@ fn run_thread<P: Protocol>(env: &Env<P>, w: &Worker, seed: u64) -> (History, Vec
         let rng = SmallRng::seed_from_u64(coord_seed(seed, w.cn().id, w.thread(), c.ctx.id.coroutine));
         let tallies = &tallies;
         ex.spawn(async move {
-            let t = coordinator_loop(c, s.keys, s.txns, rng, &|| false).await;
+            let t = coordinator_loop(c, s, rng, &|| false).await;
             tallies.borrow_mut().push(t);
         });
     }
@@ -411,7 +422,7 @@ pub fn run_sim<P: Protocol>(env: &Env<P>, seed: u64, faults: Option<FaultScript>
         let rng = SmallRng::seed_from_u64(coord_seed(seed, id.cn, id.thread, id.coroutine));
         let (tallies, stop) = (&tallies, &stop);
         ex.spawn(async move {
-            let t = coordinator_loop(c, s.keys, s.txns, rng, &|| stop.get()).await;
+            let t = coordinator_loop(c, s, rng, &|| stop.get()).await;
             tallies.borrow_mut().push(t);
         });
     }
@@ -420,7 +431,7 @@ pub fn run_sim<P: Protocol>(env: &Env<P>, seed: u64, faults: Option<FaultScript>
     } else {
         ex.run()
     };
-    res.unwrap_or_else(|e| panic!("{}: DMTX_SEED={seed}: the simulation failed: {e}", P::NAME));
+    let report = res.unwrap_or_else(|e| panic!("{}: DMTX_SEED={seed}: the simulation failed: {e}", P::NAME));
     drop(coords);
     let mut out = Outcome {
         history: Rc::try_unwrap(history).expect("recorders dropped").into_inner(),
@@ -435,6 +446,50 @@ pub fn run_sim<P: Protocol>(env: &Env<P>, seed: u64, faults: Option<FaultScript>
         .map(|r| format!("{} ns: {}", r.at_ns, r.what))
         .collect();
     out.crashed = out.faults.iter().any(|f| f.contains("crash"));
+    out.lost_background = sim.lost_background_posts();
+    out.sim = Some((report.end_ns, sim.stats()));
+    out
+}
+
+/// Everything of a `sim` run that one seed must reproduce bit for bit.
+type Replay = (
+    u64,
+    BTreeMap<AbortReason, u64>,
+    usize,
+    Option<(u64, dmtx_sim::SimStats)>,
+    Vec<Vec<(u64, Vec<u8>, u64)>>,
+);
+
+fn replay<P: Protocol>(make: &impl Fn() -> P, setup: &crate::Setup, seed: u64) -> (Replay, Outcome, Env<P>) {
+    let env = Env::bank(make(), setup.clone());
+    let out = run_sim(&env, seed, None);
+    let tables = (0..setup.replicas).map(|r| env.scan(bank::TABLE.id(), r)).collect();
+    (
+        (out.commits, out.aborts.clone(), out.history.len(), out.sim, tables),
+        out,
+        env,
+    )
+}
+
+/// The simulator replays a seed exactly: two runs of `seed` give the same commits,
+/// aborts, history length, virtual end time, simulator counters and bytes of every
+/// replica, and `seed + 1` gives another run. Returns the first run, checked clean.
+pub fn assert_deterministic<P: Protocol>(make: impl Fn() -> P, setup: &crate::Setup, seed: u64) -> Outcome {
+    let (a, out, env) = replay(&make, setup, seed);
+    out.assert_clean(&env, "determinism", seed);
+    let (b, _, _) = replay(&make, setup, seed);
+    assert!(
+        a == b,
+        "{}: DMTX_SEED={seed}: the same seed gave different runs",
+        P::NAME
+    );
+    let (c, _, _) = replay(&make, setup, seed + 1);
+    assert!(
+        a.3 != c.3 && a.4 != c.4,
+        "{}: seeds {seed} and {} gave the same run",
+        P::NAME,
+        seed + 1
+    );
     out
 }
 

@@ -12,6 +12,7 @@
 //! - **every workload** of `dmtx-workloads` ([`workloads`]) with its own invariants and
 //!   the checker;
 //! - the protocol's **round-trip budget** table ([`rtt`]), phase by phase;
+//! - **determinism** on `sim`: a seed replays bit for bit, with two compute nodes;
 //! - a **seeded fault sweep** on `sim` ([`faults`]) whose failures print the seed;
 //!   `DMTX_SEED=<n>` replays one.
 //!
@@ -47,7 +48,7 @@ use std::ops::Range;
 use dmtx_runtime::{Knobs, Protocol};
 
 pub use broken::{assert_caught, assert_caught_by, Caught};
-pub use contended::{seed_or_env, seeds, Outcome};
+pub use contended::{assert_deterministic, seed_or_env, seeds, Outcome};
 pub use env::{Env, Setup, Transport};
 pub use faults::FaultMenu;
 pub use rtt::{assert_budgets, Cache, Measured, RttBudget, TxnKind};
@@ -135,6 +136,15 @@ pub fn run_all<P: Protocol>(make: impl Fn(&Knobs) -> P, opts: &Options) -> Ran {
                     }
                 }
             }
+        }
+        if opts.transports.contains(&Transport::Sim) {
+            let setup = Setup {
+                compute_nodes: opts.compute_nodes.max(2),
+                sessions: opts.sessions,
+                ..Setup::new(opts.replicas[0], opts.value_bytes[0])
+            };
+            contended::assert_deterministic(make, &setup, contended::seed_or_env(0x5eed));
+            ran.cases += 1;
         }
         if opts.workloads {
             for (i, (name, set)) in workloads::SMALL.iter().enumerate() {
