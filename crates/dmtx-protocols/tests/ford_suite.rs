@@ -15,6 +15,14 @@ use dmtx_protocols::ford::Ford;
 use dmtx_runtime::{AbortReason, Knobs, Protocol};
 use dmtx_suite::{contended, FaultMenu, Options, Setup, Transport};
 
+/// The faults FORD survives without recovery (module doc, "Failures"): a compute node
+/// that crashes mid-commit leaves its locks and half-written records to a recovery FORD
+/// does not have yet (`ford_faults.rs::crash_cn_mid_commit_leaves_only_its_own_locks`).
+const FORD_FAULTS: FaultMenu = FaultMenu {
+    crash_cn: false,
+    ..FaultMenu::ALL
+};
+
 fn make(k: &Knobs) -> Ford {
     Ford::from_knobs(k).expect("suite knobs are FORD's")
 }
@@ -63,5 +71,5 @@ fn seeded_fault_sweep_long() {
         txns: 60,
         ..Setup::new(3, 20)
     };
-    dmtx_suite::faults::sweep(|| make(&Knobs::default()), &setup, &FaultMenu::ALL, 0..300);
+    dmtx_suite::faults::sweep(|| make(&Knobs::default()), &setup, &FORD_FAULTS, 0..300);
 }

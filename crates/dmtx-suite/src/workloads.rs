@@ -12,11 +12,13 @@ use dmtx_check::recorder::Recorder;
 use dmtx_runtime::{AbortReason, Coordinator, Knobs, Protocol, Worker};
 use dmtx_sim::SimExecutor;
 use dmtx_workloads::{Kvs, Outcome as TxnOutcome, RunHint, SmallBank, Snapshot, Tatp, Tpcc, Workload, Ycsb};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 
 use crate::env::{Env, Setup, Transport};
 
 /// Attempts of one drawn transaction before the coordinator gives up on it.
-const TRIES_MAX: u32 = 100;
+const TRIES_MAX: u32 = 10_000;
 
 /// What a workload run produced.
 #[derive(Debug)]
@@ -27,7 +29,7 @@ pub struct WorkloadRun {
     pub successful: u64,
     /// Transactions the workload rolled back on purpose.
     pub rolled_back: u64,
-    /// Transactions given up after [`TRIES_MAX`] aborts.
+    /// Transactions given up after [`TRIES_MAX`] retryable aborts in a row.
     pub gave_up: u64,
     /// Aborts by reason.
     pub aborts: BTreeMap<AbortReason, u64>,
@@ -67,10 +69,14 @@ async fn coordinator_loop<P: Protocol, W: Workload>(
         gave_up: 0,
         aborts: BTreeMap::new(),
     };
+    let mut rng = SmallRng::seed_from_u64(c.ctx.id.global());
     for _ in 0..txns {
         let (_, input) = w.draw(&mut local);
         let mut done = false;
-        for _ in 0..TRIES_MAX {
+        for attempt in 0..TRIES_MAX {
+            if attempt > 0 {
+                backoff(&mut rng, attempt).await;
+            }
             let res = w.run(&mut local, &input, c).await;
             c.cleanup().await;
             match res {
@@ -82,7 +88,9 @@ async fn coordinator_loop<P: Protocol, W: Workload>(
                 Ok(TxnOutcome::RolledBack) => d.rolled_back += 1,
                 Err(a) => {
                     *d.aborts.entry(a.reason).or_default() += 1;
-                    continue;
+                    if retryable(a.reason) {
+                        continue;
+                    }
                 }
             }
             done = true;
@@ -93,6 +101,35 @@ async fn coordinator_loop<P: Protocol, W: Workload>(
     c.drain().await;
     d.local = Some(local);
     d
+}
+
+/// Whether an attempt that aborted for `reason` is run again with the same inputs (the
+/// driver's rule): not the workload's own decision (`user`: SmallBank's insufficient
+/// funds), a lost node or a full table, which the same inputs would meet again.
+fn retryable(reason: AbortReason) -> bool {
+    matches!(
+        reason,
+        AbortReason::LockConflict
+            | AbortReason::Validation
+            | AbortReason::Invisible
+            | AbortReason::Torn
+            | AbortReason::NotFound
+            | AbortReason::Duplicate
+    )
+}
+
+/// Largest exponent of the backoff before a retry: at most 2^this yields.
+const BACKOFF_EXP_MAX: u32 = 10;
+
+/// Yield to the thread's other coordinators a random number of times below
+/// `2^min(attempt, BACKOFF_EXP_MAX)` before retry `attempt`, as the driver does:
+/// without it, transactions that abort each other on partly taken locks retry in step
+/// and abort each other again.
+async fn backoff(rng: &mut SmallRng, attempt: u32) {
+    let yields = rng.random_range(0..1u64 << attempt.min(BACKOFF_EXP_MAX));
+    for _ in 0..yields {
+        dmtx_runtime::yield_now().await;
+    }
 }
 
 /// Run `txns` transactions of `w` on each coordinator of `setup` (its replicas, compute
