@@ -35,7 +35,7 @@ fn ford_passes_the_suite() {
         // FORD is serializable but does not keep session order: see
         // `ford_isolation.rs::a_single_object_read_can_miss_a_validated_writers_commit`.
         sessions: false,
-
+        faults: Some(FORD_FAULTS),
         ..Options::default()
     };
     let ran = dmtx_suite::run_all(make, &opts);

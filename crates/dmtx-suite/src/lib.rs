@@ -157,8 +157,15 @@ pub fn run_all<P: Protocol>(make: impl Fn(&Knobs) -> P, opts: &Options) -> Ran {
                     sessions: opts.sessions,
                     ..Setup::new(replicas, 20)
                 };
+                let start = std::time::Instant::now();
                 let run = workloads::run_named(make, name, set, setup, transport, seed);
                 let what = format!("{} {name} {knobs:?} ({replicas} replica(s), {transport:?})", P::NAME);
+                eprintln!(
+                    "{what}: {:?}, {} committed, aborts {:?}",
+                    start.elapsed(),
+                    run.committed,
+                    run.aborts
+                );
                 if checked {
                     workloads::assert_clean(&what, &run, seed);
                 }

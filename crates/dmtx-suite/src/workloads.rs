@@ -75,7 +75,8 @@ async fn coordinator_loop<P: Protocol, W: Workload>(
         let mut done = false;
         for attempt in 0..TRIES_MAX {
             if attempt > 0 {
-                backoff(&mut rng, attempt).await;
+                let clock = std::sync::Arc::clone(&c.ctx.clock);
+                backoff(clock.as_ref(), &mut rng, attempt).await;
             }
             let res = w.run(&mut local, &input, c).await;
             c.cleanup().await;
@@ -118,18 +119,19 @@ fn retryable(reason: AbortReason) -> bool {
     )
 }
 
-/// Largest exponent of the backoff before a retry: at most 2^this yields.
-const BACKOFF_EXP_MAX: u32 = 10;
+/// Largest exponent of the backoff before a retry.
+const BACKOFF_EXP_MAX: u32 = 8;
+/// Unit of the backoff, in ns of the coordinator's clock.
+const BACKOFF_UNIT_NS: u64 = 1_000;
 
-/// Yield to the thread's other coordinators a random number of times below
-/// `2^min(attempt, BACKOFF_EXP_MAX)` before retry `attempt`, as the driver does:
-/// without it, transactions that abort each other on partly taken locks retry in step
-/// and abort each other again.
-async fn backoff(rng: &mut SmallRng, attempt: u32) {
-    let yields = rng.random_range(0..1u64 << attempt.min(BACKOFF_EXP_MAX));
-    for _ in 0..yields {
-        dmtx_runtime::yield_now().await;
-    }
+/// Wait a random time below `BACKOFF_UNIT_NS << min(attempt, BACKOFF_EXP_MAX)` on the
+/// coordinator's clock before retry `attempt` (virtual time on `sim`, where yields
+/// alone leave every coordinator retrying in step at the same instant): without it,
+/// transactions that abort each other on partly taken locks retry together and abort
+/// each other again.
+async fn backoff(clock: &dyn dmtx_runtime::Clock, rng: &mut SmallRng, attempt: u32) {
+    let ns = rng.random_range(0..BACKOFF_UNIT_NS << attempt.min(BACKOFF_EXP_MAX));
+    dmtx_runtime::sleep(clock, ns).await;
 }
 
 /// Run `txns` transactions of `w` on each coordinator of `setup` (its replicas, compute
