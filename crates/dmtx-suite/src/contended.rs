@@ -522,3 +522,29 @@ pub fn checked_or_note(name: &str, isolation: Isolation) -> bool {
     }
     isolation.is_checked()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_unchecked_protocol_skips_the_checker() {
+        assert!(!checked_or_note("upper-bound", Isolation::Unchecked));
+        for level in [
+            Isolation::Serializable,
+            Isolation::StrictSerializable,
+            Isolation::SnapshotIsolation,
+        ] {
+            assert!(checked_or_note("p", level), "{}", level.name());
+        }
+    }
+
+    #[test]
+    fn dmtx_seed_is_read_when_set() {
+        // Without DMTX_SEED the defaults run (the test harness does not set it).
+        if std::env::var("DMTX_SEED").is_err() {
+            assert_eq!(seed_or_env(7), 7);
+            assert_eq!(seeds(3..6), [3, 4, 5]);
+        }
+    }
+}
