@@ -31,11 +31,12 @@
 //! holds and the primary's invisible CAS (`commit.rs`), its settings and its broken
 //! test variants.
 //!
-//! # Round trips per transaction (asserted in `tests/ford_rtt.rs` of this crate)
+//! # Round trips per transaction (`FORD_BUDGET` in `tests/common/mod.rs`, asserted by `tests/ford_suite.rs`)
 //!
 //! | kind | RTTs | verbs (address cache warm, f = 1) |
 //! | --- | --- | --- |
-//! | read-only, 1 object | 1 | 1 READ |
+//! | read-only, 1 object, key declared | 1 (2 when the primary is locked) | 1 READ of the primary (+ 1 READ(16 B)) |
+//! | read-only, 1 object, undeclared | 2 | 1 READ of a backup + 1 READ(16 B) |
 //! | read-only, n objects | 2 | n READ + n READ(16 B) |
 //! | read-write, no RO data | 2 (+ release) | per object: CAS+READ, CAS+WRITE, WRITE, per MN log WRITE, FLUSH |
 //! | read-write with RO data | 3 (+ release) | the above + RO READs and validation READs |
