@@ -72,7 +72,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use dmtx_runtime::AbortReason;
+use dmtx_runtime::{AbortReason, AbortReasonSpec, CacheStats, MetricKind, MetricSpec, MetricSum};
 use dmtx_verbs::{MnCounters, OpKind, PostCounters};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -173,6 +173,16 @@ pub struct BenchResult {
     /// name; empty for most workloads.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metrics: BTreeMap<String, MetricResult>,
+    /// The protocol's own figures (`Protocol::METRICS`), by name; empty when it declares
+    /// none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub protocol_metrics: BTreeMap<String, ProtocolMetricResult>,
+    /// The address cache's lookups over the measured window (absent from older records).
+    #[serde(default)]
+    pub addr_cache: Option<AddrCacheResult>,
+    /// The memory plan: per table and per memory node (absent from older records).
+    #[serde(default)]
+    pub memory: Option<MemoryResult>,
     /// Where and when.
     pub run_info: RunInfo,
 }
@@ -205,6 +215,164 @@ pub struct MetricResult {
     pub value: f64,
     /// What it counts.
     pub about: String,
+}
+
+/// One figure of the protocol's own ([`dmtx_runtime::metric`]), summed over every
+/// coordinator after the warm-up.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProtocolMetricResult {
+    /// `counter` (events: read `sum`, `per_commit`) or `value` (observations: read
+    /// `count`, `mean`, `max`).
+    pub kind: String,
+    /// Values added.
+    pub count: u64,
+    /// Their sum.
+    pub sum: u64,
+    /// `sum / count` (0 when nothing was added).
+    pub mean: f64,
+    /// The largest value added.
+    pub max: u64,
+    /// `sum / committed`, or `null` when nothing committed.
+    pub per_commit: Option<f64>,
+    /// What it counts, as the protocol says.
+    pub about: String,
+}
+
+impl ProtocolMetricResult {
+    /// The figure `spec` gathered as `sum`, over `committed` commits.
+    pub fn of(spec: &MetricSpec, sum: &MetricSum, committed: u64) -> Self {
+        Self {
+            kind: spec.kind.name().to_string(),
+            count: sum.count,
+            sum: sum.sum,
+            mean: if sum.count == 0 {
+                0.0
+            } else {
+                round(sum.sum as f64 / sum.count as f64, 3)
+            },
+            max: sum.max,
+            per_commit: (committed > 0).then(|| round(sum.sum as f64 / committed as f64, 3)),
+            about: spec.about.to_string(),
+        }
+    }
+
+    /// One summary line's figures.
+    fn line(&self) -> String {
+        let per = self
+            .per_commit
+            .map_or_else(|| "-".to_string(), |p| format!("{p:.3}"));
+        if self.kind == MetricKind::Counter.name() {
+            format!("{} ({per} per commit)", self.sum)
+        } else {
+            format!("mean {:.1}, max {} over {} values", self.mean, self.max, self.count)
+        }
+    }
+}
+
+/// The address cache's lookups (`addr_cache` in the JSON): every worker thread's, over
+/// the measured window.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AddrCacheResult {
+    /// Lookups answered (by the thread's level or the compute node's).
+    pub hits: u64,
+    /// Of those, answered by the compute node's level (another thread had learned it).
+    pub hits_shared: u64,
+    /// Lookups that found nothing: the protocol read the bucket chain.
+    pub misses: u64,
+    /// `hits / (hits + misses)`, 0 to 1 (0 when nothing was looked up).
+    pub hit_rate: f64,
+    /// Cached addresses found stale (the slot held another key) and dropped.
+    pub evictions: u64,
+    /// Addresses cached at the end, summed over compute nodes.
+    pub entries: u64,
+}
+
+impl AddrCacheResult {
+    /// From the threads' stats summed and the entries left.
+    pub fn of(s: &CacheStats, entries: u64) -> Self {
+        Self {
+            hits: s.hits(),
+            hits_shared: s.hits_shared,
+            misses: s.misses,
+            hit_rate: ratio(s.hits(), s.hits() + s.misses),
+            evictions: s.evictions,
+            entries,
+        }
+    }
+}
+
+/// Where the run's memory went, as planned before loading (`memory` in the JSON).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemoryResult {
+    /// Per table.
+    pub tables: Vec<TableMemory>,
+    /// Per memory node.
+    pub per_mn: Vec<MnMemory>,
+}
+
+/// One table's footprint, per replica.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TableMemory {
+    /// Table name.
+    pub name: String,
+    /// Records it has room for.
+    pub capacity: u64,
+    /// Memory nodes holding a replica, primary first.
+    pub nodes: Vec<u16>,
+    /// Region bytes one replica reserves.
+    pub reserved_bytes: u64,
+    /// Resident bytes of one replica once loaded.
+    pub loaded_bytes: u64,
+    /// Resident bytes of one replica if the run fills its room.
+    pub full_bytes: u64,
+}
+
+/// One memory node's footprint.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MnMemory {
+    /// Node index.
+    pub mn: u16,
+    /// Region bytes its table replicas reserve.
+    pub tables_bytes: u64,
+    /// Resident bytes of its table replicas once loaded.
+    pub loaded_bytes: u64,
+    /// Resident bytes of its table replicas if every table fills.
+    pub full_bytes: u64,
+    /// Bytes of coordinator areas (logs) on it.
+    pub coordinators_bytes: u64,
+    /// Region bytes it needs at least (tables, coordinator areas, header).
+    pub need_bytes: u64,
+}
+
+impl MemoryResult {
+    /// From the run's plan.
+    pub fn of(plan: &crate::plan::MemoryPlan) -> Self {
+        let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
+        Self {
+            tables: plan
+                .tables
+                .iter()
+                .map(|t| TableMemory {
+                    name: t.name.clone(),
+                    capacity: t.capacity,
+                    nodes: t.nodes.iter().map(|m| m.index() as u16).collect(),
+                    reserved_bytes: t.replica_bytes,
+                    loaded_bytes: t.loaded_bytes,
+                    full_bytes: t.full_bytes,
+                })
+                .collect(),
+            per_mn: (0..plan.need_per_mn.len())
+                .map(|i| MnMemory {
+                    mn: i as u16,
+                    tables_bytes: at(&plan.tables_per_mn, i),
+                    loaded_bytes: at(&plan.loaded_per_mn, i),
+                    full_bytes: at(&plan.full_per_mn, i),
+                    coordinators_bytes: at(&plan.coordinators_per_mn, i),
+                    need_bytes: plan.need_per_mn[i],
+                })
+                .collect(),
+        }
+    }
 }
 
 /// The settings of a run, as recorded.
@@ -331,6 +499,9 @@ pub struct Counters {
     /// Of those, the ones waited a round trip for.
     #[serde(default)]
     pub ts_rtts: u64,
+    /// CN↔CN message round trips waited for (absent from older records: 0).
+    #[serde(default)]
+    pub msg_rtts: u64,
 }
 
 impl From<&PostCounters> for Counters {
@@ -343,6 +514,7 @@ impl From<&PostCounters> for Counters {
             bytes_in: c.bytes_in,
             ts_requests: c.ts_requests,
             ts_rtts: c.ts_rtts,
+            msg_rtts: c.msg_rtts,
         }
     }
 }
@@ -366,6 +538,10 @@ pub struct TxnTypeResult {
     pub abort_reasons: BTreeMap<String, u64>,
     /// Round trips per commit.
     pub rtt_per_commit: Option<f64>,
+    /// CN↔CN message round trips of committed attempts per commit (absent from older
+    /// records: `null`).
+    #[serde(default)]
+    pub msg_rtts_per_commit: Option<f64>,
     /// Verbs per commit, by kind.
     pub ops_per_commit: Option<Ops<f64>>,
     /// Bytes per commit.
@@ -400,8 +576,9 @@ pub struct TxnTypeResult {
 }
 
 impl TxnTypeResult {
-    /// Derive the per-commit figures of `t`.
-    pub fn of(t: &TypeStats) -> Self {
+    /// Derive the per-commit figures of `t`; `reasons` names the protocol's own abort
+    /// reasons (`Protocol::ABORT_REASONS`).
+    pub fn of(t: &TypeStats, reasons: &[AbortReasonSpec]) -> Self {
         let c = &t.committed_counters;
         let per = |x: u64| (t.committed > 0).then(|| round(x as f64 / t.committed as f64, 3));
         Self {
@@ -412,9 +589,10 @@ impl TxnTypeResult {
             abort_rate: ratio(t.aborted, t.attempted()),
             abort_reasons: (0..REASON_SLOTS)
                 .filter(|&s| t.abort_reasons[s] > 0)
-                .map(|s| (slot_name(s).to_string(), t.abort_reasons[s]))
+                .map(|s| (slot_name(s, reasons).to_string(), t.abort_reasons[s]))
                 .collect(),
             rtt_per_commit: per(c.rtts),
+            msg_rtts_per_commit: per(c.msg_rtts),
             ops_per_commit: (t.committed > 0).then(|| {
                 let mut a = [0.0; OpKind::COUNT];
                 for k in OpKind::ALL {
@@ -771,6 +949,14 @@ pub struct RawRun<'a> {
     pub timeseries: Option<TimeSeries>,
     /// The workload's headline figures.
     pub metrics: Vec<dmtx_workloads::Metric>,
+    /// The protocol's own abort reasons (`Protocol::ABORT_REASONS`), to name them.
+    pub abort_reasons: &'static [AbortReasonSpec],
+    /// The protocol's own figures (`Protocol::METRICS`) and what each gathered.
+    pub protocol_metrics: Vec<(MetricSpec, MetricSum)>,
+    /// The address cache's lookups and the entries left.
+    pub addr_cache: Option<(CacheStats, u64)>,
+    /// The memory plan.
+    pub memory: Option<MemoryResult>,
 }
 
 impl BenchResult {
@@ -778,7 +964,7 @@ impl BenchResult {
     pub fn from_run(raw: RawRun<'_>) -> Self {
         let cfg = raw.cfg;
         let total_stats = raw.stats.total();
-        let total = TxnTypeResult::of(&total_stats);
+        let total = TxnTypeResult::of(&total_stats, raw.abort_reasons);
         let elapsed_s = raw.elapsed.as_secs_f64();
         let per_s = |n: u64| {
             if elapsed_s > 0.0 {
@@ -787,8 +973,12 @@ impl BenchResult {
                 0.0
             }
         };
-        let mut abort_reasons: BTreeMap<String, u64> =
-            AbortReason::ALL.iter().map(|r| (r.name().to_string(), 0)).collect();
+        let mut abort_reasons: BTreeMap<String, u64> = AbortReason::ALL
+            .iter()
+            .map(|r| r.name())
+            .chain(raw.abort_reasons.iter().map(|s| s.name))
+            .map(|name| (name.to_string(), 0))
+            .collect();
         for (name, n) in &total.abort_reasons {
             *abort_reasons.entry(name.clone()).or_default() += n;
         }
@@ -796,9 +986,22 @@ impl BenchResult {
             .txn_types
             .iter()
             .zip(&raw.stats.types)
-            .map(|(name, t)| (name.to_string(), TxnTypeResult::of(t)))
+            .map(|(name, t)| (name.to_string(), TxnTypeResult::of(t, raw.abort_reasons)))
+            .collect();
+        let protocol_metrics = raw
+            .protocol_metrics
+            .iter()
+            .map(|(spec, sum)| {
+                (
+                    spec.name.to_string(),
+                    ProtocolMetricResult::of(spec, sum, total.committed),
+                )
+            })
             .collect();
         Self {
+            protocol_metrics,
+            addr_cache: raw.addr_cache.map(|(s, entries)| AddrCacheResult::of(&s, entries)),
+            memory: raw.memory,
             schema_version: SCHEMA_VERSION,
             protocol: cfg.protocol.clone(),
             workload: cfg.workload.clone(),
@@ -1095,6 +1298,59 @@ impl BenchResult {
                 "  cleanup     {n:.2} round trips per commit after the attempts (not in rtt/c)"
             );
         }
+        if let Some(n) = self.total.msg_rtts_per_commit.filter(|&n| n > 0.0) {
+            let per_type: Vec<String> = self
+                .per_txn_type
+                .iter()
+                .filter_map(|(name, t)| t.msg_rtts_per_commit.map(|m| format!("{name} {m:.2}")))
+                .collect();
+            let _ = writeln!(
+                o,
+                "  messages    {n:.2} CN-to-CN round trips per commit (not in rtt/c): {}",
+                per_type.join(", ")
+            );
+        }
+        if let Some(c) = &self.addr_cache {
+            let _ = writeln!(
+                o,
+                "  addr cache  {:.1}% hits ({} hits, {} of them from another thread, {} misses), {} stale evicted, {} entries",
+                c.hit_rate * 100.0,
+                c.hits,
+                c.hits_shared,
+                c.misses,
+                c.evictions,
+                c.entries
+            );
+        }
+        for (name, m) in &self.protocol_metrics {
+            let _ = writeln!(o, "  {:<11} {}   ({}: {})", name, m.line(), self.protocol, m.about);
+        }
+        if let Some(m) = &self.memory {
+            let tables: Vec<String> = m
+                .tables
+                .iter()
+                .map(|t| {
+                    format!(
+                        "{} {}/{}/{}",
+                        t.name,
+                        crate::units::bytes(t.reserved_bytes),
+                        crate::units::bytes(t.loaded_bytes),
+                        crate::units::bytes(t.full_bytes)
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                o,
+                "  memory      per replica reserved/loaded/full: {}",
+                tables.join(", ")
+            );
+            let mns: Vec<String> = m
+                .per_mn
+                .iter()
+                .map(|n| format!("mn{} {}", n.mn, crate::units::bytes(n.need_bytes)))
+                .collect();
+            let _ = writeln!(o, "  mn need     {}", mns.join(", "));
+        }
         let _ = writeln!(
             o,
             "  invariant   {}: {}",
@@ -1271,7 +1527,7 @@ mod tests {
                 ..Default::default()
             },
         );
-        let t = TxnTypeResult::of(&s.types[0]);
+        let t = TxnTypeResult::of(&s.types[0], &[]);
         assert_eq!(t.rtt_per_commit, Some(3.0));
         assert_eq!(
             t.cleanup_rtts_per_commit,
@@ -1289,7 +1545,7 @@ mod tests {
         assert_eq!(t.abort_reasons["lock_conflict"], 1);
         let l = t.latency_us.unwrap();
         assert!((4.99..=5.01).contains(&l.p50), "{l:?}");
-        let empty = TxnTypeResult::of(&TypeStats::default());
+        let empty = TxnTypeResult::of(&TypeStats::default(), &[]);
         assert_eq!(empty.rtt_per_commit, None);
         assert_eq!(empty.latency_us, None);
         let v = serde_json::to_value(&t).unwrap();
