@@ -101,8 +101,16 @@ impl AbortReason {
         AbortReasonSpec::new("duplicate", true, "an insert found its key already present"),
         AbortReasonSpec::new("user", false, "the workload's own logic rolled back"),
         AbortReasonSpec::new("fault", false, "a verb failed (memory node down, connection lost)"),
-        AbortReasonSpec::new("table_full", false, "an insert found no free slot and no overflow space"),
-        AbortReasonSpec::new("log_full", false, "the undo log needs more room than the log area holds"),
+        AbortReasonSpec::new(
+            "table_full",
+            false,
+            "an insert found no free slot and no overflow space",
+        ),
+        AbortReasonSpec::new(
+            "log_full",
+            false,
+            "the undo log needs more room than the log area holds",
+        ),
     ];
 
     /// Where this reason's counters go: its index in [`AbortReason::ALL`] for a shared
@@ -172,7 +180,10 @@ pub fn check_abort_reasons(protocol: &str, table: &[AbortReasonSpec]) -> Result<
         ));
     }
     for (i, spec) in table.iter().enumerate() {
-        let clash = AbortReason::SHARED.iter().chain(&table[..i]).any(|s| s.name == spec.name);
+        let clash = AbortReason::SHARED
+            .iter()
+            .chain(&table[..i])
+            .any(|s| s.name == spec.name);
         if spec.name.is_empty() || clash {
             return Err(format!(
                 "protocol `{protocol}`: abort reason {i} is named `{}`, which is empty or already a reason's name; rename it in ABORT_REASONS",
@@ -236,7 +247,14 @@ mod tests {
             .collect();
         assert_eq!(
             retried,
-            ["lock_conflict", "validation", "invisible", "torn", "not_found", "duplicate"]
+            [
+                "lock_conflict",
+                "validation",
+                "invisible",
+                "torn",
+                "not_found",
+                "duplicate"
+            ]
         );
         assert!(AbortReason::Protocol(0).retryable(MINE));
         assert!(!AbortReason::Protocol(1).retryable(MINE));
@@ -253,6 +271,8 @@ mod tests {
         let empty = [AbortReasonSpec::new("", true, "")];
         assert!(check_abort_reasons("p", &empty).is_err());
         let many = [MINE[0]; PROTOCOL_ABORT_REASONS_MAX + 1];
-        assert!(check_abort_reasons("p", &many).unwrap_err().contains("17 abort reasons"));
+        assert!(check_abort_reasons("p", &many)
+            .unwrap_err()
+            .contains("17 abort reasons"));
     }
 }

@@ -168,9 +168,11 @@ impl CoordCtx {
     /// of the attempt, counted in `txn_counters.msg_rtts` (never in `rtts`). The
     /// protocol must have messaging on (`Protocol::messaging`).
     pub async fn call(&mut self, to: WorkerAddr, req: &[u8]) -> Result<Vec<u8>, RpcError> {
-        let rpc = Rc::clone(self.rpc.as_ref().expect(
-            "CoordCtx::call without messaging: the protocol's `messaging()` must return true",
-        ));
+        let rpc = Rc::clone(
+            self.rpc
+                .as_ref()
+                .expect("CoordCtx::call without messaging: the protocol's `messaging()` must return true"),
+        );
         self.txn_counters.msg_rtts += 1;
         rpc.call(to, req).await
     }
@@ -178,9 +180,11 @@ impl CoordCtx {
     /// Call every `(to, req)` at once and wait for all ([`Rpc::call_many`]): one message
     /// round trip, however many peers, counted in `txn_counters.msg_rtts`.
     pub async fn call_many(&mut self, reqs: &[(WorkerAddr, &[u8])]) -> Vec<Result<Vec<u8>, RpcError>> {
-        let rpc = Rc::clone(self.rpc.as_ref().expect(
-            "CoordCtx::call_many without messaging: the protocol's `messaging()` must return true",
-        ));
+        let rpc = Rc::clone(
+            self.rpc
+                .as_ref()
+                .expect("CoordCtx::call_many without messaging: the protocol's `messaging()` must return true"),
+        );
         self.txn_counters.msg_rtts += u64::from(!reqs.is_empty());
         rpc.call_many(reqs).await
     }

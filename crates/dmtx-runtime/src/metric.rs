@@ -109,7 +109,14 @@ mod tests {
         let mut b = MetricSum::default();
         b.add(4);
         b.merge(&a);
-        assert_eq!(b, MetricSum { count: 3, sum: 17, max: 10 });
+        assert_eq!(
+            b,
+            MetricSum {
+                count: 3,
+                sum: 17,
+                max: 10
+            }
+        );
         b.add(u64::MAX);
         assert_eq!(b.sum, u64::MAX, "saturates");
     }

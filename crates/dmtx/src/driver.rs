@@ -753,7 +753,12 @@ pub fn run<P: Protocol, W: Workload>(
     // virtual time forward outside the executor.
     let scan_cn = match &sim {
         Some(_) => Cn::connect(0, direct, Arc::clone(&control), Arc::new(RealClock::new()))?,
-        None => cns[0].clone(),
+        // The scan's worker (one past the run's threads) has no mailbox: it scans
+        // without messaging.
+        None => Cn {
+            msg: None,
+            ..cns[0].clone()
+        },
     };
     let scanner = scan_cn.worker(cfg.threads)?;
     let mut ctx = scanner.ctx(0);
@@ -1589,7 +1594,10 @@ async fn drive<P: Protocol, W: Workload>(
                         th.stats.borrow_mut().abort(ty, abort.reason, &counters);
                     }
                     th.stop_on(abort.reason, coord);
-                    if retryable(abort.reason, th.abort_reasons) && th.retries.allows(attempts - 1) && !th.stop.load(Ordering::Relaxed) {
+                    if retryable(abort.reason, th.abort_reasons)
+                        && th.retries.allows(attempts - 1)
+                        && !th.stop.load(Ordering::Relaxed)
+                    {
                         backoff(&mut backoff_rng, attempts).await;
                         start_ns = coord.ctx.clock.now_ns();
                         continue;

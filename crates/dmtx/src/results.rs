@@ -258,9 +258,7 @@ impl ProtocolMetricResult {
 
     /// One summary line's figures.
     fn line(&self) -> String {
-        let per = self
-            .per_commit
-            .map_or_else(|| "-".to_string(), |p| format!("{p:.3}"));
+        let per = self.per_commit.map_or_else(|| "-".to_string(), |p| format!("{p:.3}"));
         if self.kind == MetricKind::Counter.name() {
             format!("{} ({per} per commit)", self.sum)
         } else {
