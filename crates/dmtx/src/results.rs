@@ -3,7 +3,9 @@
 //! # JSON schema, version 2
 //!
 //! Version 2 moved `load_s` into `run_info` (with everything else a simulated run cannot
-//! repeat bit for bit) and added `sim`.
+//! repeat bit for bit) and added `sim`. Fields added since (`protocol_metrics`,
+//! `addr_cache`, `memory`, `msg_rtts_per_commit`, `msg_rtts`) are absent from older
+//! records and read as empty, `null` or 0.
 //!
 //! One object per run. Times are seconds (`_s`) or microseconds (`_us`); rates are per
 //! second of the measured run (from the start barrier to the last thread's stop);
@@ -24,7 +26,7 @@
 //! | `rolled_back` | int | attempts the workload rolled back on purpose (TPC-C NewOrder's 1%): neither commits nor aborts |
 //! | `committed_tps`, `attempted_tps` | float | per second of `elapsed_s` |
 //! | `abort_rate` | float | `aborted / attempted`, 0 to 1 |
-//! | `abort_reasons` | object | every abort reason (`lock_conflict`, `validation`, `invisible`, `torn`, `not_found`, `duplicate`, `user`, `fault`, `table_full`) → count, zeros included |
+//! | `abort_reasons` | object | every abort reason → count, zeros included: the shared ones (`lock_conflict`, `validation`, `invisible`, `torn`, `not_found`, `duplicate`, `user`, `fault`, `table_full`, `log_full`) and those the protocol declares (`Protocol::ABORT_REASONS`, each with its own name); `other` only if a protocol aborted with an index it did not declare |
 //! | `latency_us` | object or null | committed transactions, from the first attempt's start to the commit (below), HDR histogram (3 significant figures): `p50`, `p90`, `p99`, `p999`, `max`, `mean` |
 //! | `total` | txn-type object | all types together (below) |
 //! | `per_txn_type` | object | type name → txn-type object |
@@ -36,6 +38,9 @@
 //! | `sim` | object or null | `--transport sim` only: `note` (the numbers are simulated), `profile` (its name), `profile_source` (`built-in cx5` or the file), `profile_fingerprint` (a hash of every parameter), `profile_params` (every parameter), `cpu_mode`, `compute_nodes`, `verbs` (completed), `events`, `nics` (per node `node` (`mn0`, `cn0`, ...), `ops` {…}, `tx_bytes`, `rx_bytes` (wire bytes, headers included), `link_utilisation` (busier direction's share of the run)), `waits_us` (per op kind: `ops`, `admission_mean` (waiting for the connection's outstanding-READ bound), `responder_mean` (queued at the responder NIC), `latency_mean` (doorbell to reply)), `cpus` (per worker thread `cn`, `thread`, `utilisation` of its virtual CPU), `timeseries_ms` (commits per 1 ms of virtual time), `faults` (each fault fired by `--faults`, with its virtual time), `tears` (`overlaps`: READ/WRITE pairs in service together on common words; `torn`: READs that saw old and new words), `stranded` (coordinators still in a transaction a grace after an interrupt or 1 s of virtual time after the deadline, dropped there: their locks and writes stay) |
 //! | `timeseries` | object or null | commits per bucket of time over the measured window, on every transport: `bucket_s` (1.0 on `mem`/`tcp`, 0.001 on `sim`), `clock` (`real` or `virtual`), `committed` (commits that ended in each bucket, from the end of the warm-up; `ceil(elapsed_s / bucket_s)` buckets, a commit ending at the deadline counted in the last, so they sum to `committed`) |
 //! | `metrics` | object, absent when empty | the workload's headline figures beyond txn/s, name → {`value`, `about`}: TPC-C's `tpmc` (NewOrders, rolled back ones included, per minute of `elapsed_s`) and `warehouses` |
+//! | `protocol_metrics` | object, absent when the protocol declares none | the protocol's own figures (`Protocol::METRICS`), name → {`kind` (`counter`: events, read `sum` and `per_commit`; `value`: observations, read `count`, `mean`, `max`), `count` (values added), `sum`, `mean` (`sum / count`), `max`, `per_commit` (`sum / committed`, null when nothing committed), `about`}; summed over every coordinator from the end of the warm-up. FORD: `rereads` (re-reads of a record a lock-free read found torn or invisible) |
+//! | `addr_cache` | object | the address cache over the measured window (counting restarts when a thread's first coordinator leaves the warm-up), every worker thread summed: `hits` (lookups answered), `hits_shared` (of those, by the compute node's level: another thread had learned the address), `misses` (the protocol walked the bucket chain), `hit_rate` (`hits / (hits + misses)`), `evictions` (cached addresses found stale and dropped), `entries` (addresses cached at the end, summed over compute nodes) |
+//! | `memory` | object | the memory plan the run was sized by: `tables` (per table `name`, `capacity` (records it has room for), `nodes` (memory nodes of its replicas, primary first), per replica `reserved_bytes` (region bytes), `loaded_bytes` (resident once loaded), `full_bytes` (resident if the run fills its room)), `per_mn` (per memory node `mn`, `tables_bytes`, `loaded_bytes`, `full_bytes` (its table replicas), `coordinators_bytes` (coordinator areas: logs), `need_bytes` (the region size it needs at least)) |
 //! | `run_info` | object | what no two runs repeat: `host`, `started_at` (RFC 3339, UTC), `started_at_unix_s`, `dmtx_version`, `cpus`, `load_s` (building and loading the tables, real time), `load_records` (records loaded, one copy each), `load_records_per_s`, `real_s` (the measured run's real time), `real_s_per_sim_s` (`sim` only: real seconds per simulated second, over all the virtual time the run simulated, warm-up and drain included) |
 //!
 //! A txn-type object:
@@ -45,6 +50,7 @@
 //! | `committed`, `aborted`, `abort_rate`, `successful`, `rolled_back` | as above, for this type |
 //! | `abort_reasons` | reason → count, non-zero reasons only |
 //! | `rtt_per_commit` | round trips (posts waited for) of committed attempts / committed |
+//! | `msg_rtts_per_commit` | CN↔CN message round trips (`CoordCtx::call`, `call_many`) of committed attempts / committed; never in `rtt_per_commit`; 0 for protocols without messaging |
 //! | `ops_per_commit` | {`read`,`write`,`cas`,`faa`,`flush`}: verbs of committed attempts / committed |
 //! | `bytes_per_commit` | {`out` (to memory nodes), `in` (from them)} / committed |
 //! | `background_posts_per_commit` | posts never waited for (background release) / committed |
@@ -53,7 +59,7 @@
 //! | `cleanup_rtts_per_commit` | round trips of the protocol's per-attempt cleanup (releases, restores, log truncation awaited after an attempt, committed or aborted, before the next) / committed; never in `rtt_per_commit` or `wasted_rtts_per_commit`; 0 for protocols without one (FORD) |
 //! | `attempts_per_commit` | attempts of the committed transactions (the commit and the aborted attempts retried before it) / committed; 1 when nothing was retried |
 //! | `latency_us` | as above, for this type, or null |
-//! | `committed_counters`, `aborted_counters` | raw sums: `rtts`, `background_posts`, `ops` {…}, `bytes_out`, `bytes_in`, `ts_requests`, `ts_rtts` (for re-aggregating runs) |
+//! | `committed_counters`, `aborted_counters` | raw sums: `rtts`, `background_posts`, `ops` {…}, `bytes_out`, `bytes_in`, `ts_requests`, `ts_rtts`, `msg_rtts` (for re-aggregating runs) |
 //! | `cleanup_counters` | the same raw sums over the per-attempt cleanups of every attempt (absent from older records: zeros) |
 //!
 //! An attempt aborted by a conflict is retried with the same inputs as `--set
