@@ -448,6 +448,14 @@ impl BenchConfig {
         (protocol.check)(&knobs)?;
         (workload.check)(&knobs)?;
         (registry::DRIVER.check)(&knobs)?;
+        registry::check_pair(
+            protocol.name,
+            (protocol.requires_declared_keys)(&knobs),
+            workload,
+            &knobs,
+            registry::PROTOCOLS,
+            registry::WORKLOADS,
+        )?;
         let mut cfg = Self::from_args_unchecked(args, knobs)?;
         cfg.knobs_effective = effective_knobs(&cfg.knobs, &[protocol, workload, &registry::DRIVER]);
         if let (Some(_), TransportKind::Sim) = (&args.cluster, args.transport) {
@@ -722,6 +730,22 @@ pub enum ConfigError {
     /// A `--set` knob is unknown or has a bad value.
     #[error("--set: {0}")]
     Knob(KnobError),
+    /// The protocol requires every key declared before the first execute, and some
+    /// transaction types of the workload choose keys from what they read.
+    #[error(
+        "--protocol {protocol} requires every key declared before the first execute, which \
+         workload `{workload}` cannot do in {types} (they pick keys from what they read); {instead}"
+    )]
+    Incompatible {
+        /// The protocol.
+        protocol: String,
+        /// The workload.
+        workload: String,
+        /// Its transaction types that cannot declare their keys, comma-separated.
+        types: String,
+        /// What to run instead.
+        instead: String,
+    },
 }
 
 // By hand rather than `#[from]`, which would also make the knob error this one's

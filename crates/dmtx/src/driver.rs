@@ -185,8 +185,30 @@ pub const RETRY_ABORTS: KnobSpec = KnobSpec {
            TPC-C, BenchBase), 0 (draw a new one: FORD's and Motor's code) or N (OOCC's TPC-C: 19, 20 attempts)",
 };
 
+/// `--set addr_cache_entries`: the bound of each level of a compute node's address cache.
+pub const ADDR_CACHE_ENTRIES: KnobSpec = KnobSpec {
+    name: "addr_cache_entries",
+    default: "2097152",
+    help: "addresses each level of a compute node's address cache keeps per generation (the CN's and each \
+           thread's; two generations, the older dropped when the younger fills): bounds the CN's memory in runs \
+           that insert",
+};
+
 /// Knobs of the driver, which every run accepts.
-pub const KNOBS: &[KnobSpec] = &[RETRY_ABORTS];
+pub const KNOBS: &[KnobSpec] = &[RETRY_ABORTS, ADDR_CACHE_ENTRIES];
+
+/// `--set addr_cache_entries`, checked: at least 1.
+pub fn addr_cache_entries(knobs: &Knobs) -> Result<usize, KnobError> {
+    let n: u64 = knobs.get(&ADDR_CACHE_ENTRIES)?;
+    if n == 0 || n > (1 << 40) {
+        return Err(KnobError::Invalid {
+            key: ADDR_CACHE_ENTRIES.name.into(),
+            value: n.to_string(),
+            why: "expected 1 to 2^40 entries; e.g. `--set addr_cache_entries=1000000`".into(),
+        });
+    }
+    Ok(n as usize)
+}
 
 /// How often an aborted transaction is run again with the same inputs
 /// ([`RETRY_ABORTS`]). Only [`retryable`] aborts are; a run's stop flag ends retrying.
@@ -478,6 +500,10 @@ pub fn run<P: Protocol, W: Workload>(
             (clock, vec![cn])
         }
     };
+    let cache_entries = addr_cache_entries(&cfg.knobs)?;
+    for cn in &mut cns {
+        cn.cache = Arc::new(dmtx_runtime::SharedAddrCache::with_capacity(cache_entries));
+    }
     let transport_name = cns[0].fabric.name();
     if proto.messaging() && sim.is_some() {
         return Err(RunError::Unsupported(format!(
@@ -1739,6 +1765,18 @@ mod tests {
             Some(latency_bucket_ns_max(latency_bucket(5_000_000)))
         );
         assert_eq!(LatencyCounts::ZERO.quantile_ns(0.99), None);
+    }
+
+    #[test]
+    fn addr_cache_entries_default_is_the_runtime_default_and_zero_is_refused() {
+        assert_eq!(
+            addr_cache_entries(&Knobs::default()).unwrap(),
+            dmtx_runtime::ADDR_CACHE_ENTRIES_DEFAULT
+        );
+        let e = addr_cache_entries(&Knobs::parse(["addr_cache_entries=0"]).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("addr_cache_entries") && e.contains("1 to 2^40"), "{e}");
     }
 
     #[test]
