@@ -201,7 +201,7 @@ impl Protocol for Coin {
     async fn commit(txn: &mut Txn<'_, Self>) -> Result<(), Abort> {
         let coord = &mut *txn.coord;
         coord.state += 1;
-        if coord.state % FLIP_EVERY == 0 {
+        if coord.state.is_multiple_of(FLIP_EVERY) {
             return Err(Abort::new(AbortReason::Protocol(COIN_FLIP)));
         }
         let me = coord.ctx.rpc.as_ref().unwrap().addr();
