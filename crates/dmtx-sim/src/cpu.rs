@@ -195,6 +195,18 @@ impl Sim {
         (c.cn, c.cursor)
     }
 
+    /// Note that step `name` was charged without a price of its own (the model lists
+    /// neither it nor, for a `.txn` step, the generic one): it cost `step_default_ns`.
+    pub(crate) fn note_unpriced_step(&self, name: &'static str) {
+        self.lock().unpriced_steps.insert(name);
+    }
+
+    /// Step names charged so far at `step_default_ns` because neither the profile nor the
+    /// protocol's `CPU_STEPS` lists them: a protocol's undeclared step, or a typo.
+    pub fn unpriced_steps(&self) -> Vec<&'static str> {
+        self.lock().unpriced_steps.iter().copied().collect()
+    }
+
     /// Virtual ns of work charged to each CPU so far, by [`CpuId`] index, with its
     /// compute node and worker thread.
     pub fn cpu_busy(&self) -> Vec<CpuBusy> {
@@ -226,6 +238,12 @@ impl CpuModel {
     /// The cost of one named step, scaled.
     pub fn step_ns(&self, name: &str) -> u64 {
         self.scaled(self.unscaled_step_ns(name))
+    }
+
+    /// Whether the model prices step `name` itself (its entry, or the generic
+    /// `workload.txn` for a `.txn` step) rather than at [`CpuModel::step_default_ns`].
+    pub fn prices_step(&self, name: &str) -> bool {
+        self.steps.contains_key(name) || (name.ends_with(".txn") && self.steps.contains_key(GENERIC_TXN_STEP))
     }
 
     /// The cost of one named step on the calibration host: its entry in
@@ -311,7 +329,9 @@ mod tests {
         let mut model = CpuModel::default();
         model.steps.insert("p.commit".into(), 5);
         assert_eq!(model.unscaled_step_ns("p.validate"), model.step_default_ns);
+        assert!(!model.prices_step("p.validate"));
         model.add_protocol_steps(&[("p.validate", 72), ("p.commit", 40)]);
+        assert!(model.prices_step("p.validate") && model.prices_step("kvs.txn"));
         assert_eq!(model.unscaled_step_ns("p.validate"), 72);
         assert_eq!(model.unscaled_step_ns("p.commit"), 5, "the profile's value wins");
         assert!(

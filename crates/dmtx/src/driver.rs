@@ -896,6 +896,7 @@ pub fn run<P: Protocol, W: Workload>(
                         .collect(),
                     tears: sim.tear_stats(),
                     stranded,
+                    unpriced_steps: sim.unpriced_steps().into_iter().map(String::from).collect(),
                     simulated_ns: sim.now().saturating_sub(start_ns - warmup_ns),
                 })
             }

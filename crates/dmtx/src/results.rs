@@ -35,7 +35,7 @@
 //! | `isolation` | string | the level the protocol claims for the run: `serializable`, `strict serializable`, `snapshot isolation`, or `unchecked` (an unsafe upper bound: no check applies) |
 //! | `check` | object or null | with `--check` (and a checked level): `level` checked, `txns`, `committed`, `clean` (bool), `summary` (one line), `findings` (each anomaly with its smallest cycle) |
 //! | `last_fault` | string or null | the last verb error a coordinator saw, if any |
-//! | `sim` | object or null | `--transport sim` only: `note` (the numbers are simulated), `profile` (its name), `profile_source` (`built-in cx5` or the file), `profile_fingerprint` (a hash of every parameter), `profile_params` (every parameter), `cpu_mode`, `compute_nodes`, `verbs` (completed), `events`, `nics` (per node `node` (`mn0`, `cn0`, ...), `ops` {…}, `tx_bytes`, `rx_bytes` (wire bytes, headers included), `link_utilisation` (busier direction's share of the run)), `waits_us` (per op kind: `ops`, `admission_mean` (waiting for the connection's outstanding-READ bound), `responder_mean` (queued at the responder NIC), `latency_mean` (doorbell to reply)), `cpus` (per worker thread `cn`, `thread`, `utilisation` of its virtual CPU), `timeseries_ms` (commits per 1 ms of virtual time), `faults` (each fault fired by `--faults`, with its virtual time), `tears` (`overlaps`: READ/WRITE pairs in service together on common words; `torn`: READs that saw old and new words), `stranded` (coordinators still in a transaction a grace after an interrupt or 1 s of virtual time after the deadline, dropped there: their locks and writes stay) |
+//! | `sim` | object or null | `--transport sim` only: `note` (the numbers are simulated), `profile` (its name), `profile_source` (`built-in cx5` or the file), `profile_fingerprint` (a hash of every parameter), `profile_params` (every parameter), `cpu_mode`, `compute_nodes`, `verbs` (completed), `events`, `nics` (per node `node` (`mn0`, `cn0`, ...), `ops` {…}, `tx_bytes`, `rx_bytes` (wire bytes, headers included), `link_utilisation` (busier direction's share of the run)), `waits_us` (per op kind: `ops`, `admission_mean` (waiting for the connection's outstanding-READ bound), `responder_mean` (queued at the responder NIC), `latency_mean` (doorbell to reply)), `cpus` (per worker thread `cn`, `thread`, `utilisation` of its virtual CPU), `timeseries_ms` (commits per 1 ms of virtual time), `faults` (each fault fired by `--faults`, with its virtual time), `tears` (`overlaps`: READ/WRITE pairs in service together on common words; `torn`: READs that saw old and new words), `stranded` (coordinators still in a transaction a grace after an interrupt or 1 s of virtual time after the deadline, dropped there: their locks and writes stay), `unpriced_steps` (absent when empty: CPU step names charged at the profile's `step_default_ns` because neither its `[cpu.steps]` nor the protocol's `CPU_STEPS` prices them) |
 //! | `timeseries` | object or null | commits per bucket of time over the measured window, on every transport: `bucket_s` (1.0 on `mem`/`tcp`, 0.001 on `sim`), `clock` (`real` or `virtual`), `committed` (commits that ended in each bucket, from the end of the warm-up; `ceil(elapsed_s / bucket_s)` buckets, a commit ending at the deadline counted in the last, so they sum to `committed`) |
 //! | `metrics` | object, absent when empty | the workload's headline figures beyond txn/s, name → {`value`, `about`}: TPC-C's `tpmc` (NewOrders, rolled back ones included, per minute of `elapsed_s`) and `warehouses` |
 //! | `protocol_metrics` | object, absent when the protocol declares none | the protocol's own figures (`Protocol::METRICS`), name → {`kind` (`counter`: events, read `sum` and `per_commit`; `value`: observations, read `count`, `mean`, `max`), `count` (values added), `sum`, `mean` (`sum / count`), `max`, `per_commit` (`sum / committed`, null when nothing committed), `about`}; summed over every coordinator from the end of the warm-up. FORD: `rereads` (re-reads of a record a lock-free read found torn or invisible) |
@@ -745,6 +745,10 @@ pub struct SimResult {
     /// or a peer that never answers held them. Their locks and writes stay.
     #[serde(default)]
     pub stranded: u64,
+    /// Step names the run charged at the profile's `step_default_ns` because neither the
+    /// profile nor the protocol's `CPU_STEPS` prices them (an undeclared step, a typo).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unpriced_steps: Vec<String>,
 }
 
 /// Tears the simulator produced.
@@ -820,6 +824,8 @@ pub struct SimRaw {
     /// Virtual time the real time simulated: the warm-up, the window and what ran after
     /// the deadline.
     pub simulated_ns: u64,
+    /// Step names charged at the default cost ([`dmtx_sim::Sim::unpriced_steps`]).
+    pub unpriced_steps: Vec<String>,
 }
 
 impl SimResult {
@@ -907,6 +913,7 @@ impl SimResult {
                 torn: raw.tears.torn,
             },
             stranded: raw.stranded,
+            unpriced_steps: raw.unpriced_steps,
         }
     }
 }
@@ -1146,6 +1153,13 @@ impl BenchResult {
             "  waits us    {}   (admission+responder queueing / latency, per op)",
             waits.join(", ")
         );
+        if !sim.unpriced_steps.is_empty() {
+            let _ = writeln!(
+                o,
+                "  cpu steps   {} charged at the default cost: neither the profile's [cpu.steps] nor the protocol's CPU_STEPS prices them",
+                sim.unpriced_steps.join(", ")
+            );
+        }
         if sim.stranded > 0 {
             let _ = writeln!(
                 o,

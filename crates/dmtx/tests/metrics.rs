@@ -78,7 +78,14 @@ struct CoinObj {
 /// Test-only: reads and writes without concurrency control, for one coordinator.
 struct Coin {
     layout: KeyLayout,
+    /// Message its own worker once per commit (not on `sim`, which has no messaging).
+    messaging: bool,
 }
+
+/// A step `Coin` declares in `CPU_STEPS`, once per commit attempt.
+const STEP_COMMIT: &str = "coin.commit";
+/// A step `Coin` charges without declaring it: the simulator names it as unpriced.
+const STEP_UNDECLARED: &str = "coin.undeclared";
 
 fn fault(_: dmtx_verbs::VerbError) -> Abort {
     Abort::new(AbortReason::Fault)
@@ -96,6 +103,7 @@ impl Protocol for Coin {
         true,
         "every 4th commit attempt of a coordinator",
     )];
+    const CPU_STEPS: &'static [(&'static str, u64)] = &[(STEP_COMMIT, 30)];
     const METRICS: &'static [MetricSpec] = &[
         MetricSpec::new("objects_fetched", MetricKind::Counter, "slots read by execute"),
         MetricSpec::new(
@@ -106,13 +114,16 @@ impl Protocol for Coin {
     ];
 
     fn from_knobs(_: &Knobs) -> Result<Self, KnobError> {
-        Ok(Self { layout: KeyLayout })
+        Ok(Self {
+            layout: KeyLayout,
+            messaging: true,
+        })
     }
     fn isolation(&self) -> Isolation {
         Isolation::Unchecked
     }
     fn messaging(&self) -> bool {
-        true
+        self.messaging
     }
     fn layout(&self) -> &dyn SlotLayout {
         &self.layout
@@ -200,12 +211,16 @@ impl Protocol for Coin {
 
     async fn commit(txn: &mut Txn<'_, Self>) -> Result<(), Abort> {
         let coord = &mut *txn.coord;
+        coord.ctx.step(STEP_COMMIT, 1);
+        coord.ctx.step(STEP_UNDECLARED, 1);
         coord.state += 1;
         if coord.state.is_multiple_of(FLIP_EVERY) {
             return Err(Abort::new(AbortReason::Protocol(COIN_FLIP)));
         }
-        let me = coord.ctx.rpc.as_ref().unwrap().addr();
-        coord.ctx.call(me, b"ping").await.expect("a worker answers itself");
+        if coord.proto.messaging {
+            let me = coord.ctx.rpc.as_ref().unwrap().addr();
+            coord.ctx.call(me, b"ping").await.expect("a worker answers itself");
+        }
         let catalog = Arc::clone(&coord.ctx.catalog);
         let mut post = Post::new();
         for i in 0..coord.set.objs.len() {
@@ -246,7 +261,11 @@ fn kvs_args(transport: TransportKind) -> BenchArgs {
 }
 
 fn run_coin() -> BenchResult {
-    let cfg = BenchConfig::from_args(&kvs_args(TransportKind::Mem)).unwrap();
+    run_coin_on(TransportKind::Mem)
+}
+
+fn run_coin_on(transport: TransportKind) -> BenchResult {
+    let cfg = BenchConfig::from_args(&kvs_args(transport)).unwrap();
     let stop = AtomicBool::new(false);
     let hooks = RunHooks {
         stop: &stop,
@@ -254,7 +273,11 @@ fn run_coin() -> BenchResult {
         probes: None,
     };
     let kvs = Kvs::from_knobs(&cfg.knobs).unwrap();
-    driver::run(Coin { layout: KeyLayout }, kvs, &cfg, &hooks).unwrap()
+    let coin = Coin {
+        layout: KeyLayout,
+        messaging: transport != TransportKind::Sim,
+    };
+    driver::run(coin, kvs, &cfg, &hooks).unwrap()
 }
 
 /// Goal: a protocol's own abort reason is counted, named in the record and the summary,
@@ -385,10 +408,16 @@ fn ford_reports_its_figure_the_cache_and_the_memory_plan() {
             assert!(n.need_bytes >= n.tables_bytes + n.coordinators_bytes, "{n:?}");
         }
         if transport == TransportKind::Sim {
-            let steps = &r.sim.as_ref().unwrap().profile_params["cpu"]["steps"];
+            let sim = r.sim.as_ref().unwrap();
+            let steps = &sim.profile_params["cpu"]["steps"];
             for (name, ns) in dmtx_protocols::ford::CPU_STEPS {
                 assert_eq!(steps[*name], *ns, "{name}: {steps}");
             }
+            assert!(
+                sim.unpriced_steps.is_empty(),
+                "FORD declares every step: {:?}",
+                sim.unpriced_steps
+            );
         }
     }
 }
@@ -420,4 +449,20 @@ fn the_binary_prints_and_records_the_new_figures() {
     assert!(v["memory"]["per_mn"][0]["need_bytes"].as_u64().unwrap() > 0);
     assert!(v["protocol_metrics"]["rereads"]["sum"].is_u64());
     assert_eq!(v["total"]["msg_rtts_per_commit"], 0.0, "FORD sends no messages");
+}
+
+/// Goal: on `sim`, a protocol's declared steps join the CPU model at their declared
+/// cost, and a step it charges without declaring is named in the record and the summary
+/// (it costs `step_default_ns`). Method: `Coin` on `sim` (without messaging) declares
+/// `coin.commit` at 30 ns and charges `coin.undeclared` too.
+#[test]
+fn the_simulator_prices_declared_steps_and_names_undeclared_ones() {
+    let r = run_coin_on(TransportKind::Sim);
+    assert!(r.committed > 0);
+    let sim = r.sim.as_ref().unwrap();
+    assert_eq!(sim.profile_params["cpu"]["steps"][STEP_COMMIT], 30);
+    assert_eq!(sim.unpriced_steps, [STEP_UNDECLARED]);
+    assert!(r.summary(None).contains("coin.undeclared charged at the default cost"));
+    assert_eq!(r.total.msg_rtts_per_commit, Some(0.0), "no messaging on sim");
+    assert!(r.abort_reasons["coin_flip"] > 0, "{:?}", r.abort_reasons);
 }
