@@ -122,6 +122,13 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE")]
     pub cluster: Option<String>,
 
+    /// With --cluster: run as compute node ID of the file's `[[compute_nodes]]`. Start one
+    /// `dmtx bench` per compute node with the same flags and its own --cn; they meet at
+    /// the memory nodes, start together and each writes its own record and history
+    /// (`dmtx report` merges the records, `dmtx check` takes the histories together).
+    #[arg(long, value_name = "ID", requires = "cluster")]
+    pub cn: Option<u16>,
+
     /// How compute threads reach the memory nodes in-process: `mem` (direct, real time) or
     /// `sim` (the simulator's NIC model on virtual time; `--duration` is virtual).
     #[arg(long, value_enum, default_value_t = TransportKind::Mem)]
@@ -259,6 +266,7 @@ impl Default for BenchArgs {
             check: false,
             history: None,
             cluster: None,
+            cn: None,
             on_fault: OnFault::Stop,
             transport: TransportKind::Mem,
             compute_nodes: None,
@@ -496,7 +504,10 @@ impl BenchConfig {
             cfg.sim = Some(SimSetup { profile, faults });
         }
         if let Some(path) = &args.cluster {
-            let view = crate::cluster::ClusterView::load(std::path::Path::new(path))?;
+            let mut view = crate::cluster::ClusterView::load(std::path::Path::new(path))?;
+            if let Some(id) = args.cn {
+                view.select_cn(id, std::path::Path::new(path))?;
+            }
             cfg.memory_nodes = view.memory_nodes.len() as u16;
             cfg.replicas = view.replicas;
             cfg.cluster = Some(view);

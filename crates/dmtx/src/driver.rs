@@ -407,6 +407,16 @@ pub fn run<P: Protocol, W: Workload>(
     cfg: &BenchConfig,
     hooks: &RunHooks<'_>,
 ) -> Result<BenchResult, RunError> {
+    // `--cn`: one compute node of a multi-process run, which runs its share of `--txns`.
+    let role = crate::cn_join::Role::of(cfg);
+    let cfg_share;
+    let cfg = match &role {
+        Some(r) => {
+            cfg_share = r.share_of(cfg);
+            &cfg_share
+        }
+        None => cfg,
+    };
     let mn_count = cfg.memory_nodes as usize;
     let proto = Arc::new(proto);
     // The protocol's own tables index fixed arrays of results: refused before anything
@@ -435,14 +445,25 @@ pub fn run<P: Protocol, W: Workload>(
         Some(view) => remote_pool(view, &plan.need_per_mn)?,
     };
     let mn_bytes = pool.mn_bytes;
+    let mut join = role.map(|r| crate::cn_join::Join::new(r, Arc::clone(&pool.control)));
+    // Of a `--cn` run's compute nodes, only one sets up the run and loads the tables.
+    let loads = join.as_ref().is_none_or(|j| j.role().loads());
+    if let Some(j) = &join {
+        j.before_load()?;
+    }
     // Run-wide areas, published by name before any coordinator is set up.
-    proto.setup_run(pool.control.as_ref())?;
+    if loads {
+        proto.setup_run(pool.control.as_ref())?;
+    }
 
     // 3. Tables, built locally in parallel (one thread each: TPC-C's nine, TATP's five;
     // the loaders only read the workload, and each builder owns its image), then shipped.
     hooks.monitor.phase("loading tables");
     let load_started = std::time::Instant::now();
-    let builders = build_tables(&workload, &specs, proto.layout(), hooks.stop);
+    let builders = match loads {
+        true => build_tables(&workload, &specs, proto.layout(), hooks.stop),
+        false => Vec::new(),
+    };
     let mut records_loaded = 0;
     for (table, builder) in plan.tables.iter().zip(builders) {
         let builder = builder?;
@@ -453,6 +474,9 @@ pub fn run<P: Protocol, W: Workload>(
             });
         }
         create_table(pool.control.as_ref(), builder, &table.nodes)?;
+    }
+    if let Some(j) = &mut join {
+        j.tables_loaded(hooks.stop)?;
     }
     let load = load_started.elapsed();
 
@@ -493,7 +517,8 @@ pub fn run<P: Protocol, W: Workload>(
         }
         None => {
             let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
-            let mut cn = Cn::connect(0, pool.fabric, Arc::clone(&control), Arc::clone(&clock))?;
+            let id = join.as_ref().map_or(0, |j| j.role().id);
+            let mut cn = Cn::connect(id, pool.fabric, Arc::clone(&control), Arc::clone(&clock))?;
             if let Some(p) = &hooks.probes {
                 cn = cn.with_probes(Arc::clone(p));
             }
@@ -513,17 +538,20 @@ pub fn run<P: Protocol, W: Workload>(
         )));
     }
     if proto.messaging() {
-        if cfg.cluster.is_some() {
-            return Err(RunError::Unsupported(format!(
-                "protocol `{}` messages other compute nodes, and `--cluster` runs do not wire CN-to-CN \
-                 messaging yet; run it in-process (without --cluster)",
-                P::NAME
-            )));
-        }
-        let net = dmtx_verbs::msg::MemMsgNet::new(1, cfg.threads);
+        let fabric: Arc<dyn dmtx_verbs::msg::MsgFabric> = match (&join, &cfg.cluster) {
+            (Some(j), Some(view)) => Arc::new(j.messaging(view, cfg.threads)?),
+            (None, Some(_)) => {
+                return Err(RunError::Unsupported(format!(
+                    "protocol `{}` messages other compute nodes, and a `--cluster` run without --cn has no \
+                     compute-node address to message from; add --cn ID (a `[[compute_nodes]]` id)",
+                    P::NAME
+                )));
+            }
+            _ => Arc::new(dmtx_verbs::msg::MemMsgNet::new(1, cfg.threads).fabric(0)),
+        };
         cns[0] = cns[0]
             .clone()
-            .with_messaging(Arc::new(net.fabric(0)), dmtx_runtime::RpcConfig::default());
+            .with_messaging(fabric, dmtx_runtime::RpcConfig::default());
     }
     let types = workload.txn_types();
 
@@ -600,6 +628,7 @@ pub fn run<P: Protocol, W: Workload>(
     let mut real_started = std::time::Instant::now();
     let mut sim_window: (Option<SimCounters>, Option<SimCounters>) = (None, None);
     let mut stranded = 0;
+    let mut join_failed = None;
     let outcomes: Vec<Result<ThreadOutcome<W::Local>, RunError>> = if let Some(sim) = &sim {
         started_at_unix_s = crate::results::wall_clock_unix_s();
         start_ns = clock.now_ns();
@@ -630,6 +659,13 @@ pub fn run<P: Protocol, W: Workload>(
                     break;
                 }
                 std::thread::sleep(Duration::from_micros(200));
+            }
+            // Every compute node of a `--cn` run starts when the last is ready.
+            if let Some(j) = join.as_ref().filter(|_| !shared.stop.load(Ordering::Relaxed)) {
+                if let Err(e) = j.start_barrier(hooks.stop) {
+                    join_failed = Some(e);
+                    shared.stop.store(true, Ordering::Relaxed);
+                }
             }
             started_at_unix_s = crate::results::wall_clock_unix_s();
             start_ns = clock.now_ns();
@@ -687,6 +723,9 @@ pub fn run<P: Protocol, W: Workload>(
                 .collect()
         })
     };
+    if let Some(e) = join_failed {
+        return Err(e.into());
+    }
     let real = real_started.elapsed();
     hooks.monitor.finished();
     // What is reported starts after the warm-up.
@@ -779,8 +818,7 @@ pub fn run<P: Protocol, W: Workload>(
     // virtual time forward outside the executor.
     let scan_cn = match &sim {
         Some(_) => Cn::connect(0, direct, Arc::clone(&control), Arc::new(RealClock::new()))?,
-        // The scan's worker (one past the run's threads) has no mailbox: it scans
-        // without messaging.
+        // The scanner is one thread more than messaging knows of: it sends nothing.
         None => Cn {
             msg: None,
             ..cns[0].clone()
@@ -806,17 +844,32 @@ pub fn run<P: Protocol, W: Workload>(
             detail: e.to_string(),
         },
     };
+    // One of several `--cn` compute nodes counted only its own coordinators' work.
+    let invariant = match join.as_ref().and_then(|j| j.unchecked_invariant()) {
+        Some(detail) => InvariantResult { ok: true, detail },
+        None => invariant,
+    };
 
     // 5. The isolation check of the recorded history.
     let check = match history {
         None => None,
-        Some(h) => {
+        Some(mut h) => {
+            if join.is_some() {
+                // Histories of several hosts are merged on Unix time (`cn_join`).
+                h.shift_times(crate::cn_join::unix_offset_ns(clock.as_ref()));
+            }
             if let Some(path) = &cfg.history {
                 hooks.monitor.phase("writing the history");
                 write_history(path, &h).map_err(RunError::History)?;
             }
-            hooks.monitor.phase("checking the history");
-            Some(CheckResult::of(&check_history(&h, &check_options(proto.isolation()))))
+            match join.as_ref().is_none_or(|j| j.checks_alone()) {
+                true => {
+                    hooks.monitor.phase("checking the history");
+                    Some(CheckResult::of(&check_history(&h, &check_options(proto.isolation()))))
+                }
+                // It holds only this CN's transactions: `dmtx check` takes every CN's.
+                false => None,
+            }
         }
     };
 
@@ -842,7 +895,7 @@ pub fn run<P: Protocol, W: Workload>(
         },
     ));
     let cache_entries: u64 = cns.iter().map(|cn| cn.cache.len() as u64).sum();
-    Ok(BenchResult::from_run(RawRun {
+    let mut result = BenchResult::from_run(RawRun {
         abort_reasons: P::ABORT_REASONS,
         protocol_metrics: P::METRICS.iter().copied().zip(protocol_metrics).collect(),
         addr_cache: Some((cache_stats, cache_entries)),
@@ -902,7 +955,9 @@ pub fn run<P: Protocol, W: Workload>(
             }
             _ => None,
         },
-    }))
+    });
+    result.cn = join.map(|j| j.record(&stats));
+    Ok(result)
 }
 
 /// Where the run's memory nodes are and how to reach them.

@@ -41,6 +41,7 @@
 //! | `protocol_metrics` | object, absent when the protocol declares none | the protocol's own figures (`Protocol::METRICS`), name → {`kind` (`counter`: events, read `sum` and `per_commit`; `value`: observations, read `count`, `mean`, `max`), `count` (values added), `sum`, `mean` (`sum / count`), `max`, `per_commit` (`sum / committed`, null when nothing committed), `about`}; summed over every coordinator from the end of the warm-up. FORD: `rereads` (re-reads of a record a lock-free read found torn or invisible) |
 //! | `addr_cache` | object | the address cache over the measured window (counting restarts when a thread's first coordinator leaves the warm-up), every worker thread summed: `hits` (lookups answered), `hits_shared` (of those, by the compute node's level: another thread had learned the address), `misses` (the protocol walked the bucket chain), `hit_rate` (`hits / (hits + misses)`), `evictions` (cached addresses found stale and dropped), `entries` (addresses cached at the end, summed over compute nodes) |
 //! | `memory` | object | the memory plan the run was sized by: `tables` (per table `name`, `capacity` (records it has room for), `nodes` (memory nodes of its replicas, primary first), per replica `reserved_bytes` (region bytes), `loaded_bytes` (resident once loaded), `full_bytes` (resident if the run fills its room)), `per_mn` (per memory node `mn`, `tables_bytes`, `loaded_bytes`, `full_bytes` (its table replicas), `coordinators_bytes` (coordinator areas: logs), `need_bytes` (the region size it needs at least)) |
+//! | `cn` | object, absent unless `--cn` | this compute node of a multi-process run: `id`, `compute_nodes` (in the run), `run_id` (shared by the run's CNs), `latency_ns` (the committed-latency histogram as `[ns, count]` pairs, for `dmtx report` to merge); with more than one CN, `invariant` says it was not checked and `check` is null (check the CNs' histories together with `dmtx check`) |
 //! | `run_info` | object | what no two runs repeat: `host`, `started_at` (RFC 3339, UTC), `started_at_unix_s`, `dmtx_version`, `cpus`, `load_s` (building and loading the tables, real time), `load_records` (records loaded, one copy each), `load_records_per_s`, `real_s` (the measured run's real time), `real_s_per_sim_s` (`sim` only: real seconds per simulated second, over all the virtual time the run simulated, warm-up and drain included) |
 //!
 //! A txn-type object:
@@ -191,6 +192,10 @@ pub struct BenchResult {
     pub memory: Option<MemoryResult>,
     /// Where and when.
     pub run_info: RunInfo,
+    /// `--cn` runs only: this compute node's place in the run (`dmtx report` merges
+    /// the records of one run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cn: Option<crate::cn_join::CnRecord>,
 }
 
 /// Commits per bucket of time (`timeseries` in the JSON).
@@ -262,6 +267,23 @@ impl ProtocolMetricResult {
         }
     }
 
+    /// Add another compute node's sums (`count`, `sum`, `max`); then [`Self::derive`].
+    pub fn merge(&mut self, other: &ProtocolMetricResult) {
+        self.count += other.count;
+        self.sum = self.sum.saturating_add(other.sum);
+        self.max = self.max.max(other.max);
+    }
+
+    /// Recompute `mean` and `per_commit` from the sums, over `committed` commits.
+    pub fn derive(&mut self, committed: u64) {
+        self.mean = if self.count == 0 {
+            0.0
+        } else {
+            round(self.sum as f64 / self.count as f64, 3)
+        };
+        self.per_commit = (committed > 0).then(|| round(self.sum as f64 / committed as f64, 3));
+    }
+
     /// One summary line's figures.
     fn line(&self) -> String {
         let per = self.per_commit.map_or_else(|| "-".to_string(), |p| format!("{p:.3}"));
@@ -291,7 +313,33 @@ pub struct AddrCacheResult {
     pub entries: u64,
 }
 
+/// Add `other`'s figures into `into` by name (a name only `other` has is taken as it is);
+/// `derive` each afterwards.
+pub fn merge_protocol_metrics(
+    into: &mut BTreeMap<String, ProtocolMetricResult>,
+    other: &BTreeMap<String, ProtocolMetricResult>,
+) {
+    for (name, b) in other {
+        match into.get_mut(name) {
+            Some(a) => a.merge(b),
+            None => {
+                into.insert(name.clone(), b.clone());
+            }
+        }
+    }
+}
+
 impl AddrCacheResult {
+    /// Add another compute node's lookups and entries.
+    pub fn merge(&mut self, other: &AddrCacheResult) {
+        self.hits += other.hits;
+        self.hits_shared += other.hits_shared;
+        self.misses += other.misses;
+        self.evictions += other.evictions;
+        self.entries += other.entries;
+        self.hit_rate = ratio(self.hits, self.hits + self.misses);
+    }
+
     /// From the threads' stats summed and the entries left.
     pub fn of(s: &CacheStats, entries: u64) -> Self {
         Self {
@@ -1082,6 +1130,7 @@ impl BenchResult {
                     .map(|s| round(raw.real.as_secs_f64() / (s.simulated_ns as f64 / 1e9).max(1e-9), 2)),
             },
             sim: raw.sim.map(|s| SimResult::of(s, raw.elapsed.as_nanos() as u64)),
+            cn: None,
             timeseries: raw.timeseries,
             metrics: raw
                 .metrics
@@ -1576,9 +1625,55 @@ mod tests {
         o.remove("ts_rtts_per_commit");
         o.remove("cleanup_rtts_per_commit");
         o.remove("cleanup_counters");
+        o.remove("msg_rtts_per_commit");
         o["committed_counters"].as_object_mut().unwrap().remove("ts_requests");
+        o["committed_counters"].as_object_mut().unwrap().remove("msg_rtts");
         let back: TxnTypeResult = serde_json::from_value(old).unwrap();
         assert_eq!((back.ts_per_commit, back.committed_counters.ts_requests), (None, 0));
         assert_eq!((back.cleanup_rtts_per_commit, back.cleanup_counters.rtts), (None, 0));
+        assert_eq!((back.msg_rtts_per_commit, back.committed_counters.msg_rtts), (None, 0));
+    }
+
+    #[test]
+    fn test_protocol_figures_and_caches_merge_over_compute_nodes() {
+        let spec = MetricSpec::new("hold_ns", MetricKind::Value, "lock hold time");
+        let of = |values: &[u64], committed| {
+            let mut sum = MetricSum::default();
+            values.iter().for_each(|&v| sum.add(v));
+            ProtocolMetricResult::of(&spec, &sum, committed)
+        };
+        let a = of(&[10, 30], 2);
+        assert_eq!(
+            (a.kind.as_str(), a.count, a.sum, a.mean, a.max),
+            ("value", 2, 40, 20.0, 30)
+        );
+        assert_eq!(a.per_commit, Some(20.0));
+        assert_eq!(of(&[], 0).per_commit, None);
+        let mut into = BTreeMap::from([("hold_ns".to_string(), a)]);
+        let other = BTreeMap::from([
+            ("hold_ns".to_string(), of(&[50], 1)),
+            ("only_there".to_string(), of(&[1], 1)),
+        ]);
+        merge_protocol_metrics(&mut into, &other);
+        into.values_mut().for_each(|m| m.derive(3));
+        let m = &into["hold_ns"];
+        assert_eq!((m.count, m.sum, m.max, m.mean), (3, 90, 50, 30.0));
+        assert_eq!(m.per_commit, Some(30.0));
+        assert_eq!(into["only_there"].sum, 1);
+
+        let stats = |hits_local, misses| CacheStats {
+            hits_local,
+            hits_shared: 1,
+            misses,
+            evictions: 2,
+        };
+        let mut c = AddrCacheResult::of(&stats(9, 0), 5);
+        assert_eq!((c.hits, c.hit_rate), (10, 1.0));
+        c.merge(&AddrCacheResult::of(&stats(4, 10), 7));
+        assert_eq!(
+            (c.hits, c.hits_shared, c.misses, c.evictions, c.entries),
+            (15, 2, 10, 4, 12)
+        );
+        assert_eq!(c.hit_rate, 0.6);
     }
 }
