@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::registry::{PROTOCOLS, WORKLOADS};
+use crate::registry::{DRIVER, PROTOCOLS, WORKLOADS};
 use crate::results::{BenchResult, Bytes, Counters, Latency, Ops, StopReason, TxnTypeResult};
 
 /// Why a report could not be made. The cause is each variant's `source`, not part of
@@ -159,6 +159,8 @@ pub fn non_default_knobs(r: &BenchResult) -> Vec<String> {
         .iter()
         .filter(|e| e.name == r.protocol)
         .chain(WORKLOADS.iter().filter(|e| e.name == r.workload))
+        // Every run records the driver's knobs too (`retry_aborts`, `addr_cache_entries`).
+        .chain(std::iter::once(&DRIVER))
         .flat_map(|e| e.knobs.iter().map(|k| (k.name, k.default)))
         .collect();
     r.config
