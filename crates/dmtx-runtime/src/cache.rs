@@ -175,9 +175,18 @@ impl CacheStats {
 pub struct AddrCache {
     local: RefCell<Generations>,
     shared: Arc<SharedAddrCache>,
-    /// Counted in a `Cell`: the thread's coordinators share the cache and never hold a
-    /// borrow of it across an await; an add, no atomic.
-    stats: Cell<CacheStats>,
+    /// Counted in `Cell`s, one per counter so a lookup adds to one word: the thread's
+    /// coordinators share the cache and never hold a borrow of it across an await; an
+    /// add, no atomic.
+    hits_local: Cell<u64>,
+    hits_shared: Cell<u64>,
+    misses: Cell<u64>,
+    evictions: Cell<u64>,
+}
+
+#[inline]
+fn bump(c: &Cell<u64>) {
+    c.set(c.get() + 1);
 }
 
 impl AddrCache {
@@ -186,40 +195,43 @@ impl AddrCache {
         Self {
             local: RefCell::new(Generations::new(shared.capacity)),
             shared,
-            stats: Cell::new(CacheStats::default()),
+            hits_local: Cell::new(0),
+            hits_shared: Cell::new(0),
+            misses: Cell::new(0),
+            evictions: Cell::new(0),
         }
     }
 
     /// What this thread's lookups found since it was made or last
     /// [reset](Self::reset_stats).
     pub fn stats(&self) -> CacheStats {
-        self.stats.get()
+        CacheStats {
+            hits_local: self.hits_local.get(),
+            hits_shared: self.hits_shared.get(),
+            misses: self.misses.get(),
+            evictions: self.evictions.get(),
+        }
     }
 
     /// Start counting afresh (at the end of a warm-up).
     pub fn reset_stats(&self) {
-        self.stats.set(CacheStats::default());
-    }
-
-    #[inline]
-    fn count(&self, f: impl FnOnce(&mut CacheStats)) {
-        let mut s = self.stats.get();
-        f(&mut s);
-        self.stats.set(s);
+        for c in [&self.hits_local, &self.hits_shared, &self.misses, &self.evictions] {
+            c.set(0);
+        }
     }
 
     /// The cached slot offset of `key` in `table`.
     #[inline]
     pub fn get(&self, table: u32, key: u64) -> Option<u64> {
         if let Some(rel) = self.local.borrow_mut().get((table, key)) {
-            self.count(|s| s.hits_local += 1);
+            bump(&self.hits_local);
             return Some(rel);
         }
         let Some(rel) = self.shared.shard(key).lock().unwrap().get((table, key)) else {
-            self.count(|s| s.misses += 1);
+            bump(&self.misses);
             return None;
         };
-        self.count(|s| s.hits_shared += 1);
+        bump(&self.hits_shared);
         self.local.borrow_mut().insert((table, key), rel);
         Some(rel)
     }
@@ -250,7 +262,7 @@ impl AddrCache {
     /// Forget `key` if it is still cached at `stale_rel` (another thread may already
     /// have cached the new address).
     pub fn evict(&self, table: u32, key: u64, stale_rel: u64) {
-        self.count(|s| s.evictions += 1);
+        bump(&self.evictions);
         self.local.borrow_mut().evict((table, key), stale_rel);
         self.shared.shard(key).lock().unwrap().evict((table, key), stale_rel);
     }
