@@ -307,6 +307,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                             }
                             seen => {
                                 p.rereads += 1;
+                                c.ctx.metric(super::METRIC_REREADS, 1);
                                 if p.rereads > reread_max {
                                     result = Err(abort(match seen {
                                         Seen::Invisible => AbortReason::Invisible,

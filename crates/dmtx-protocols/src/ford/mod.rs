@@ -109,7 +109,9 @@ pub mod layout;
 mod validate;
 
 use dmtx_memnode::Control;
-use dmtx_runtime::{Abort, CoordCtx, Isolation, KnobError, KnobSpec, Knobs, Protocol, Result, Txn};
+use dmtx_runtime::{
+    Abort, CoordCtx, Isolation, KnobError, KnobSpec, Knobs, MetricKind, MetricSpec, Protocol, Result, Txn,
+};
 use dmtx_store::SlotLayout;
 use dmtx_verbs::{AtomicId, MnId, Post, ReadId};
 
@@ -124,6 +126,24 @@ pub const STEP_EXECUTE: &str = "ford.execute";
 pub const STEP_VALIDATE: &str = "ford.validate";
 /// Per written record: its undo-log entry, new image and replica writes.
 pub const STEP_COMMIT: &str = "ford.commit";
+
+/// FORD's CPU steps and their default costs (ns on the simulator's calibration host),
+/// fitted by `dmtx sim calibrate --duration 3s` on the project's 2-vCPU build machine
+/// (2026-11-24, with the workloads' steps in `dmtx_sim::cpu`). A zero is a step the fit
+/// finds nothing beyond: `ford.execute` and `ford.commit` always come with a `txn.add`
+/// and polls, which carry the cost.
+pub const CPU_STEPS: &[(&str, u64)] = &[(STEP_COMMIT, 0), (STEP_EXECUTE, 0), (STEP_VALIDATE, 72)];
+
+/// FORD's figure (`Protocol::METRICS`) index: re-reads of a record found torn or
+/// invisible by a lock-free read (§5.2; each one a round trip, bounded by `reread_max`).
+pub const METRIC_REREADS: usize = 0;
+
+/// FORD's figures, in `protocol_metrics`.
+pub const METRICS: &[MetricSpec] = &[MetricSpec::new(
+    "rereads",
+    MetricKind::Counter,
+    "re-reads of a record a lock-free read found torn or invisible (each bounded by `reread_max`)",
+)];
 
 pub use layout::FordLayout;
 
@@ -302,6 +322,8 @@ impl Protocol for Ford {
     const ABOUT: &'static str =
         "FORD (FAST'22/TOS'23): hitchhiked locking, coalescent commit, backup reads, selective flush";
     const KNOBS: &'static [KnobSpec] = &[BACKUP_READ, REREAD_MAX, LOG_BYTES];
+    const METRICS: &'static [MetricSpec] = METRICS;
+    const CPU_STEPS: &'static [(&'static str, u64)] = CPU_STEPS;
 
     fn from_knobs(knobs: &Knobs) -> std::result::Result<Self, KnobError> {
         Ok(Self::new(FordConfig {
