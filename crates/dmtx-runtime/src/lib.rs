@@ -36,6 +36,7 @@ mod probe;
 mod protocol;
 pub mod rpc;
 mod scan;
+pub mod service;
 pub mod timer;
 pub mod timestamp;
 mod txn;
@@ -52,6 +53,7 @@ pub use probe::{Probe, ProbeSource, GENERIC_TXN_STEP};
 pub use protocol::{Isolation, Protocol};
 pub use rpc::{Handled, Request, Rpc, RpcConfig, RpcError};
 pub use scan::scan_table;
+pub use service::{ServiceStop, ServiceTask};
 pub use timer::{sleep, sleep_until, Sleep};
 pub use timestamp::{
     CommitTs, FaaTimestamps, HybridTimestamps, OracleTimestamps, RpcTimestamps, TimestampService, Timestamps, TsError,

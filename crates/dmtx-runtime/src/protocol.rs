@@ -1,11 +1,15 @@
 //! The protocol abstraction: what a concurrency-control protocol plugs into.
 
 use std::future::Future;
+use std::rc::Rc;
+use std::sync::Arc;
 
 use dmtx_memnode::Control;
 use dmtx_store::SlotLayout;
 
-use crate::{Abort, CoordCtx, Coordinator, KnobError, KnobSpec, Knobs, Result, Txn};
+use crate::{
+    Abort, Cn, CoordCtx, Coordinator, KnobError, KnobSpec, Knobs, Result, ServiceStop, ServiceTask, Txn, Worker,
+};
 
 /// The isolation level a protocol claims; histories of its runs are checked against it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -52,6 +56,17 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     type CoordState: 'static;
     /// Per-object scratch state (addresses, lock state).
     type ObjState: Default + 'static;
+    /// State of one compute node, shared by its worker threads (FORD-LV's Vcache, LOTUS's
+    /// lock tables and version-table cache, OOCC's lease words): built once per CN by
+    /// [`cn_state`](Protocol::cn_state), reached as `coord.cn_state`. `()` when none.
+    /// `Default` is what a coordinator built outside a compute node gets
+    /// ([`Coordinator::new`]), and what the default hook builds.
+    type CnState: Default + Send + Sync + 'static;
+    /// State of one worker thread, shared by its coordinators and services, never by
+    /// other threads (LOTUS serves the i-th coordinator's locks on the i-th thread): built
+    /// by [`thread_state`](Protocol::thread_state), reached as `coord.thread_state`. `()`
+    /// when none.
+    type ThreadState: Default + 'static;
 
     /// Name used on the command line.
     const NAME: &'static str;
@@ -80,6 +95,44 @@ pub trait Protocol: Send + Sync + Sized + 'static {
 
     /// Set up one coordinator (allocate its log areas through `control`, ...).
     fn coord_state(&self, ctx: &CoordCtx, control: &dyn Control) -> Result<Self::CoordState>;
+
+    // ---- State per compute node and per worker thread, and service tasks ----
+    //
+    // Built once, when the node's (the thread's) first coordinator is set up
+    // ([`Worker::coordinator`]); a coordinator holds an `Arc` (an `Rc`) of each, cloned at
+    // its setup, so a transaction reaches them at no cost beyond a field access.
+
+    /// Build the state of compute node `cn` (once per CN and run). The default is
+    /// `CnState::default()`.
+    fn cn_state(&self, cn: &Cn) -> Result<Self::CnState> {
+        let _ = cn;
+        Ok(Self::CnState::default())
+    }
+
+    /// Build the state of worker thread `worker` of the node whose state is `cn` (once
+    /// per thread). A protocol that serves CN↔CN requests installs the thread's handler
+    /// here (`worker.rpc()`, [`crate::Rpc::set_handler`] or [`crate::Rpc::add_service`]),
+    /// capturing `cn`. The default is `ThreadState::default()`.
+    fn thread_state(&self, cn: &Arc<Self::CnState>, worker: &Worker) -> Result<Self::ThreadState> {
+        let _ = (cn, worker);
+        Ok(Self::ThreadState::default())
+    }
+
+    /// The service tasks of worker thread `worker` ([`crate::service`]): futures the
+    /// driver spawns on the thread's executor beside its coordinators, after they are
+    /// set up. Each must end once `stop` is raised, which the driver does after every
+    /// coordinator of the run finished; a service waits for time with
+    /// [`ServiceStop::sleep_until`]. The default has none.
+    fn services(
+        &self,
+        cn: &Arc<Self::CnState>,
+        thread: &Rc<Self::ThreadState>,
+        worker: &Worker,
+        stop: &ServiceStop,
+    ) -> Vec<ServiceTask> {
+        let _ = (cn, thread, worker, stop);
+        Vec::new()
+    }
 
     // Run-wide setup: areas the whole run shares, found by name.
 

@@ -1,7 +1,9 @@
 //! Compute nodes and their worker threads.
 
+use std::any::{Any, TypeId};
+use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use dmtx_memnode::Control;
 use dmtx_store::Catalog;
@@ -9,7 +11,14 @@ use dmtx_verbs::msg::MsgFabric;
 use dmtx_verbs::{Fabric, Transport};
 
 use crate::rpc::{Rpc, RpcConfig};
-use crate::{AddrCache, Clock, CoordCtx, CoordId, Coordinator, LocalExecutor, Protocol, Result, SharedAddrCache};
+use crate::{
+    AddrCache, Clock, CoordCtx, CoordId, Coordinator, LocalExecutor, Protocol, Result, ServiceStop, ServiceTask,
+    SharedAddrCache,
+};
+
+/// Protocol states of one node (one thread), one per protocol type: a run has one
+/// protocol, so the list has one entry, searched once per coordinator setup.
+type CnStates = Mutex<Vec<(TypeId, Arc<dyn Any + Send + Sync>)>>;
 
 /// A compute node: its view of the cluster and the caches its threads share.
 #[derive(Clone)]
@@ -32,6 +41,9 @@ pub struct Cn {
     pub rpc_config: RpcConfig,
     /// Gives each worker thread its [`crate::Probe`] ([`Cn::with_probes`]).
     pub probes: crate::probe::Probes,
+    /// The protocol's [`Protocol::CnState`] of this node, built by its first
+    /// coordinator's setup ([`Worker::cn_state`]); clones of the `Cn` share it.
+    states: Arc<CnStates>,
 }
 
 impl Cn {
@@ -48,6 +60,7 @@ impl Cn {
             msg: None,
             rpc_config: RpcConfig::default(),
             probes: None,
+            states: Arc::default(),
         })
     }
 
@@ -84,6 +97,7 @@ impl Cn {
             cache: Rc::new(AddrCache::new(Arc::clone(&self.cache))),
             rpc,
             probe: self.probes.as_ref().map(|p| p.probe(thread)),
+            states: RefCell::default(),
         })
     }
 }
@@ -96,6 +110,8 @@ pub struct Worker {
     cache: Rc<AddrCache>,
     rpc: Option<Rc<Rpc>>,
     probe: Option<Rc<dyn crate::Probe>>,
+    /// The protocol's [`Protocol::ThreadState`] of this thread ([`Worker::thread_state`]).
+    states: RefCell<Vec<(TypeId, Rc<dyn Any>)>>,
 }
 
 impl Worker {
@@ -148,10 +164,61 @@ impl Worker {
         ctx
     }
 
-    /// A coordinator running `proto` as coroutine `coroutine` of this thread.
+    /// A coordinator running `proto` as coroutine `coroutine` of this thread, holding the
+    /// node's and the thread's protocol state (built here for the first one).
     pub fn coordinator<P: Protocol>(&self, proto: &Arc<P>, coroutine: u16) -> Result<Coordinator<P>> {
+        let cn_state = self.cn_state(proto.as_ref())?;
+        let thread_state = self.thread_state(proto.as_ref())?;
         let ctx = self.ctx(coroutine);
         let state = proto.coord_state(&ctx, self.cn.control.as_ref())?;
-        Ok(Coordinator::new(ctx, Arc::clone(proto), state))
+        let mut coord = Coordinator::new(ctx, Arc::clone(proto), state);
+        coord.cn_state = cn_state;
+        coord.thread_state = thread_state;
+        Ok(coord)
+    }
+
+    /// The compute node's state for `proto` ([`Protocol::cn_state`]), built on the first
+    /// call on any of the node's threads and shared from then on.
+    pub fn cn_state<P: Protocol>(&self, proto: &P) -> Result<Arc<P::CnState>> {
+        let mut states = self.cn.states.lock().unwrap_or_else(|e| e.into_inner());
+        let any = match states.iter().find(|(t, _)| *t == TypeId::of::<P>()) {
+            Some((_, s)) => Arc::clone(s),
+            None => {
+                let s: Arc<dyn Any + Send + Sync> = Arc::new(proto.cn_state(&self.cn)?);
+                states.push((TypeId::of::<P>(), Arc::clone(&s)));
+                s
+            }
+        };
+        Ok(any.downcast().expect("keyed by the protocol's type"))
+    }
+
+    /// This thread's state for `proto` ([`Protocol::thread_state`]), built on the first
+    /// call and shared by the thread's coordinators and services.
+    pub fn thread_state<P: Protocol>(&self, proto: &P) -> Result<Rc<P::ThreadState>> {
+        let found = self
+            .states
+            .borrow()
+            .iter()
+            .find(|(t, _)| *t == TypeId::of::<P>())
+            .map(|(_, s)| Rc::clone(s));
+        let any = match found {
+            Some(s) => s,
+            None => {
+                let cn = self.cn_state(proto)?;
+                // Not borrowed meanwhile: the hook may ask this worker for its state.
+                let s: Rc<dyn Any> = Rc::new(proto.thread_state(&cn, self)?);
+                self.states.borrow_mut().push((TypeId::of::<P>(), Rc::clone(&s)));
+                s
+            }
+        };
+        Ok(any.downcast().expect("keyed by the protocol's type"))
+    }
+
+    /// This thread's service tasks for `proto` ([`Protocol::services`]), each to end
+    /// once `stop` is raised.
+    pub fn services<P: Protocol>(&self, proto: &P, stop: &ServiceStop) -> Result<Vec<ServiceTask>> {
+        let cn = self.cn_state(proto)?;
+        let thread = self.thread_state(proto)?;
+        Ok(proto.services(&cn, &thread, self, stop))
     }
 }

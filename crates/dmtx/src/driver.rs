@@ -44,7 +44,7 @@ use dmtx_check::{check as check_history, check_options};
 use dmtx_memnode::{Control, ControlError, LocalCluster, TableMeta};
 use dmtx_runtime::{
     block_on, scan_table, AbortReason, AddrCache, Clock, Cn, CoordCtx, CoordId, Coordinator, KnobError, KnobSpec,
-    Knobs, Protocol, RealClock, SharedAddrCache,
+    Knobs, Protocol, RealClock, ServiceStop, ServiceTask, SharedAddrCache,
 };
 use dmtx_sim::{NodeClock, Sim, SimConfig, SimExecutor, SimFabric};
 use dmtx_store::{create_table, Catalog, TableBuilder, TableSpec};
@@ -461,22 +461,25 @@ pub fn run<P: Protocol, W: Workload>(
             (clock, cns)
         }
         None => {
+            // `--compute-nodes N` in one process: N nodes on the same memory pool, each
+            // with its own threads, caches, protocol state and mailboxes.
             let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
-            let mut cn = Cn::connect(0, pool.fabric, Arc::clone(&control), Arc::clone(&clock))?;
-            if let Some(p) = &hooks.probes {
-                cn = cn.with_probes(Arc::clone(p));
-            }
-            (clock, vec![cn])
+            let cns = (0..cfg.compute_nodes)
+                .map(|i| {
+                    let mut cn = Cn::connect(i, Arc::clone(&pool.fabric), Arc::clone(&control), Arc::clone(&clock))?;
+                    if let Some(p) = &hooks.probes {
+                        cn = cn.with_probes(Arc::clone(p));
+                    }
+                    Ok(cn)
+                })
+                .collect::<Result<_, RunError>>()?;
+            (clock, cns)
         }
     };
     let transport_name = cns[0].fabric.name();
-    if proto.messaging() && sim.is_some() {
-        return Err(RunError::Unsupported(format!(
-            "protocol `{}` messages other compute nodes, and the simulator has no messaging yet; \
-             run it without --transport sim",
-            P::NAME
-        )));
-    }
+    // CN↔CN messaging: one mailbox per worker thread of every node, on the simulator's
+    // network model (virtual time) or in memory.
+    let mut sim_net = None;
     if proto.messaging() {
         if cfg.cluster.is_some() {
             return Err(RunError::Unsupported(format!(
@@ -485,10 +488,22 @@ pub fn run<P: Protocol, W: Workload>(
                 P::NAME
             )));
         }
-        let net = dmtx_verbs::msg::MemMsgNet::new(1, cfg.threads);
-        cns[0] = cns[0]
-            .clone()
-            .with_messaging(Arc::new(net.fabric(0)), dmtx_runtime::RpcConfig::default());
+        let nodes = cns.len() as u16;
+        let fabrics: Vec<Arc<dyn dmtx_verbs::msg::MsgFabric>> = match &sim {
+            Some(sim) => {
+                let net = dmtx_sim::SimMsgNet::new(sim, nodes, cfg.threads);
+                let f = (0..nodes).map(|i| Arc::new(net.fabric(i)) as Arc<_>).collect();
+                sim_net = Some(net);
+                f
+            }
+            None => {
+                let net = dmtx_verbs::msg::MemMsgNet::new(nodes, cfg.threads);
+                (0..nodes).map(|i| Arc::new(net.fabric(i)) as Arc<_>).collect()
+            }
+        };
+        for (cn, fabric) in cns.iter_mut().zip(fabrics) {
+            *cn = cn.clone().with_messaging(fabric, dmtx_runtime::RpcConfig::default());
+        }
     }
     let types = workload.txn_types();
 
@@ -541,6 +556,7 @@ pub fn run<P: Protocol, W: Workload>(
         retries: Retries::from_knobs(&cfg.knobs)?,
         series_bucket_ns,
         series_origin_ns: AtomicU64::new(0),
+        live: AtomicUsize::new(cfg.coordinators()),
     };
     let warmup_ns = cfg.warmup.as_nanos() as u64;
     // The measured window: from the end of the warm-up to the deadline.
@@ -572,14 +588,14 @@ pub fn run<P: Protocol, W: Workload>(
         hooks.monitor.phase("simulating");
         hooks.monitor.running(cfg.stop);
         real_started = std::time::Instant::now();
-        let run = run_simulated(&shared, sim, start_ns, hooks)?;
+        let run = run_simulated(&shared, sim, sim_net.as_ref(), start_ns, hooks)?;
         stop_reason = run.reason;
         sim_window = (run.baseline, run.window_end);
         stranded = run.stranded;
         run.outcomes
     } else {
         std::thread::scope(|s| {
-            let handles: Vec<_> = (0..cfg.threads)
+            let handles: Vec<_> = (0..cfg.worker_threads() as u16)
                 .map(|t| {
                     let shared = &shared;
                     std::thread::Builder::new()
@@ -589,7 +605,7 @@ pub fn run<P: Protocol, W: Workload>(
                 })
                 .collect();
             // Start everyone at once, unless a thread already failed or panicked.
-            while shared.ready.load(Ordering::Acquire) < cfg.threads as usize {
+            while shared.ready.load(Ordering::Acquire) < cfg.worker_threads() {
                 if handles.iter().any(|h| h.is_finished()) || hooks.stop.load(Ordering::Relaxed) {
                     shared.stop.store(true, Ordering::Relaxed);
                     break;
@@ -738,7 +754,12 @@ pub fn run<P: Protocol, W: Workload>(
     // virtual time forward outside the executor.
     let scan_cn = match &sim {
         Some(_) => Cn::connect(0, direct, Arc::clone(&control), Arc::new(RealClock::new()))?,
-        None => cns[0].clone(),
+        None => {
+            // The scanner is no worker of the messaging network.
+            let mut cn = cns[0].clone();
+            cn.msg = None;
+            cn
+        }
     };
     let scanner = scan_cn.worker(cfg.threads)?;
     let mut ctx = scanner.ctx(0);
@@ -1025,7 +1046,7 @@ impl MemoryGuard {
 struct Shared<'a, P: Protocol, W: Workload> {
     /// Record every transaction (`--check`, on a protocol whose level can be checked).
     record_history: bool,
-    /// The compute nodes (one, except on the simulator).
+    /// The compute nodes (`--compute-nodes`; one per process over `--cluster`).
     cns: &'a [Cn],
     proto: &'a Arc<P>,
     workload: &'a W,
@@ -1064,6 +1085,9 @@ struct Shared<'a, P: Protocol, W: Workload> {
     /// Clock time of the series' first bucket: the end of the warm-up (on the
     /// simulator, rounded down to its bucket, so buckets are whole ms of virtual time).
     series_origin_ns: AtomicU64,
+    /// Coordinators of the run not finished yet (on every node): the protocol's services
+    /// and CN↔CN request handlers serve until it is 0.
+    live: AtomicUsize,
 }
 
 impl<P: Protocol, W: Workload> Shared<'_, P, W> {
@@ -1109,12 +1133,14 @@ impl Drop for StopOnPanic<'_> {
     }
 }
 
-/// One worker thread's coordinators, their workload state and their history.
+/// One worker thread's coordinators, their workload state, its history, and the
+/// protocol's service tasks of the thread with their stop signal.
 type ThreadSetup<P, L> = (
     dmtx_runtime::Worker,
     Vec<Coordinator<P>>,
     Vec<L>,
     Option<Rc<RefCell<History>>>,
+    (ServiceStop, Vec<ServiceTask>),
 );
 
 /// Set up worker thread `g` of the run (thread `g % threads` of compute node
@@ -1141,7 +1167,9 @@ fn setup_thread<P: Protocol, W: Workload>(
         );
         coords.push(coord);
     }
-    Ok((worker, coords, locals, history))
+    let stop = ServiceStop::new();
+    let services = worker.services(shared.proto.as_ref(), &stop)?;
+    Ok((worker, coords, locals, history, (stop, services)))
 }
 
 /// The per-thread counters and limits of thread `t`.
@@ -1176,7 +1204,7 @@ fn finish_thread<P: Protocol, L>(
     memory_nodes: usize,
     end_ns: u64,
 ) -> ThreadOutcome<L> {
-    let (_worker, coords, locals, history) = setup;
+    let (_worker, coords, locals, history, _services) = setup;
     let mut per_mn = vec![MnCounters::default(); memory_nodes];
     let mut last_fault = None;
     for c in &coords {
@@ -1204,6 +1232,9 @@ fn worker_thread<P: Protocol, W: Workload>(
     shared: &Shared<'_, P, W>,
 ) -> Result<ThreadOutcome<W::Local>, RunError> {
     let _guard = StopOnPanic(&shared.stop);
+    // This thread's share of `live`, given back as each coordinator ends, or here if the
+    // thread fails before they run, so other threads' services do not wait for them.
+    let mut live: Vec<Live<'_>> = (0..shared.cfg.coroutines).map(|_| Live(&shared.live)).collect();
     let mut setup = match setup_thread(t, shared) {
         Ok(s) => s,
         Err(e) => {
@@ -1218,15 +1249,47 @@ fn worker_thread<P: Protocol, W: Workload>(
     }
     let th = thread_ctx(t, shared);
     {
-        let (worker, coords, locals, _) = &mut setup;
+        let (worker, coords, locals, _, (stop, services)) = &mut setup;
         let mut ex = worker.executor();
-        for (coord, local) in coords.iter_mut().zip(locals.iter_mut()) {
-            ex.spawn(drive(shared.workload, coord, local, &th));
+        for ((coord, local), live) in coords.iter_mut().zip(locals.iter_mut()).zip(live.drain(..)) {
+            let th = &th;
+            ex.spawn(async move {
+                drive(shared.workload, coord, local, th).await;
+                drop(live);
+            });
+        }
+        // Services, and the thread's CN↔CN request handler (driven by the executor while
+        // any task is left), run until every coordinator of the run is done.
+        if !services.is_empty() || worker.rpc().is_some() {
+            for s in services.drain(..) {
+                ex.spawn(s);
+            }
+            let (clock, stop, live) = (Arc::clone(&worker.cn().clock), stop.clone(), &shared.live);
+            ex.spawn(async move {
+                while live.load(Ordering::Acquire) > 0 {
+                    dmtx_runtime::sleep(clock.as_ref(), SERVICE_STOP_POLL_NS).await;
+                }
+                stop.raise();
+            });
         }
         ex.run(worker.transport().as_ref());
     }
     let end_ns = setup.0.cn().clock.now_ns();
     Ok(finish_thread(setup, th, shared.cfg.memory_nodes as usize, end_ns))
+}
+
+/// How often a real-time worker thread whose coordinators are done looks whether every
+/// coordinator of the run is ([`Shared::live`]), to stop its services.
+const SERVICE_STOP_POLL_NS: u64 = 100_000;
+
+/// One coordinator's share of [`Shared::live`], given back when dropped (the coordinator
+/// finished, or its thread failed or unwound).
+struct Live<'a>(&'a AtomicUsize);
+
+impl Drop for Live<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// `--transport sim`: every thread's coordinators on one deterministic executor, on
@@ -1237,6 +1300,7 @@ fn worker_thread<P: Protocol, W: Workload>(
 fn run_simulated<P: Protocol, W: Workload>(
     shared: &Shared<'_, P, W>,
     sim: &Sim,
+    net: Option<&Arc<dmtx_sim::SimMsgNet>>,
     start_ns: u64,
     hooks: &RunHooks<'_>,
 ) -> Result<SimRun<W::Local>, RunError> {
@@ -1252,6 +1316,14 @@ fn run_simulated<P: Protocol, W: Workload>(
     let counters = |s: &Sim| (s.load(), s.cpu_busy(), s.stats());
     // Timer tasks not yet done (an interrupt can drop them with the coordinators).
     let timers = Cell::new(0usize);
+    // Service and request-serving tasks not yet done (dropped with the coordinators at
+    // a deadline), and what stops them once every coordinator is done.
+    let serving = Cell::new(0usize);
+    let live = SimLive {
+        left: Cell::new(shared.cfg.coordinators()),
+        stops: RefCell::new(Vec::new()),
+        serve: dmtx_sim::ServeStop::new(),
+    };
     let report = {
         let mut ex = SimExecutor::new(sim);
         // The executor looks at the flag whenever it moves time, so a simulation whose
@@ -1268,10 +1340,31 @@ fn run_simulated<P: Protocol, W: Workload>(
                 shared.stop.store(true, Ordering::Relaxed);
             }
         });
-        for ((worker, coords, locals, _), th) in threads.iter_mut().zip(&ths) {
+        for ((worker, coords, locals, _, (stop, services)), th) in threads.iter_mut().zip(&ths) {
             let cpu = sim.cpu_of(worker.cn().id as u32, worker.thread());
             for (coord, local) in coords.iter_mut().zip(locals.iter_mut()) {
-                ex.spawn_on(cpu, drive(shared.workload, coord, local, th));
+                let live = &live;
+                ex.spawn_on(cpu, async move {
+                    drive(shared.workload, coord, local, th).await;
+                    live.done_one();
+                });
+            }
+            live.stops.borrow_mut().push(stop.clone());
+            for s in services.drain(..) {
+                serving.set(serving.get() + 1);
+                let serving = &serving;
+                ex.spawn_on(cpu, async move {
+                    s.await;
+                    serving.set(serving.get() - 1);
+                });
+            }
+            if let (Some(net), Some(rpc)) = (net, worker.rpc()) {
+                serving.set(serving.get() + 1);
+                let (task, serving) = (dmtx_sim::serve(net, Rc::clone(rpc), live.serve.clone()), &serving);
+                ex.spawn_on(cpu, async move {
+                    task.await;
+                    serving.set(serving.get() - 1);
+                });
             }
         }
         let mut until = u64::MAX;
@@ -1320,8 +1413,29 @@ fn run_simulated<P: Protocol, W: Workload>(
         reason,
         baseline: baseline.into_inner(),
         window_end: window_end.into_inner(),
-        stranded: (report.pending - timers.get()) as u64,
+        stranded: (report.pending - timers.get() - serving.get()) as u64,
     })
+}
+
+/// The coordinators of a simulated run not finished yet, and the stops of the services
+/// and request handlers that serve them: raised when the last one finishes.
+struct SimLive {
+    left: Cell<usize>,
+    stops: RefCell<Vec<ServiceStop>>,
+    serve: dmtx_sim::ServeStop,
+}
+
+impl SimLive {
+    fn done_one(&self) {
+        let left = self.left.get() - 1;
+        self.left.set(left);
+        if left == 0 {
+            for s in self.stops.borrow().iter() {
+                s.raise();
+            }
+            self.serve.stop();
+        }
+    }
 }
 
 /// The simulator's counters at one instant: fabric load, CPU busy times, event counts.
