@@ -222,3 +222,136 @@ impl Worker {
         Ok(proto.services(&cn, &thread, self, stop))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use dmtx_store::SlotLayout;
+
+    use super::*;
+    use crate::{Abort, Isolation, KnobError, KnobSpec, Knobs, RealClock, Txn};
+
+    struct NoLayout;
+
+    impl SlotLayout for NoLayout {
+        fn slot_bytes(&self, value_bytes: u32) -> u32 {
+            value_bytes
+        }
+        fn encode(&self, _: u32, _: u64, _: &[u8], _: &mut [u8]) {}
+        fn key(&self, _: &[u8]) -> Option<u64> {
+            None
+        }
+        fn value<'a>(&self, slot: &'a [u8], _: u32) -> &'a [u8] {
+            slot
+        }
+    }
+
+    /// Counts its state hooks; a node's state names the node, a thread's state the
+    /// thread, and counts the coordinators that reached it.
+    #[derive(Default)]
+    struct Stateful {
+        cn_calls: AtomicU32,
+        thread_calls: AtomicU32,
+    }
+
+    #[derive(Default)]
+    struct NodeState {
+        cn: u16,
+    }
+
+    #[derive(Default)]
+    struct ThreadState {
+        thread: u16,
+        coordinators: Cell<u32>,
+    }
+
+    impl Protocol for Stateful {
+        type CoordState = ();
+        type ObjState = ();
+        type CnState = NodeState;
+        type ThreadState = ThreadState;
+        const NAME: &'static str = "stateful";
+        const ABOUT: &'static str = "test protocol";
+        const KNOBS: &'static [KnobSpec] = &[];
+
+        fn from_knobs(_: &Knobs) -> std::result::Result<Self, KnobError> {
+            Ok(Self::default())
+        }
+        fn isolation(&self) -> Isolation {
+            Isolation::Serializable
+        }
+        fn layout(&self) -> &dyn SlotLayout {
+            &NoLayout
+        }
+        fn coord_state(&self, _: &CoordCtx, _: &dyn Control) -> Result<()> {
+            Ok(())
+        }
+        fn cn_state(&self, cn: &Cn) -> Result<NodeState> {
+            self.cn_calls.fetch_add(1, Ordering::Relaxed);
+            Ok(NodeState { cn: cn.id })
+        }
+        fn thread_state(&self, cn: &Arc<NodeState>, worker: &Worker) -> Result<ThreadState> {
+            assert_eq!(cn.cn, worker.cn().id, "the thread's own node's state");
+            self.thread_calls.fetch_add(1, Ordering::Relaxed);
+            Ok(ThreadState {
+                thread: worker.thread(),
+                coordinators: Cell::new(0),
+            })
+        }
+        async fn execute(_: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+            Ok(())
+        }
+        async fn commit(_: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+            Ok(())
+        }
+        fn abort(_: &mut Txn<'_, Self>) {}
+    }
+
+    /// Goal: the node's state is built once per node and shared by every coordinator of
+    /// its threads (on any OS thread); the thread's state once per worker and shared by
+    /// that worker's coordinators only; two nodes have two states. Method: two nodes,
+    /// two workers on node 0 (on two OS threads) and one on node 1, two coordinators
+    /// each.
+    #[test]
+    fn state_is_built_once_per_node_and_per_thread_and_shared() {
+        let cluster = Arc::new(dmtx_memnode::LocalCluster::new(1, 1 << 16));
+        let node = |id| {
+            Cn::connect(
+                id,
+                Arc::new(cluster.fabric().clone()),
+                Arc::clone(&cluster) as Arc<dyn Control>,
+                Arc::new(RealClock::new()),
+            )
+            .unwrap()
+        };
+        let (n0, n1) = (node(0), node(1));
+        let proto = Arc::new(Stateful::default());
+        // Each worker on its own OS thread, as the driver runs them; the node state's
+        // address comes back.
+        let run = |cn: &Cn, thread: u16| {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    let w = cn.worker(thread).unwrap();
+                    let a = w.coordinator(&proto, 0).unwrap();
+                    let b = w.coordinator(&proto, 1).unwrap();
+                    assert!(Rc::ptr_eq(&a.thread_state, &b.thread_state), "one per thread");
+                    assert!(Arc::ptr_eq(&a.cn_state, &b.cn_state));
+                    assert_eq!(a.thread_state.thread, thread);
+                    a.thread_state.coordinators.set(a.thread_state.coordinators.get() + 2);
+                    assert_eq!(b.thread_state.coordinators.get(), 2, "shared, not copied");
+                    assert_eq!(a.cn_state.cn, cn.id);
+                    Arc::as_ptr(&a.cn_state) as usize
+                })
+                .join()
+                .unwrap()
+            })
+        };
+        let (s00, s01, s10) = (run(&n0, 0), run(&n0, 1), run(&n1, 0));
+        assert_eq!(s00, s01, "threads of one node share its state");
+        assert_ne!(s00, s10, "each node has its own");
+        assert_eq!(proto.cn_calls.load(Ordering::Relaxed), 2, "once per node");
+        assert_eq!(proto.thread_calls.load(Ordering::Relaxed), 3, "once per worker");
+    }
+}
