@@ -50,7 +50,7 @@ pub use error::{Result, RuntimeError};
 pub use executor::{block_on, yield_now, LocalExecutor};
 pub use knobs::{did_you_mean, KnobError, KnobSpec, Knobs};
 pub use probe::{Probe, ProbeSource, GENERIC_TXN_STEP};
-pub use protocol::{Isolation, Protocol};
+pub use protocol::{Isolation, Protocol, Route};
 pub use rpc::{Handled, Request, Rpc, RpcConfig, RpcError};
 pub use scan::scan_table;
 pub use service::{ServiceStop, ServiceTask};

@@ -43,6 +43,19 @@ impl Isolation {
     }
 }
 
+/// A drawn transaction, as [`Protocol::route`] sees it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// The compute node whose coordinator drew it.
+    pub from: u16,
+    /// Compute nodes of the run in this process (ids `0..nodes`).
+    pub nodes: u16,
+    /// Its type, an index into the workload's transaction types.
+    pub ty: usize,
+    /// The key the workload places it by (a shard's key), if it names one.
+    pub key: Option<u64>,
+}
+
 /// A distributed transaction protocol over one-sided verbs.
 ///
 /// A protocol owns its record layout ([`SlotLayout`]) and its per-transaction state
@@ -88,6 +101,15 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     /// the default `false` and pay nothing for messaging.
     fn messaging(&self) -> bool {
         false
+    }
+
+    /// The compute node that runs a transaction a coordinator of node `txn.from` drew
+    /// (`--compute-nodes` above 1, in one process): the driver hands it to a coordinator
+    /// of that node. LOTUS runs read-write transactions on the node that owns their
+    /// shard. The default runs every transaction where it was drawn; the driver then
+    /// hands nothing over. Called once per drawn transaction, not per attempt.
+    fn route(&self, txn: &Route) -> u16 {
+        txn.from
     }
 
     /// How records look in a slot; tables are created with it.

@@ -44,7 +44,7 @@ use dmtx_check::{check as check_history, check_options};
 use dmtx_memnode::{Control, ControlError, LocalCluster, TableMeta};
 use dmtx_runtime::{
     block_on, scan_table, AbortReason, AddrCache, Clock, Cn, CoordCtx, CoordId, Coordinator, KnobError, KnobSpec,
-    Knobs, Protocol, RealClock, ServiceStop, ServiceTask, SharedAddrCache,
+    Knobs, Protocol, RealClock, Route, ServiceStop, ServiceTask, SharedAddrCache,
 };
 use dmtx_sim::{NodeClock, Sim, SimConfig, SimExecutor, SimFabric};
 use dmtx_store::{create_table, Catalog, TableBuilder, TableSpec};
@@ -557,6 +557,7 @@ pub fn run<P: Protocol, W: Workload>(
         series_bucket_ns,
         series_origin_ns: AtomicU64::new(0),
         live: AtomicUsize::new(cfg.coordinators()),
+        routes: (cns.len() > 1).then(|| Routes::new(cns.len(), cfg.coordinators() / cns.len())),
     };
     let warmup_ns = cfg.warmup.as_nanos() as u64;
     // The measured window: from the end of the warm-up to the deadline.
@@ -1088,6 +1089,8 @@ struct Shared<'a, P: Protocol, W: Workload> {
     /// Coordinators of the run not finished yet (on every node): the protocol's services
     /// and CN↔CN request handlers serve until it is 0.
     live: AtomicUsize,
+    /// Transactions routed between the process's compute nodes, when it has several.
+    routes: Option<Routes<W::Input>>,
 }
 
 impl<P: Protocol, W: Workload> Shared<'_, P, W> {
@@ -1253,8 +1256,9 @@ fn worker_thread<P: Protocol, W: Workload>(
         let mut ex = worker.executor();
         for ((coord, local), live) in coords.iter_mut().zip(locals.iter_mut()).zip(live.drain(..)) {
             let th = &th;
+            let routes = shared.routes.as_ref();
             ex.spawn(async move {
-                drive(shared.workload, coord, local, th).await;
+                drive(shared.workload, coord, local, th, routes).await;
                 drop(live);
             });
         }
@@ -1343,9 +1347,9 @@ fn run_simulated<P: Protocol, W: Workload>(
         for ((worker, coords, locals, _, (stop, services)), th) in threads.iter_mut().zip(&ths) {
             let cpu = sim.cpu_of(worker.cn().id as u32, worker.thread());
             for (coord, local) in coords.iter_mut().zip(locals.iter_mut()) {
-                let live = &live;
+                let (live, routes) = (&live, shared.routes.as_ref());
                 ex.spawn_on(cpu, async move {
-                    drive(shared.workload, coord, local, th).await;
+                    drive(shared.workload, coord, local, th, routes).await;
                     live.done_one();
                 });
             }
@@ -1604,21 +1608,77 @@ async fn drive<P: Protocol, W: Workload>(
     coord: &mut Coordinator<P>,
     local: &mut W::Local,
     th: &ThreadCtx<'_>,
+    routes: Option<&Routes<W::Input>>,
 ) {
     let mut measuring = false;
     let mut backoff_rng = splitmix64(coord.ctx.id.global());
+    let me = coord.ctx.id.cn;
+    let inbox = routes.map(|r| &r.inboxes[me as usize]);
+    // Drawn here, routed to a node whose inbox was full: pushed again next round.
+    let mut held: Option<Job<W::Input>> = None;
     'txns: loop {
-        if th.stop.load(Ordering::Relaxed) || !th.take_credit() {
-            // The run ends with no protocol work in flight: the last attempt's cleanup
-            // ran after it; what the protocol left running is finished here. Its posts load
-            // the memory nodes and are in no transaction type's counters.
-            coord.drain().await;
-            return;
-        }
-        let first_ns = coord.ctx.clock.now_ns();
+        // What other nodes routed here runs first; the budget was taken where it was drawn.
+        let job = match inbox.and_then(Inbox::pop) {
+            Some(job) => job,
+            None => {
+                let job = match held.take() {
+                    Some(job) => job,
+                    None => {
+                        if th.stop.load(Ordering::Relaxed) || !th.take_credit() {
+                            // A node's last coordinator leaves only with its inbox empty.
+                            if inbox.is_some_and(|i| !i.leave()) {
+                                continue 'txns;
+                            }
+                            // The run ends with no protocol work in flight: the last
+                            // attempt's cleanup ran after it; what the protocol left
+                            // running is finished here. Its posts load the memory nodes
+                            // and are in no transaction type's counters.
+                            coord.drain().await;
+                            return;
+                        }
+                        let first_ns = coord.ctx.clock.now_ns();
+                        coord.ctx.step(W::TXN_STEP, 1);
+                        let (ty, input) = workload.draw(local);
+                        Job { ty, input, first_ns }
+                    }
+                };
+                match routes {
+                    Some(r) => {
+                        let to = coord.proto.route(&Route {
+                            from: me,
+                            nodes: r.inboxes.len() as u16,
+                            ty: job.ty,
+                            key: workload.route_key(&job.input),
+                        });
+                        assert!(
+                            (to as usize) < r.inboxes.len(),
+                            "`{}` routed a transaction to compute node {to} of {}",
+                            P::NAME,
+                            r.inboxes.len()
+                        );
+                        if to == me {
+                            job
+                        } else {
+                            match r.inboxes[to as usize].push(job, r.jobs_max) {
+                                Push::Queued => continue 'txns,
+                                Push::Full(job) => {
+                                    // Serve this node's inbox meanwhile: two full nodes
+                                    // waiting on each other would never drain.
+                                    held = Some(job);
+                                    dmtx_runtime::yield_now().await;
+                                    continue 'txns;
+                                }
+                                // Every coordinator there has stopped (the run's tail).
+                                Push::Closed(job) => job,
+                            }
+                        }
+                    }
+                    None => job,
+                }
+            }
+        };
+        let Job { ty, input, first_ns } = job;
         let mut start_ns = first_ns;
-        coord.ctx.step(W::TXN_STEP, 1);
-        let (ty, input) = workload.draw(local);
         let mut attempts: u32 = 0;
         loop {
             if !measuring && start_ns >= th.measure_from_ns.load(Ordering::Relaxed) {
@@ -1641,6 +1701,7 @@ async fn drive<P: Protocol, W: Workload>(
             // transactions in hand when it came), are run, not counted.
             let counted = measuring && end_ns <= th.measure_until_ns.load(Ordering::Relaxed);
             let committed = matches!(outcome, Ok(Outcome::Committed | Outcome::Unsuccessful));
+            // From the draw, on whichever node it was drawn (one clock per process).
             let latency_ns = end_ns.saturating_sub(first_ns);
             th.publish(committed, latency_ns);
             if counted {
@@ -1678,6 +1739,102 @@ async fn drive<P: Protocol, W: Workload>(
                 }
             }
         }
+    }
+}
+
+/// Transactions routed from one compute node to another of this process
+/// ([`Protocol::route`]): one inbox per node, shared by the node's coordinators, which
+/// run what it holds before drawing their own. A run of one node has none.
+struct Routes<I> {
+    inboxes: Vec<Inbox<I>>,
+    /// Jobs one inbox holds at most: a coordinator whose target is full serves its own
+    /// node's inbox until there is room.
+    jobs_max: usize,
+}
+
+impl<I> Routes<I> {
+    /// Inboxes for `nodes` nodes of `coordinators` coordinators each.
+    fn new(nodes: usize, coordinators: usize) -> Self {
+        Self {
+            inboxes: (0..nodes)
+                .map(|_| Inbox {
+                    state: Mutex::new(InboxState {
+                        jobs: std::collections::VecDeque::new(),
+                        active: coordinators,
+                    }),
+                    queued: AtomicUsize::new(0),
+                })
+                .collect(),
+            jobs_max: 2 * coordinators,
+        }
+    }
+}
+
+/// A drawn transaction: its type, inputs, and when it was drawn (its latency's start).
+struct Job<I> {
+    ty: usize,
+    input: I,
+    first_ns: u64,
+}
+
+/// One node's routed transactions.
+struct Inbox<I> {
+    state: Mutex<InboxState<I>>,
+    /// Jobs queued: read without the lock before every draw.
+    queued: AtomicUsize,
+}
+
+struct InboxState<I> {
+    jobs: std::collections::VecDeque<Job<I>>,
+    /// The node's coordinators still running; at 0 the inbox takes no more jobs.
+    active: usize,
+}
+
+/// What [`Inbox::push`] did.
+enum Push<I> {
+    Queued,
+    Full(Job<I>),
+    Closed(Job<I>),
+}
+
+impl<I> Inbox<I> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, InboxState<I>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    #[inline]
+    fn pop(&self) -> Option<Job<I>> {
+        if self.queued.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let mut st = self.lock();
+        let job = st.jobs.pop_front();
+        self.queued.store(st.jobs.len(), Ordering::Release);
+        job
+    }
+
+    fn push(&self, job: Job<I>, jobs_max: usize) -> Push<I> {
+        let mut st = self.lock();
+        if st.active == 0 {
+            return Push::Closed(job);
+        }
+        if st.jobs.len() >= jobs_max {
+            return Push::Full(job);
+        }
+        st.jobs.push_back(job);
+        self.queued.store(st.jobs.len(), Ordering::Release);
+        Push::Queued
+    }
+
+    /// A coordinator of the node stops, unless jobs are queued (then it must run them:
+    /// `false`). The last one to stop closes the inbox, so no job is left behind.
+    fn leave(&self) -> bool {
+        let mut st = self.lock();
+        if !st.jobs.is_empty() {
+            return false;
+        }
+        st.active -= 1;
+        true
     }
 }
 

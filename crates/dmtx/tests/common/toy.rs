@@ -131,6 +131,10 @@ impl Workload for Bank {
         let ty = usize::from(!local.rng.random_bool(0.5));
         (ty, (ty, a, b))
     }
+    /// A transfer is placed by the account it debits; an audit by none.
+    fn route_key(&self, &(ty, a, _): &Self::Input) -> Option<u64> {
+        (ty == 0).then_some(a)
+    }
     async fn run<P: Protocol>(
         &self,
         _local: &mut BankLocal,
