@@ -26,13 +26,17 @@ pub fn word(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
 }
 
+/// Where an object is being looked for: the bucket to read next, and the slot's
+/// table-relative offset once found.
+pub type Locating = (Option<u64>, Option<u64>);
+
 /// Find the table-relative slot offset of every object from `from` on whose `rel`
 /// (reached with `rel_of`) is unset, reading bucket chains one round at a time. A key
 /// not found aborts `not_found`; a failed verb aborts `fault`.
 pub async fn locate<P: Protocol>(
     coord: &mut Coordinator<P>,
     from: usize,
-    rel_of: fn(&mut P::ObjState) -> &mut (Option<u64>, Option<u64>),
+    rel_of: fn(&mut P::ObjState) -> &mut Locating,
 ) -> Result<(), Abort> {
     let catalog = Arc::clone(&coord.ctx.catalog);
     let proto = Arc::clone(&coord.proto);
