@@ -54,6 +54,9 @@ pub struct Route {
     pub ty: usize,
     /// The key the workload places it by (a shard's key), if it names one.
     pub key: Option<u64>,
+    /// A uniformly random number, fresh for every drawn transaction and replayed by the
+    /// run's seed: LOTUS sends a read-only transaction to a random node.
+    pub random: u64,
 }
 
 /// A distributed transaction protocol over one-sided verbs.

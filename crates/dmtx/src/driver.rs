@@ -1614,8 +1614,12 @@ async fn drive<P: Protocol, W: Workload>(
     let mut backoff_rng = splitmix64(coord.ctx.id.global());
     let me = coord.ctx.id.cn;
     let inbox = routes.map(|r| &r.inboxes[me as usize]);
+    // Apart from the workload's draws, so routing leaves them unchanged.
+    let mut route_rng = splitmix64(coord.ctx.id.global() ^ coord.ctx.id.global().rotate_left(32) ^ 0x726f_7574);
     // Drawn here, routed to a node whose inbox was full: pushed again next round.
     let mut held: Option<Job<W::Input>> = None;
+    // Counted in `routes.drawing`.
+    let mut drawing = true;
     'txns: loop {
         // What other nodes routed here runs first; the budget was taken where it was drawn.
         let job = match inbox.and_then(Inbox::pop) {
@@ -1624,11 +1628,24 @@ async fn drive<P: Protocol, W: Workload>(
                 let job = match held.take() {
                     Some(job) => job,
                     None => {
-                        if th.stop.load(Ordering::Relaxed) || !th.take_credit() {
-                            // A node's last coordinator leaves only with its inbox empty.
-                            if inbox.is_some_and(|i| !i.leave()) {
+                        let draws = !th.stop.load(Ordering::Relaxed) && th.take_credit();
+                        if let Some(r) = routes {
+                            // Counted among the coordinators that may route here while it
+                            // draws (again, after a budget came back).
+                            match (drawing, draws) {
+                                (false, true) => r.drawing.fetch_add(1, Ordering::AcqRel),
+                                (true, false) => r.drawing.fetch_sub(1, Ordering::AcqRel),
+                                _ => 0,
+                            };
+                            drawing = draws;
+                            // A coordinator stays while others may still route here, and a
+                            // node's last one leaves only with its inbox empty.
+                            if !draws && (r.drawing.load(Ordering::Acquire) > 0 || !inbox.is_some_and(Inbox::leave)) {
+                                dmtx_runtime::yield_now().await;
                                 continue 'txns;
                             }
+                        }
+                        if !draws {
                             // The run ends with no protocol work in flight: the last
                             // attempt's cleanup ran after it; what the protocol left
                             // running is finished here. Its posts load the memory nodes
@@ -1644,11 +1661,13 @@ async fn drive<P: Protocol, W: Workload>(
                 };
                 match routes {
                     Some(r) => {
+                        route_rng = splitmix64(route_rng);
                         let to = coord.proto.route(&Route {
                             from: me,
                             nodes: r.inboxes.len() as u16,
                             ty: job.ty,
                             key: workload.route_key(&job.input),
+                            random: route_rng,
                         });
                         assert!(
                             (to as usize) < r.inboxes.len(),
@@ -1747,6 +1766,9 @@ async fn drive<P: Protocol, W: Workload>(
 /// run what it holds before drawing their own. A run of one node has none.
 struct Routes<I> {
     inboxes: Vec<Inbox<I>>,
+    /// Coordinators (of every node) that may still draw, and so route: until it is 0,
+    /// a coordinator out of work stays to run what is routed to its node.
+    drawing: AtomicUsize,
     /// Jobs one inbox holds at most: a coordinator whose target is full serves its own
     /// node's inbox until there is room.
     jobs_max: usize,
@@ -1756,6 +1778,7 @@ impl<I> Routes<I> {
     /// Inboxes for `nodes` nodes of `coordinators` coordinators each.
     fn new(nodes: usize, coordinators: usize) -> Self {
         Self {
+            drawing: AtomicUsize::new(nodes * coordinators),
             inboxes: (0..nodes)
                 .map(|_| Inbox {
                     state: Mutex::new(InboxState {
