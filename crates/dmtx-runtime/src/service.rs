@@ -17,7 +17,9 @@
 //!    virtual time running.
 //!
 //! Raising the stop wakes every task waiting on it, so on the simulator a sleeping
-//! service ends at the instant of the stop, not at its next deadline.
+//! service ends at the instant of the stop, not at its next deadline. On the simulator a
+//! service runs on its worker thread's virtual CPU: its polls are charged like a
+//! coordinator's, so a busy service slows that thread's coordinators.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;

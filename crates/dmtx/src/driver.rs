@@ -1610,152 +1610,180 @@ async fn drive<P: Protocol, W: Workload>(
     th: &ThreadCtx<'_>,
     routes: Option<&Routes<W::Input>>,
 ) {
-    let mut measuring = false;
-    let mut backoff_rng = splitmix64(coord.ctx.id.global());
+    let mut state = DriveState {
+        measuring: false,
+        backoff_rng: splitmix64(coord.ctx.id.global()),
+    };
+    let Some(routes) = routes else {
+        // One node: every transaction runs where it is drawn.
+        loop {
+            if th.stop.load(Ordering::Relaxed) || !th.take_credit() {
+                // The run ends with no protocol work in flight: the last attempt's cleanup
+                // ran after it; what the protocol left running is finished here. Its posts load
+                // the memory nodes and are in no transaction type's counters.
+                coord.drain().await;
+                return;
+            }
+            let first_ns = coord.ctx.clock.now_ns();
+            coord.ctx.step(W::TXN_STEP, 1);
+            let (ty, input) = workload.draw(local);
+            run_txn(workload, coord, local, th, &mut state, ty, &input, first_ns).await;
+        }
+    };
     let me = coord.ctx.id.cn;
-    let inbox = routes.map(|r| &r.inboxes[me as usize]);
+    let inbox = &routes.inboxes[me as usize];
     // Apart from the workload's draws, so routing leaves them unchanged.
     let mut route_rng = splitmix64(coord.ctx.id.global() ^ coord.ctx.id.global().rotate_left(32) ^ 0x726f_7574);
     // Drawn here, routed to a node whose inbox was full: pushed again next round.
     let mut held: Option<Job<W::Input>> = None;
     // Counted in `routes.drawing`.
     let mut drawing = true;
-    'txns: loop {
+    loop {
         // What other nodes routed here runs first; the budget was taken where it was drawn.
-        let job = match inbox.and_then(Inbox::pop) {
+        if let Some(Job { ty, input, first_ns }) = inbox.pop() {
+            run_txn(workload, coord, local, th, &mut state, ty, &input, first_ns).await;
+            continue;
+        }
+        let job = match held.take() {
             Some(job) => job,
             None => {
-                let job = match held.take() {
-                    Some(job) => job,
-                    None => {
-                        let draws = !th.stop.load(Ordering::Relaxed) && th.take_credit();
-                        if let Some(r) = routes {
-                            // Counted among the coordinators that may route here while it
-                            // draws (again, after a budget came back).
-                            match (drawing, draws) {
-                                (false, true) => r.drawing.fetch_add(1, Ordering::AcqRel),
-                                (true, false) => r.drawing.fetch_sub(1, Ordering::AcqRel),
-                                _ => 0,
-                            };
-                            drawing = draws;
-                            // A coordinator stays while others may still route here, and a
-                            // node's last one leaves only with its inbox empty.
-                            if !draws && (r.drawing.load(Ordering::Acquire) > 0 || !inbox.is_some_and(Inbox::leave)) {
-                                dmtx_runtime::yield_now().await;
-                                continue 'txns;
-                            }
-                        }
-                        if !draws {
-                            // The run ends with no protocol work in flight: the last
-                            // attempt's cleanup ran after it; what the protocol left
-                            // running is finished here. Its posts load the memory nodes
-                            // and are in no transaction type's counters.
-                            coord.drain().await;
-                            return;
-                        }
-                        let first_ns = coord.ctx.clock.now_ns();
-                        coord.ctx.step(W::TXN_STEP, 1);
-                        let (ty, input) = workload.draw(local);
-                        Job { ty, input, first_ns }
-                    }
+                let draws = !th.stop.load(Ordering::Relaxed) && th.take_credit();
+                // Counted among the coordinators that may route here while it draws
+                // (again, after a budget came back).
+                match (drawing, draws) {
+                    (false, true) => routes.drawing.fetch_add(1, Ordering::AcqRel),
+                    (true, false) => routes.drawing.fetch_sub(1, Ordering::AcqRel),
+                    _ => 0,
                 };
-                match routes {
-                    Some(r) => {
-                        route_rng = splitmix64(route_rng);
-                        let to = coord.proto.route(&Route {
-                            from: me,
-                            nodes: r.inboxes.len() as u16,
-                            ty: job.ty,
-                            key: workload.route_key(&job.input),
-                            random: route_rng,
-                        });
-                        assert!(
-                            (to as usize) < r.inboxes.len(),
-                            "`{}` routed a transaction to compute node {to} of {}",
-                            P::NAME,
-                            r.inboxes.len()
-                        );
-                        if to == me {
-                            job
-                        } else {
-                            match r.inboxes[to as usize].push(job, r.jobs_max) {
-                                Push::Queued => continue 'txns,
-                                Push::Full(job) => {
-                                    // Serve this node's inbox meanwhile: two full nodes
-                                    // waiting on each other would never drain.
-                                    held = Some(job);
-                                    dmtx_runtime::yield_now().await;
-                                    continue 'txns;
-                                }
-                                // Every coordinator there has stopped (the run's tail).
-                                Push::Closed(job) => job,
-                            }
-                        }
-                    }
-                    None => job,
-                }
-            }
-        };
-        let Job { ty, input, first_ns } = job;
-        let mut start_ns = first_ns;
-        let mut attempts: u32 = 0;
-        loop {
-            if !measuring && start_ns >= th.measure_from_ns.load(Ordering::Relaxed) {
-                // The warm-up is over: count this coordinator's load from here.
-                measuring = true;
-                coord.ctx.per_mn.iter_mut().for_each(|m| *m = MnCounters::default());
-            }
-            if attempts > 0 {
-                coord.ctx.step(W::TXN_STEP, 1);
-            }
-            attempts = attempts.saturating_add(1);
-            let outcome = workload.run(local, &input, coord).await;
-            coord.ctx.attempt_end(ty);
-            let end_ns = coord.ctx.clock.now_ns();
-            let counters = coord.ctx.txn_counters;
-            // Before the next attempt or retry (a retry must not meet this attempt's own
-            // locks), counted apart from the attempt and outside its latency.
-            let cleanup = coord.cleanup().await;
-            // Attempts of the warm-up, and those that end after the deadline (the
-            // transactions in hand when it came), are run, not counted.
-            let counted = measuring && end_ns <= th.measure_until_ns.load(Ordering::Relaxed);
-            let committed = matches!(outcome, Ok(Outcome::Committed | Outcome::Unsuccessful));
-            // From the draw, on whichever node it was drawn (one clock per process).
-            let latency_ns = end_ns.saturating_sub(first_ns);
-            th.publish(committed, latency_ns);
-            if counted {
-                th.stats.borrow_mut().cleanup(ty, &cleanup);
-            }
-            match outcome {
-                Ok(o @ (Outcome::Committed | Outcome::Unsuccessful)) => {
-                    if counted {
-                        th.record_series(end_ns);
-                        th.stats
-                            .borrow_mut()
-                            .commit(ty, &counters, latency_ns, o == Outcome::Committed, attempts);
-                    }
-                    continue 'txns;
-                }
-                Ok(Outcome::RolledBack) => {
-                    if counted {
-                        th.stats.borrow_mut().rolled_back(ty, &counters);
-                    }
-                    th.return_credit();
-                    continue 'txns;
-                }
-                Err(abort) => {
-                    if counted {
-                        th.stats.borrow_mut().abort(ty, abort.reason, &counters);
-                    }
-                    th.stop_on(abort.reason, coord);
-                    if retryable(abort.reason) && th.retries.allows(attempts - 1) && !th.stop.load(Ordering::Relaxed) {
-                        backoff(&mut backoff_rng, attempts).await;
-                        start_ns = coord.ctx.clock.now_ns();
+                drawing = draws;
+                if !draws {
+                    // A coordinator stays while others may still route here, and a node's
+                    // last one leaves only with its inbox empty.
+                    if routes.drawing.load(Ordering::Acquire) > 0 || !inbox.leave() {
+                        dmtx_runtime::yield_now().await;
                         continue;
                     }
-                    th.return_credit();
-                    continue 'txns;
+                    coord.drain().await;
+                    return;
                 }
+                let first_ns = coord.ctx.clock.now_ns();
+                coord.ctx.step(W::TXN_STEP, 1);
+                let (ty, input) = workload.draw(local);
+                Job { ty, input, first_ns }
+            }
+        };
+        route_rng = splitmix64(route_rng);
+        let to = coord.proto.route(&Route {
+            from: me,
+            nodes: routes.inboxes.len() as u16,
+            ty: job.ty,
+            key: workload.route_key(&job.input),
+            random: route_rng,
+        });
+        assert!(
+            (to as usize) < routes.inboxes.len(),
+            "`{}` routed a transaction to compute node {to} of {}",
+            P::NAME,
+            routes.inboxes.len()
+        );
+        let job = if to == me {
+            job
+        } else {
+            match routes.inboxes[to as usize].push(job, routes.jobs_max) {
+                Push::Queued => continue,
+                Push::Full(job) => {
+                    // Serve this node's inbox meanwhile: two full nodes waiting on each
+                    // other would never drain.
+                    held = Some(job);
+                    dmtx_runtime::yield_now().await;
+                    continue;
+                }
+                // Every coordinator there has stopped (a budget handed back late).
+                Push::Closed(job) => job,
+            }
+        };
+        run_txn(workload, coord, local, th, &mut state, job.ty, &job.input, job.first_ns).await;
+    }
+}
+
+/// What a coordinator's loop keeps from one transaction to the next.
+struct DriveState {
+    /// The warm-up is over for this coordinator.
+    measuring: bool,
+    backoff_rng: u64,
+}
+
+/// Run transaction `input` of type `ty`, drawn at `first_ns`, until it commits or may
+/// not be retried ([`drive`]).
+#[allow(clippy::too_many_arguments)]
+async fn run_txn<P: Protocol, W: Workload>(
+    workload: &W,
+    coord: &mut Coordinator<P>,
+    local: &mut W::Local,
+    th: &ThreadCtx<'_>,
+    state: &mut DriveState,
+    ty: usize,
+    input: &W::Input,
+    first_ns: u64,
+) {
+    let mut start_ns = first_ns;
+    let mut attempts: u32 = 0;
+    loop {
+        if !state.measuring && start_ns >= th.measure_from_ns.load(Ordering::Relaxed) {
+            // The warm-up is over: count this coordinator's load from here.
+            state.measuring = true;
+            coord.ctx.per_mn.iter_mut().for_each(|m| *m = MnCounters::default());
+        }
+        if attempts > 0 {
+            coord.ctx.step(W::TXN_STEP, 1);
+        }
+        attempts = attempts.saturating_add(1);
+        let outcome = workload.run(local, input, coord).await;
+        coord.ctx.attempt_end(ty);
+        let end_ns = coord.ctx.clock.now_ns();
+        let counters = coord.ctx.txn_counters;
+        // Before the next attempt or retry (a retry must not meet this attempt's own
+        // locks), counted apart from the attempt and outside its latency.
+        let cleanup = coord.cleanup().await;
+        // Attempts of the warm-up, and those that end after the deadline (the
+        // transactions in hand when it came), are run, not counted.
+        let counted = state.measuring && end_ns <= th.measure_until_ns.load(Ordering::Relaxed);
+        let committed = matches!(outcome, Ok(Outcome::Committed | Outcome::Unsuccessful));
+        // From the draw, on whichever node it was drawn (one clock per process).
+        let latency_ns = end_ns.saturating_sub(first_ns);
+        th.publish(committed, latency_ns);
+        if counted {
+            th.stats.borrow_mut().cleanup(ty, &cleanup);
+        }
+        match outcome {
+            Ok(o @ (Outcome::Committed | Outcome::Unsuccessful)) => {
+                if counted {
+                    th.record_series(end_ns);
+                    th.stats
+                        .borrow_mut()
+                        .commit(ty, &counters, latency_ns, o == Outcome::Committed, attempts);
+                }
+                return;
+            }
+            Ok(Outcome::RolledBack) => {
+                if counted {
+                    th.stats.borrow_mut().rolled_back(ty, &counters);
+                }
+                th.return_credit();
+                return;
+            }
+            Err(abort) => {
+                if counted {
+                    th.stats.borrow_mut().abort(ty, abort.reason, &counters);
+                }
+                th.stop_on(abort.reason, coord);
+                if retryable(abort.reason) && th.retries.allows(attempts - 1) && !th.stop.load(Ordering::Relaxed) {
+                    backoff(&mut state.backoff_rng, attempts).await;
+                    start_ns = coord.ctx.clock.now_ns();
+                    continue;
+                }
+                th.return_credit();
+                return;
             }
         }
     }
