@@ -1256,11 +1256,7 @@ fn worker_thread<P: Protocol, W: Workload>(
         let mut ex = worker.executor();
         for ((coord, local), live) in coords.iter_mut().zip(locals.iter_mut()).zip(live.drain(..)) {
             let th = &th;
-            let routes = shared.routes.as_ref();
-            ex.spawn(async move {
-                drive(shared.workload, coord, local, th, routes).await;
-                drop(live);
-            });
+            ex.spawn(drive(shared.workload, coord, local, th, shared.routes.as_ref(), live));
         }
         // Services, and the thread's CN↔CN request handler (driven by the executor while
         // any task is left), run until every coordinator of the run is done.
@@ -1349,7 +1345,7 @@ fn run_simulated<P: Protocol, W: Workload>(
             for (coord, local) in coords.iter_mut().zip(locals.iter_mut()) {
                 let (live, routes) = (&live, shared.routes.as_ref());
                 ex.spawn_on(cpu, async move {
-                    drive(shared.workload, coord, local, th, routes).await;
+                    drive(shared.workload, coord, local, th, routes, ()).await;
                     live.done_one();
                 });
             }
@@ -1602,13 +1598,15 @@ pub fn retryable(reason: AbortReason) -> bool {
 /// A committed transaction's latency runs from its first attempt's start to the commit
 /// (what TPC-C and BenchBase report); every attempt, and every abort, goes through
 /// [`ThreadCtx::stop_on`]. An attempt that ends outside the measured window is run but
-/// not counted.
-async fn drive<P: Protocol, W: Workload>(
+/// not counted. `_end` is dropped when the loop ends (or the task is dropped): the
+/// coordinator's share of [`Shared::live`] on a real-time run.
+async fn drive<P: Protocol, W: Workload, E>(
     workload: &W,
     coord: &mut Coordinator<P>,
     local: &mut W::Local,
     th: &ThreadCtx<'_>,
     routes: Option<&Routes<W::Input>>,
+    _end: E,
 ) {
     let mut state = DriveState {
         measuring: false,
