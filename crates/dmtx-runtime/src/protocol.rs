@@ -106,11 +106,20 @@ pub trait Protocol: Send + Sync + Sized + 'static {
         false
     }
 
+    /// Whether [`route`](Protocol::route) may send a transaction to another compute node.
+    /// Only then does a run of several nodes in one process route: the driver sets up
+    /// the nodes' inboxes and consults `route` for every drawn transaction. The default
+    /// is `false`: every transaction runs where it was drawn, at no cost.
+    fn routes(&self) -> bool {
+        false
+    }
+
     /// The compute node that runs a transaction a coordinator of node `txn.from` drew
-    /// (`--compute-nodes` above 1, in one process): the driver hands it to a coordinator
-    /// of that node. LOTUS runs read-write transactions on the node that owns their
-    /// shard. The default runs every transaction where it was drawn; the driver then
-    /// hands nothing over. Called once per drawn transaction, not per attempt.
+    /// (`--compute-nodes` above 1, in one process, when [`routes`](Protocol::routes)):
+    /// the driver hands it to a coordinator of that node. LOTUS runs read-write
+    /// transactions on the node that owns their shard, read-only ones on a random node.
+    /// Called once per drawn transaction, not per attempt. The default keeps it where it
+    /// was drawn.
     fn route(&self, txn: &Route) -> u16 {
         txn.from
     }

@@ -557,7 +557,7 @@ pub fn run<P: Protocol, W: Workload>(
         series_bucket_ns,
         series_origin_ns: AtomicU64::new(0),
         live: AtomicUsize::new(cfg.coordinators()),
-        routes: (cns.len() > 1).then(|| Routes::new(cns.len(), cfg.coordinators() / cns.len())),
+        routes: (cns.len() > 1 && proto.routes()).then(|| Routes::new(cns.len(), cfg.coordinators() / cns.len())),
     };
     let warmup_ns = cfg.warmup.as_nanos() as u64;
     // The measured window: from the end of the warm-up to the deadline.
@@ -1655,9 +1655,11 @@ async fn drive<P: Protocol, W: Workload, E>(
                 };
                 drawing = draws;
                 if !draws {
-                    // A coordinator stays while others may still route here, and a node's
-                    // last one leaves only with its inbox empty.
-                    if routes.drawing.load(Ordering::Acquire) > 0 || !inbox.leave() {
+                    // Out of budget (`--txns`), a coordinator stays while others may still
+                    // route here; once the run is stopped nobody draws again. A node's last
+                    // coordinator leaves only with its inbox empty.
+                    let others_draw = !th.stop.load(Ordering::Relaxed) && routes.drawing.load(Ordering::Acquire) > 0;
+                    if others_draw || !inbox.leave() {
                         dmtx_runtime::yield_now().await;
                         continue;
                     }
@@ -1789,11 +1791,13 @@ async fn run_txn<P: Protocol, W: Workload>(
 
 /// Transactions routed from one compute node to another of this process
 /// ([`Protocol::route`]): one inbox per node, shared by the node's coordinators, which
-/// run what it holds before drawing their own. A run of one node has none.
+/// run what it holds before drawing their own. A run of one node, or of a protocol that
+/// does not route ([`Protocol::routes`]), has none.
 struct Routes<I> {
     inboxes: Vec<Inbox<I>>,
-    /// Coordinators (of every node) that may still draw, and so route: until it is 0,
-    /// a coordinator out of work stays to run what is routed to its node.
+    /// Coordinators (of every node) that may still draw, and so route: until it is 0 (or
+    /// the run is stopped), a coordinator out of budget stays to run what is routed to
+    /// its node.
     drawing: AtomicUsize,
     /// Jobs one inbox holds at most: a coordinator whose target is full serves its own
     /// node's inbox until there is room.

@@ -292,6 +292,9 @@ impl Protocol for LeaseLocks {
     fn messaging(&self) -> bool {
         true
     }
+    fn routes(&self) -> bool {
+        self.routing
+    }
     /// Transfers to the owner of the debited account, audits to a random node.
     fn route(&self, txn: &Route) -> u16 {
         assert_eq!(txn.nodes, self.nodes);
