@@ -13,6 +13,12 @@
 # compute node runs `dmtx bench --cluster cluster.toml --check` in PREFIX-cn. `lo` stays
 # down in every namespace, so all traffic crosses the veth links and the bridge.
 #
+# With --cns N (N > 1) there are N compute-node namespaces, PREFIX-cn0 .. PREFIX-cnN-1
+# (eth0 10.77.X.(2+i)), listed under [[compute_nodes]] with port 7500; each runs
+# `dmtx bench --cluster cluster.toml --cn I --history cnI.history`, they meet at the
+# memory nodes and run together, and afterwards `dmtx report` merges their records and
+# `dmtx check` checks their histories as one.
+#
 # --cut-link NODE silently cuts NODE's link during the run (its bridge port goes down:
 # frames vanish, no RST, no ICMP, no carrier change seen by either end). The compute node
 # must notice within the op deadline (--op-deadline, written into the cluster file: its
@@ -41,6 +47,8 @@ through a bridge with veth pairs, run `dmtx bench --cluster ... --check` across 
 
 Options:
   --mns N                    memory nodes, one namespace each                [2]
+  --cns N                    compute nodes, one namespace and one `bench --cn I`
+                             process each (2..8: a multi-CN run)             [1]
   --replicas N               copies of every table (<= --mns)                [min(2, N)]
   --bin PATH                 the dmtx binary      [$DMTX_BIN or <repo>/target/release/dmtx]
   --duration TIME            bench run length (bench --duration)
@@ -86,6 +94,7 @@ log() {
 
 # ---------------------------------------------------------------- options
 MNS=2
+CNS=1
 REPLICAS=""
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${DMTX_BIN:-$REPO/target/release/dmtx}"
@@ -114,6 +123,7 @@ need_arg() {
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --mns) need_arg "$@"; MNS="$2"; shift 2 ;;
+        --cns) need_arg "$@"; CNS="$2"; shift 2 ;;
         --replicas) need_arg "$@"; REPLICAS="$2"; shift 2 ;;
         --bin) need_arg "$@"; BIN="$2"; shift 2 ;;
         --duration) need_arg "$@"; DURATION="$2"; shift 2 ;;
@@ -145,6 +155,9 @@ in_range() { is_uint "$1" && ((10#$1 >= $2 && 10#$1 <= $3)); }
 
 in_range "$MNS" 1 100 || die "--mns $MNS: expected 1..100"
 MNS=$((10#$MNS))
+# Compute nodes take .2 to .9 of the subnet, memory nodes .10 upwards.
+in_range "$CNS" 1 8 || die "--cns $CNS: expected 1..8"
+CNS=$((10#$CNS))
 [[ -n "$REPLICAS" ]] || REPLICAS=$((MNS < 2 ? MNS : 2))
 in_range "$REPLICAS" 1 "$MNS" || die "--replicas $REPLICAS: expected 1..--mns ($MNS)"
 is_secs "$CUT_AFTER" || die "--cut-after $CUT_AFTER: expected seconds, e.g. 1 or 0.5"
@@ -157,6 +170,9 @@ in_range "$TIMEOUT" 1 1000000 || die "--timeout $TIMEOUT: expected whole seconds
 TIMEOUT=$((10#$TIMEOUT))
 [[ "$CUT_HOW" == down || "$CUT_HOW" == netem ]] || die "--cut-how $CUT_HOW: expected down or netem"
 [[ "$PREFIX" =~ ^[A-Za-z0-9_.-]{1,40}$ ]] || die "--prefix $PREFIX: use 1-40 of [A-Za-z0-9_.-]"
+if [[ -n "$CUT_LINK" ]] && ((CNS > 1)); then
+    die "--cut-link: runs with one compute node only (drop --cns or --cut-link)"
+fi
 if [[ -n "$CUT_LINK" ]]; then
     if [[ "$CUT_LINK" =~ ^mn([0-9]+)$ ]]; then
         ((10#${BASH_REMATCH[1]} < MNS)) || die "--cut-link $CUT_LINK: there are only $MNS memory nodes"
@@ -188,6 +204,8 @@ SW="$PREFIX-sw"
 CN="$PREFIX-cn"
 CN_ADDR="$SUBNET.2"
 mn_ns() { echo "$PREFIX-mn$1"; }
+cn_ns() { echo "$PREFIX-cn$1"; }
+cn_addr() { echo "$SUBNET.$((2 + $1))"; }
 mn_addr() { echo "$SUBNET.$((10 + $1))"; }
 
 # ---------------------------------------------------------------- teardown
@@ -254,7 +272,13 @@ plug() {
 for ((i = 0; i < MNS; i++)); do
     plug "$(mn_ns "$i")" "mn$i" "$(mn_addr "$i")"
 done
-plug "$CN" cn "$CN_ADDR"
+if ((CNS == 1)); then
+    plug "$CN" cn "$CN_ADDR"
+else
+    for ((i = 0; i < CNS; i++)); do
+        plug "$(cn_ns "$i")" "cn$i" "$(cn_addr "$i")"
+    done
+fi
 log "namespaces: ${NAMESPACES[*]} (subnet $SUBNET.0/24, bridge br0 in $SW, lo down everywhere)"
 
 # ---------------------------------------------------------------- token and cluster file
@@ -280,10 +304,18 @@ chmod 600 "$WORK/token"
         echo "address = \"$(mn_addr "$i"):$PORT\""
         echo "bytes = \"$MN_SIZE\""
     done
-    echo
-    echo '[[compute_nodes]]'
-    echo 'id = 0'
-    echo "address = \"$CN_ADDR:7500\""
+    if ((CNS == 1)); then
+        echo
+        echo '[[compute_nodes]]'
+        echo 'id = 0'
+        echo "address = \"$CN_ADDR:7500\""
+    fi
+    for ((i = 0; CNS > 1 && i < CNS; i++)); do
+        echo
+        echo '[[compute_nodes]]'
+        echo "id = $i"
+        echo "address = \"$(cn_addr "$i"):7500\""
+    done
 } >"$WORK/cluster.toml"
 
 # ---------------------------------------------------------------- memory nodes
@@ -307,6 +339,59 @@ for ((i = 0; i < MNS; i++)); do
     fi
     log "mn$i: $(head -n1 "$WORK/mn$i.log")"
 done
+
+# ---------------------------------------------------------------- several compute nodes
+if ((CNS > 1)); then
+    start_s=$SECONDS
+    CN_PIDS=()
+    for ((i = 0; i < CNS; i++)); do
+        CMD=("$BIN" bench --cluster "$WORK/cluster.toml" --cn "$i" --protocol "$PROTOCOL"
+            --workload "$WORKLOAD" --threads "$THREADS" --coroutines "$COROUTINES"
+            --duration "$DURATION" --history "$WORK/cn$i.history"
+            --out "$WORK/result-cn$i.json" "${EXTRA[@]}")
+        log "cn$i: ${CMD[*]}"
+        ip netns exec "$(cn_ns "$i")" "${CMD[@]}" >"$WORK/cn$i.out" 2>"$WORK/cn$i.err" &
+        CN_PIDS+=("$!")
+        PIDS+=("$!")
+    done
+    rcs=()
+    for ((i = 0; i < CNS; i++)); do
+        # A compute node that does not end is killed at --timeout; its exit is then non-zero.
+        while kill -0 "${CN_PIDS[$i]}" 2>/dev/null && ((SECONDS - start_s < TIMEOUT)); do sleep 0.1; done
+        kill -KILL "${CN_PIDS[$i]}" 2>/dev/null || true
+        set +e
+        wait "${CN_PIDS[$i]}"
+        rcs+=("$?")
+        set -e
+        cat "$WORK/cn$i.out"
+        sed "s/^/cn$i stderr: /" "$WORK/cn$i.err"
+        log "cn$i exit ${rcs[$i]}"
+    done
+    for ((i = 0; i < CNS; i++)); do
+        if ((rcs[i] != 0)); then
+            for ((j = 0; j < MNS; j++)); do sed 's/^/  mn'"$j"' log: /' "$WORK/mn$j.log" >&2 || true; done
+            echo "netns-cluster: FAIL: compute node $i exited ${rcs[$i]}" >&2
+            exit 1
+        fi
+    done
+    RECORDS=()
+    HISTORIES=()
+    for ((i = 0; i < CNS; i++)); do
+        RECORDS+=("$WORK/result-cn$i.json")
+        HISTORIES+=("$WORK/cn$i.history")
+    done
+    "$BIN" report "${RECORDS[@]}" || die "dmtx report of the compute nodes' records failed"
+    set +e
+    "$BIN" check "${HISTORIES[@]}"
+    check_rc=$?
+    set -e
+    if ((check_rc != 0)); then
+        echo "netns-cluster: FAIL: dmtx check of the $CNS histories exited $check_rc" >&2
+        exit 1
+    fi
+    log "OK: clean run of $CNS compute-node namespaces across $MNS memory-node namespaces"
+    exit 0
+fi
 
 # ---------------------------------------------------------------- the cut
 cut_link() {

@@ -50,7 +50,9 @@
 //!    **Real time** (optional). Sort the committed transactions by end time into time
 //!    nodes `E_0 → E_1 → …`; add `T → E_rank(T)` and `E_j → T` for the last `E_j` whose
 //!    end is strictly before `T`'s start. `T1` then reaches `T2` through time nodes iff
-//!    `T1.end < T2.start`, with at most 3n edges instead of n².
+//!    `T1.end < T2.start`, with at most 3n edges instead of n². With clocks that may
+//!    differ by up to `clock_offset_ns_max` (histories of several hosts), `T1` precedes
+//!    `T2` only when `T1.end + clock_offset_ns_max < T2.start`.
 //! 4. **CSR.** Edges become a compressed sparse row graph: `u32` offsets and `u32`
 //!    targets `dst << 2 | kind`. Parallel edges merge into the one of least kind
 //!    (ww < wr < rw < rt), which never hides a cycle and keeps found cycles' rw counts
@@ -110,6 +112,12 @@ pub struct CheckOptions {
     /// Also require the serialization order to respect real time: a transaction that
     /// began after another ended must follow it (strict serializability, or strong SI).
     pub real_time: bool,
+    /// With `real_time`: the most two clocks that stamped the history can differ, in ns
+    /// (0 when one clock stamped it). A transaction is ordered after another only when it
+    /// began more than this after the other ended, so that an offset between hosts'
+    /// clocks within the bound never invents a real-time edge; anomalies closer in time
+    /// than the bound go unseen.
+    pub clock_offset_ns_max: u64,
     /// Require each coordinator's transactions to be serialized in the order it ran them
     /// (session order): a coordinator never reads older state than it read or wrote
     /// before. On by default.
@@ -123,6 +131,7 @@ impl Default for CheckOptions {
         Self {
             level: Level::Serializable,
             real_time: false,
+            clock_offset_ns_max: 0,
             sessions: true,
             findings_max_per_kind: 10,
         }
@@ -1041,7 +1050,8 @@ impl<'h> Checker<'h> {
             let t = &h.txns[t as usize];
             // A start after the end would put the transaction before itself: clamp it.
             let start = t.start_ns.min(t.end_ns);
-            let before = order.partition_point(|&(end, _)| end < start);
+            let margin = self.opts.clock_offset_ns_max;
+            let before = order.partition_point(|&(end, _)| end.saturating_add(margin) < start);
             if before > 0 {
                 edges.push(edge(time(before - 1), RT, v as u32));
             }

@@ -17,7 +17,7 @@
 //! | --- | --- | --- |
 //! | `id` | u64 | cluster-unique transaction id: coordinator (24 bits) << 40 \| sequence (from 1). The coordinator's transactions in sequence order are its **session**. |
 //! | `coord` | u32, default 0 | coordinator: CN << 16 \| thread << 8 \| coroutine; transactions with the same `coord` form one session |
-//! | `start_ns`, `end_ns` | u64, default 0 | clock readings at begin and at the outcome (one clock per compute node), for real-time order |
+//! | `start_ns`, `end_ns` | u64, default 0 | clock readings at begin and at the outcome (one clock per compute node; Unix-epoch ns of the host's wall clock in histories of `dmtx bench --cn` runs, so that several hosts' histories compare up to their clocks' offset), for real-time order |
 //! | `start_ts` | u64, optional | the start (snapshot, read) timestamp, for protocols that take one: every read must see the newest version committed with `commit_ts <= start_ts`, or the transaction's own write |
 //! | `commit_ts` | u64, optional | the commit timestamp, for protocols that take one; absent for read-only transactions that take none |
 //! | `outcome` | `"committed"` or `"aborted"` | how it ended; an aborted transaction's writes must be invisible |
@@ -97,6 +97,16 @@ pub enum FormatError {
         /// The version in the header.
         found: u32,
     },
+    /// Two histories given together hold the same transaction id.
+    #[error("transaction {id} is in both {first} and {second}: give each compute node's history once (histories of different runs cannot be checked together)")]
+    DuplicateId {
+        /// The id.
+        id: u64,
+        /// One file holding it.
+        first: String,
+        /// Another (or the same file, twice).
+        second: String,
+    },
     /// A transaction line does not parse.
     #[error("{path}:{line}: {why}")]
     BadLine {
@@ -139,6 +149,29 @@ pub fn read_history(path: &Path) -> Result<History, FormatError> {
     };
     let file = std::fs::File::open(path).map_err(io)?;
     read_from(std::io::BufReader::with_capacity(1 << 20, file), &name)
+}
+
+/// Read several histories (one per compute node of a multi-process run) as one.
+/// Transaction ids and coordinators name their compute node, so the files' transactions
+/// never collide; one that does is a [`FormatError::DuplicateId`].
+pub fn read_histories(paths: &[impl AsRef<Path>]) -> Result<History, FormatError> {
+    let mut all = History::new();
+    let mut files: Vec<(u64, usize)> = Vec::new();
+    for (f, p) in paths.iter().enumerate() {
+        let h = read_history(p.as_ref())?;
+        files.extend(h.txns.iter().map(|t| (t.id, f)));
+        all.append(h);
+    }
+    files.sort_unstable();
+    if let Some(w) = files.windows(2).find(|w| w[0].0 == w[1].0) {
+        let name = |f: usize| paths[f].as_ref().display().to_string();
+        return Err(FormatError::DuplicateId {
+            id: w[0].0,
+            first: name(w[0].1),
+            second: name(w[1].1),
+        });
+    }
+    Ok(all)
 }
 
 /// Read a history from any reader; `name` is used in messages.
@@ -302,6 +335,42 @@ mod tests {
         let text = std::fs::read_to_string(&p).unwrap();
         assert!(!text.contains("_ts") && !text.contains("absent"), "{text}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Goal: several files read as one history (every transaction once, each file's reads
+    /// and writes still its own), shifted times included; a transaction in two files is
+    /// refused naming both.
+    #[test]
+    fn reads_several_files_as_one() {
+        let dir = scratch("several");
+        let (a, b) = (dir.join("cn0.jsonl"), dir.join("cn1.jsonl"));
+        let mut first = sample();
+        first.shift_times(1000);
+        assert_eq!((first.txns[0].start_ns, first.txns[0].end_ns), (1005, 1009));
+        write_history(&a, &first).unwrap();
+        write_history(&b, &sample_v2_other_cn()).unwrap();
+        let both = read_histories(&[&a, &b]).unwrap();
+        let mut want = first.clone();
+        want.append(sample_v2_other_cn());
+        assert_eq!(both, want);
+        let e = read_histories(&[&a, &a]).unwrap_err().to_string();
+        assert!(e.contains("is in both") && e.contains("cn0.jsonl"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `sample_v2` as run by compute node 1 (other coordinators and transaction ids).
+    fn sample_v2_other_cn() -> History {
+        let h = sample_v2();
+        History::from_records(
+            &(0..h.len())
+                .map(|i| {
+                    let mut r = h.record(i);
+                    r.coord |= 1 << 16;
+                    r.id |= 1 << 56;
+                    r
+                })
+                .collect::<Vec<_>>(),
+        )
     }
 
     /// Goal: version 1 files (as dmtx wrote them before version 2) still read, to the

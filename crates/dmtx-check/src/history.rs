@@ -251,6 +251,15 @@ impl History {
         }));
     }
 
+    /// Add `by_ns` to every transaction's `start_ns` and `end_ns` (a compute node's
+    /// clock readings made Unix time, so that histories of several hosts compare).
+    pub fn shift_times(&mut self, by_ns: u64) {
+        for t in &mut self.txns {
+            t.start_ns = t.start_ns.saturating_add(by_ns);
+            t.end_ns = t.end_ns.saturating_add(by_ns);
+        }
+    }
+
     /// The reads of transaction `t`.
     #[inline]
     pub fn reads_of(&self, t: &TxnMeta) -> &[Read] {

@@ -8,6 +8,12 @@
 //! Two levels keep the hot path free of synchronisation: each worker thread has a plain
 //! map shared by its coordinators; behind it, one map per compute node (sharded
 //! mutexes) lets a thread pick up what another thread of the same CN already learned.
+//!
+//! Each level is bounded (a compute node has little memory, and a run that inserts
+//! learns a new address per insert): it keeps two generations of at most `capacity`
+//! entries each. Entries go into the young one; when it is full it becomes the old
+//! one and the previous old one is dropped; a hit in the old one moves the entry back
+//! to the young one. What was used within the last `capacity` insertions stays.
 
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
@@ -16,20 +22,105 @@ use rustc_hash::FxHashMap;
 
 const SHARDS: usize = 16;
 
+/// Entries a level keeps per generation unless told otherwise
+/// ([`SharedAddrCache::with_capacity`]): 2 Mi, about 50 MB a generation, room for the
+/// hot keys of every preset's workload.
+pub const ADDR_CACHE_ENTRIES_DEFAULT: usize = 1 << 21;
+
+type Key = (u32, u64);
+
+/// One bounded level: two generations of at most `capacity` entries.
+#[derive(Debug, Default)]
+struct Generations {
+    young: FxHashMap<Key, u64>,
+    old: FxHashMap<Key, u64>,
+    capacity: usize,
+}
+
+impl Generations {
+    fn new(capacity: usize) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            ..Self::default()
+        }
+    }
+
+    #[inline]
+    fn get(&mut self, key: Key) -> Option<u64> {
+        if let Some(&rel) = self.young.get(&key) {
+            return Some(rel);
+        }
+        let rel = self.old.remove(&key)?;
+        self.insert(key, rel);
+        Some(rel)
+    }
+
+    #[inline]
+    fn insert(&mut self, key: Key, rel: u64) {
+        if self.young.len() >= self.capacity && !self.young.contains_key(&key) {
+            self.old = std::mem::take(&mut self.young);
+        }
+        // The old generation may still hold a stale address of `key`: the young entry
+        // is found first, and the stale one ages out.
+        self.young.insert(key, rel);
+    }
+
+    /// Forget `key` if it is cached at `stale_rel`.
+    fn evict(&mut self, key: Key, stale_rel: u64) {
+        for map in [&mut self.young, &mut self.old] {
+            if map.get(&key) == Some(&stale_rel) {
+                map.remove(&key);
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.young.len() + self.old.len()
+    }
+
+    fn clear(&mut self) {
+        self.young.clear();
+        self.old.clear();
+    }
+}
+
 /// The CN-wide level.
-#[derive(Default, Debug)]
+#[derive(Debug)]
 pub struct SharedAddrCache {
-    shards: [Mutex<FxHashMap<(u32, u64), u64>>; SHARDS],
+    shards: [Mutex<Generations>; SHARDS],
+    /// Entries per generation of each level (a shard holds its share).
+    capacity: usize,
+}
+
+impl Default for SharedAddrCache {
+    fn default() -> Self {
+        Self::with_capacity(ADDR_CACHE_ENTRIES_DEFAULT)
+    }
 }
 
 impl SharedAddrCache {
-    /// An empty cache.
+    /// An empty cache of [`ADDR_CACHE_ENTRIES_DEFAULT`] entries per generation.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// An empty cache whose levels each keep at most `entries` per generation (the CN
+    /// level spreads them over its shards).
+    pub fn with_capacity(entries: usize) -> Self {
+        let entries = entries.max(1);
+        Self {
+            shards: std::array::from_fn(|_| Mutex::new(Generations::new(entries.div_ceil(SHARDS)))),
+            capacity: entries,
+        }
+    }
+
+    /// Entries each level keeps per generation.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     #[inline]
-    fn shard(&self, key: u64) -> &Mutex<FxHashMap<(u32, u64), u64>> {
+    fn shard(&self, key: u64) -> &Mutex<Generations> {
         &self.shards[(dmtx_store::key_hash(key) as usize) % SHARDS]
     }
 
@@ -54,15 +145,15 @@ impl SharedAddrCache {
 /// One worker thread's view of the address cache.
 #[derive(Debug)]
 pub struct AddrCache {
-    local: RefCell<FxHashMap<(u32, u64), u64>>,
+    local: RefCell<Generations>,
     shared: Arc<SharedAddrCache>,
 }
 
 impl AddrCache {
-    /// A thread-level cache in front of the CN-wide one.
+    /// A thread-level cache in front of the CN-wide one, bounded as it is.
     pub fn new(shared: Arc<SharedAddrCache>) -> Self {
         Self {
-            local: RefCell::default(),
+            local: RefCell::new(Generations::new(shared.capacity)),
             shared,
         }
     }
@@ -70,10 +161,10 @@ impl AddrCache {
     /// The cached slot offset of `key` in `table`.
     #[inline]
     pub fn get(&self, table: u32, key: u64) -> Option<u64> {
-        if let Some(&rel) = self.local.borrow().get(&(table, key)) {
+        if let Some(rel) = self.local.borrow_mut().get((table, key)) {
             return Some(rel);
         }
-        let rel = *self.shared.shard(key).lock().unwrap().get(&(table, key))?;
+        let rel = self.shared.shard(key).lock().unwrap().get((table, key))?;
         self.local.borrow_mut().insert((table, key), rel);
         Some(rel)
     }
@@ -85,6 +176,16 @@ impl AddrCache {
         self.shared.shard(key).lock().unwrap().insert((table, key), rel);
     }
 
+    /// Entries this thread's level holds.
+    pub fn len(&self) -> usize {
+        self.local.borrow().len()
+    }
+
+    /// True when this thread's level holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Forget every address, on this thread and CN-wide (a memory node restarted).
     pub fn clear(&self) {
         self.local.borrow_mut().clear();
@@ -94,14 +195,8 @@ impl AddrCache {
     /// Forget `key` if it is still cached at `stale_rel` (another thread may already
     /// have cached the new address).
     pub fn evict(&self, table: u32, key: u64, stale_rel: u64) {
-        let mut local = self.local.borrow_mut();
-        if local.get(&(table, key)) == Some(&stale_rel) {
-            local.remove(&(table, key));
-        }
-        let mut shard = self.shared.shard(key).lock().unwrap();
-        if shard.get(&(table, key)) == Some(&stale_rel) {
-            shard.remove(&(table, key));
-        }
+        self.local.borrow_mut().evict((table, key), stale_rel);
+        self.shared.shard(key).lock().unwrap().evict((table, key), stale_rel);
     }
 }
 
@@ -122,5 +217,34 @@ mod tests {
         assert_eq!(b.get(1, 42), None);
         assert_eq!(shared.len(), 0);
         assert_eq!(a.get(2, 42), None, "tables are separate");
+    }
+
+    #[test]
+    fn a_level_keeps_two_generations_and_what_was_used_lately() {
+        let shared = Arc::new(SharedAddrCache::with_capacity(SHARDS * 4));
+        let a = AddrCache::new(Arc::clone(&shared));
+        for k in 0..1000u64 {
+            a.put(0, k, k * 8);
+            // A key read all along stays, however many others come after it.
+            assert_eq!(a.get(0, 0), Some(0), "after {k} puts");
+        }
+        assert!(a.len() <= 2 * SHARDS * 4, "thread level holds {}", a.len());
+        assert!(shared.len() <= 2 * SHARDS * 4, "CN level holds {}", shared.len());
+        assert_eq!(a.get(0, 1), None, "an entry not used since long ago is gone");
+        assert_eq!(a.get(0, 999), Some(999 * 8), "the latest stays");
+    }
+
+    #[test]
+    fn eviction_reaches_both_generations_and_a_new_address_wins() {
+        let mut g = Generations::new(2);
+        g.insert((0, 1), 10);
+        g.insert((0, 2), 20);
+        g.insert((0, 3), 30); // (0,1) and (0,2) are now old
+        g.insert((0, 1), 11); // a new address of an old key
+        assert_eq!(g.get((0, 1)), Some(11));
+        g.evict((0, 2), 20);
+        assert_eq!(g.get((0, 2)), None);
+        g.evict((0, 3), 99);
+        assert_eq!(g.get((0, 3)), Some(30), "a different address is not evicted");
     }
 }

@@ -43,7 +43,7 @@ mod txn;
 mod worker;
 
 pub use abort::{Abort, AbortReason};
-pub use cache::{AddrCache, SharedAddrCache};
+pub use cache::{AddrCache, SharedAddrCache, ADDR_CACHE_ENTRIES_DEFAULT};
 pub use clock::{Clock, RealClock, DRIFT_BOUND_PPM_DEFAULT};
 pub use ctx::{CoordCtx, CoordId, DEFERRED_POSTS_MAX};
 pub use error::{Result, RuntimeError};
@@ -60,6 +60,7 @@ pub use timestamp::{
     TsKind, TsKindError,
 };
 pub use txn::{
-    Access, Coordinator, Obj, ObjRef, ObjSummary, Phase, Table, Txn, TxnObserver, TxnSet, TxnSummary, STEP_ADD,
+    Access, Coordinator, Obj, ObjRef, ObjSummary, Phase, Table, Txn, TxnHints, TxnObserver, TxnSet, TxnSummary,
+    STEP_ADD,
 };
 pub use worker::{Cn, Worker};

@@ -235,6 +235,16 @@ pub trait Protocol: Send + Sync + Sized + 'static {
         let _ = coord;
         std::future::ready(())
     }
+
+    /// Whether this instance can run only transactions that declare every key before
+    /// their first execute ([`crate::TxnHints::keys_declared`]): Calvin's sequencer
+    /// orders and locks a transaction's whole read/write set before it runs. The
+    /// registry refuses to pair such a protocol with a workload whose transaction types
+    /// cannot declare their keys, and [`Coordinator::begin_with`] asserts it. Default
+    /// `false`.
+    fn requires_declared_keys(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

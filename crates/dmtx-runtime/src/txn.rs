@@ -113,6 +113,57 @@ pub struct Obj<S> {
     pub proto: S,
 }
 
+/// What a transaction promises at begin ([`Coordinator::begin_with`]), for protocols
+/// that take a cheaper path when they know it (the read-only paths of Motor §4, LOTUS
+/// §4 and OOCC §V) or that must know the whole read/write set before running (Calvin's
+/// sequencer locks it up front). A protocol reads them with [`Txn::hints`].
+///
+/// The runtime holds the workload to each promise where it is cheap, with an assertion
+/// in [`Txn`]'s add methods that stays on in release builds: a protocol trusts a hint to
+/// skip work (locks, validation), so a broken promise would otherwise commit
+/// unprotected writes without a sound. Breaking one is a programming error in the
+/// workload, not an abort.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TxnHints {
+    /// Every object is added read-only (AddRO): an add that writes (read-write,
+    /// insert, delete) panics.
+    pub read_only: bool,
+    /// Every object is added before the first [`Txn::execute`] (or `commit`): an add
+    /// after it panics, so the protocol's first `execute` sees the whole set.
+    pub keys_declared: bool,
+}
+
+impl TxnHints {
+    /// No promise: what [`Coordinator::begin`] gives.
+    pub const NONE: Self = Self {
+        read_only: false,
+        keys_declared: false,
+    };
+
+    /// Promises read-only and every key declared.
+    pub const READ_ONLY_DECLARED: Self = Self {
+        read_only: true,
+        keys_declared: true,
+    };
+
+    /// Promises every key declared, and writes.
+    pub const DECLARED: Self = Self {
+        read_only: false,
+        keys_declared: true,
+    };
+
+    /// Promises read-only, with keys chosen from what is read.
+    pub const READ_ONLY: Self = Self {
+        read_only: true,
+        keys_declared: false,
+    };
+
+    /// Whether these hints promise at least everything `other` does.
+    pub fn covers(self, other: TxnHints) -> bool {
+        (self.read_only || !other.read_only) && (self.keys_declared || !other.keys_declared)
+    }
+}
+
 /// Where a transaction is in its life.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Phase {
@@ -134,6 +185,11 @@ pub struct TxnSet<S> {
     pub arena: Vec<u64>,
     /// Objects before this index have been fetched by `execute`.
     pub fetched: usize,
+    /// What the transaction promised at begin.
+    pub hints: TxnHints,
+    /// `execute` (or `commit`) has been called in this transaction: with
+    /// `hints.keys_declared`, no object may be added any more.
+    pub executed: bool,
     /// Per-coordinator transaction sequence number.
     pub txn_seq: u64,
     /// Cluster-unique id of the current transaction ([`CoordId::txn_id`]).
@@ -153,6 +209,8 @@ impl<S> Default for TxnSet<S> {
             objs: Vec::new(),
             arena: Vec::new(),
             fetched: 0,
+            hints: TxnHints::NONE,
+            executed: false,
             txn_seq: 0,
             txn_id: 0,
             start_ts: None,
@@ -319,12 +377,34 @@ impl<P: Protocol> Coordinator<P> {
         spent
     }
 
-    /// Start a transaction (TxBegin).
+    /// Start a transaction (TxBegin) that promises nothing ([`TxnHints::NONE`]).
     pub fn begin(&mut self) -> Txn<'_, P> {
+        self.begin_with(TxnHints::NONE)
+    }
+
+    /// Start a transaction (TxBegin) that promises `hints`; the protocol reads them with
+    /// [`Txn::hints`].
+    ///
+    /// # Panics
+    ///
+    /// When a transaction is active, or when the protocol requires declared keys
+    /// ([`Protocol::requires_declared_keys`]) and `hints` does not promise them: the
+    /// registry refuses such a protocol and workload pair before a run, so reaching this
+    /// is a caller that bypassed it.
+    pub fn begin_with(&mut self, hints: TxnHints) -> Txn<'_, P> {
         assert!(self.set.phase != Phase::Active, "begin while a transaction is active");
+        assert!(
+            hints.keys_declared || !self.proto.requires_declared_keys(),
+            "protocol `{}` requires every key declared before the first execute, and this \
+             transaction was begun without `keys_declared`; run the protocol on a workload \
+             whose transactions declare their keys (`dmtx list` shows which)",
+            P::NAME
+        );
         self.set.objs.clear();
         self.set.arena.clear();
         self.set.fetched = 0;
+        self.set.hints = hints;
+        self.set.executed = false;
         self.set.txn_seq += 1;
         self.set.txn_id = self.ctx.id.txn_id(self.set.txn_seq);
         self.set.start_ts = None;
@@ -386,8 +466,26 @@ impl<'c, P: Protocol> Txn<'c, P> {
         self.coord.ctx.id
     }
 
+    /// What it promised at begin ([`Coordinator::begin_with`]).
+    #[inline]
+    pub fn hints(&self) -> TxnHints {
+        self.coord.set.hints
+    }
+
     fn add<T: ?Sized>(&mut self, table: u32, key: u64, access: Access) -> ObjRef<T> {
         assert_eq!(self.coord.set.phase, Phase::Active, "add to a finished transaction");
+        let hints = self.coord.set.hints;
+        assert!(
+            !(hints.read_only && access.writes()),
+            "table {table} key {key} added as {access:?} to a transaction begun read-only; \
+             begin it without `read_only` (TxnHints) or add the key with add_ro"
+        );
+        assert!(
+            !(hints.keys_declared && self.coord.set.executed),
+            "table {table} key {key} added after the first execute of a transaction begun \
+             with `keys_declared`; add every key before execute, or begin it without \
+             `keys_declared` (TxnHints)"
+        );
         self.coord.ctx.step(STEP_ADD, 1);
         let value_len = match self.coord.ctx.catalog.get(table) {
             Ok(t) => t.meta.value_bytes,
@@ -452,6 +550,7 @@ impl<'c, P: Protocol> Txn<'c, P> {
             Phase::Aborted(reason) => return Err(Abort::new(reason)),
             Phase::Committed => panic!("execute after commit"),
         }
+        self.coord.set.executed = true;
         if self.coord.set.fetched == self.coord.set.objs.len() {
             return Ok(());
         }
@@ -701,6 +800,166 @@ mod tests {
                 o(3, Access::ReadWrite, None, true, Some(103)),
             ]
         );
+    }
+
+    /// A coordinator of `proto` on a one-table catalog (table 0, 8-byte values).
+    fn one_table_coordinator<P: Protocol<CoordState = ()>>(proto: P) -> Coordinator<P> {
+        let meta = dmtx_memnode::TableMeta {
+            id: 0,
+            name: "t".into(),
+            value_bytes: 8,
+            slot_bytes: 8,
+            slots_per_bucket: 1,
+            bucket_bytes: 8,
+            bucket_count: 1,
+            overflow_bucket_count: 0,
+            runs: None,
+            replicas: vec![(dmtx_verbs::MnId(0), 0)],
+        };
+        let fabric = dmtx_verbs::MemFabric::new(vec![]);
+        let ctx = CoordCtx::new(
+            CoordId {
+                cn: 0,
+                thread: 0,
+                coroutine: 1,
+            },
+            Rc::new(fabric.transport()),
+            Arc::new(RealClock::new()),
+            Arc::new(Catalog::from_metas([meta])),
+            Rc::new(AddrCache::new(Arc::new(SharedAddrCache::new()))),
+        );
+        Coordinator::new(ctx, Arc::new(proto), ())
+    }
+
+    /// Goal: the hints given at begin are what the protocol reads, objects added before
+    /// the first execute are accepted under `keys_declared`, and `begin` resets the hints
+    /// of the transaction before. Method: a declared read-only transaction, then a plain
+    /// one, on a one-table catalog.
+    #[test]
+    fn hints_given_at_begin_are_what_the_protocol_reads() {
+        let mut c = one_table_coordinator(OddStamps(NoLayout));
+        let t: Table = Table::new(0);
+        let mut tx = c.begin_with(TxnHints::READ_ONLY_DECLARED);
+        assert_eq!(tx.hints(), TxnHints::READ_ONLY_DECLARED);
+        tx.add_ro(t, 2);
+        tx.add_ro(t, 4);
+        block_on(tx.execute()).unwrap();
+        block_on(tx.commit()).unwrap();
+        assert_eq!(c.set.hints, TxnHints::READ_ONLY_DECLARED, "kept after the outcome");
+        let mut tx = c.begin();
+        assert_eq!(tx.hints(), TxnHints::NONE, "begin promises nothing");
+        tx.add_ro(t, 2);
+        block_on(tx.execute()).unwrap();
+        tx.add_rw(t, 3);
+        block_on(tx.commit()).unwrap();
+    }
+
+    /// Goal: a transaction begun read-only that adds a write is stopped at the add, with
+    /// a message naming the key and the fix. Method: AddRW in a read-only transaction.
+    #[test]
+    #[should_panic(expected = "table 0 key 3 added as ReadWrite to a transaction begun read-only")]
+    fn a_write_in_a_read_only_transaction_panics() {
+        let mut c = one_table_coordinator(OddStamps(NoLayout));
+        let mut tx = c.begin_with(TxnHints::READ_ONLY);
+        tx.add_ro(Table::<[u8]>::new(0), 2);
+        tx.add_rw(Table::<[u8]>::new(0), 3);
+    }
+
+    /// Goal: the insert and delete accesses are writes for the read-only promise too.
+    /// Method: AddDelete in a read-only transaction.
+    #[test]
+    #[should_panic(expected = "added as Delete to a transaction begun read-only")]
+    fn a_delete_in_a_read_only_transaction_panics() {
+        let mut c = one_table_coordinator(OddStamps(NoLayout));
+        let mut tx = c.begin_with(TxnHints::READ_ONLY_DECLARED);
+        tx.add_delete(Table::<[u8]>::new(0), 3);
+    }
+
+    /// Goal: under `keys_declared`, a key added after the first execute is stopped at the
+    /// add. Method: one key, execute, a second key.
+    #[test]
+    #[should_panic(
+        expected = "table 0 key 5 added after the first execute of a transaction begun with `keys_declared`"
+    )]
+    fn a_key_added_after_execute_under_keys_declared_panics() {
+        let mut c = one_table_coordinator(OddStamps(NoLayout));
+        let mut tx = c.begin_with(TxnHints::DECLARED);
+        tx.add_rw(Table::<[u8]>::new(0), 4);
+        block_on(tx.execute()).unwrap();
+        tx.add_ro(Table::<[u8]>::new(0), 5);
+    }
+
+    /// Goal: the first execute closes the set even when it had nothing to fetch (an
+    /// empty set, or a second execute after everything was fetched). Method: execute on
+    /// an empty declared transaction, then an add.
+    #[test]
+    #[should_panic(expected = "added after the first execute")]
+    fn an_empty_first_execute_closes_a_declared_set() {
+        let mut c = one_table_coordinator(OddStamps(NoLayout));
+        let mut tx = c.begin_with(TxnHints::DECLARED);
+        block_on(tx.execute()).unwrap();
+        tx.add_ro(Table::<[u8]>::new(0), 5);
+    }
+
+    /// A protocol that requires declared keys and does nothing else.
+    struct NeedsKeys(NoLayout);
+
+    impl Protocol for NeedsKeys {
+        type CoordState = ();
+        type ObjState = ();
+        type CnState = ();
+        type ThreadState = ();
+        const NAME: &'static str = "needs-keys";
+        const ABOUT: &'static str = "test protocol";
+        const KNOBS: &'static [KnobSpec] = &[];
+
+        fn from_knobs(_: &Knobs) -> std::result::Result<Self, KnobError> {
+            Ok(NeedsKeys(NoLayout))
+        }
+        fn isolation(&self) -> Isolation {
+            Isolation::Serializable
+        }
+        fn layout(&self) -> &dyn SlotLayout {
+            &self.0
+        }
+        fn coord_state(&self, _: &CoordCtx, _: &dyn Control) -> crate::Result<()> {
+            Ok(())
+        }
+        async fn execute(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+            txn.coord.set.fetched = txn.coord.set.objs.len();
+            Ok(())
+        }
+        async fn commit(_: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+            Ok(())
+        }
+        fn abort(_: &mut Txn<'_, Self>) {}
+        fn requires_declared_keys(&self) -> bool {
+            true
+        }
+    }
+
+    /// Goal: a protocol that requires declared keys runs transactions that declare them
+    /// and stops, at begin, one that does not. Method: `begin_with(DECLARED)` commits;
+    /// `begin()` panics naming the protocol.
+    #[test]
+    #[should_panic(expected = "protocol `needs-keys` requires every key declared before the first execute")]
+    fn a_protocol_requiring_declared_keys_refuses_an_undeclared_begin() {
+        let mut c = one_table_coordinator(NeedsKeys(NoLayout));
+        let mut tx = c.begin_with(TxnHints::DECLARED);
+        tx.add_rw(Table::<[u8]>::new(0), 1);
+        block_on(tx.commit()).unwrap();
+        drop(c.begin());
+    }
+
+    #[test]
+    fn covers_orders_promises() {
+        use TxnHints as H;
+        for h in [H::NONE, H::READ_ONLY, H::DECLARED, H::READ_ONLY_DECLARED] {
+            assert!(h.covers(h) && h.covers(H::NONE) && H::READ_ONLY_DECLARED.covers(h));
+        }
+        assert!(!H::READ_ONLY.covers(H::DECLARED));
+        assert!(!H::DECLARED.covers(H::READ_ONLY));
+        assert!(!H::NONE.covers(H::READ_ONLY));
     }
 
     /// A protocol whose execute takes one round trip, whose cleanup waits one READ and

@@ -38,7 +38,7 @@
 //! for the flush runs (§6.2.4).
 
 use bytemuck::{Pod, Zeroable};
-use dmtx_runtime::{Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, ObjRef, Protocol, Table};
+use dmtx_runtime::{Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, ObjRef, Protocol, Table, TxnHints};
 use dmtx_store::{key_hash, StoreError, TableSpec};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -286,6 +286,11 @@ impl Workload for Kvs {
         &["read_only", "read_write"]
     }
 
+    /// Both types add their keys, drawn up front, before the one execute.
+    fn txn_hints(&self, ty: usize) -> TxnHints {
+        [TxnHints::READ_ONLY_DECLARED, TxnHints::DECLARED][ty]
+    }
+
     fn tables(&self) -> Vec<TableSpec> {
         vec![TableSpec::new(
             KVS_TABLE_ID,
@@ -338,7 +343,7 @@ impl Workload for Kvs {
 
         let mut objs = [None::<ObjRef<KvsValue>>; OBJECTS_MAX];
         let objs = &mut objs[..n];
-        let mut txn = coord.begin();
+        let mut txn = coord.begin_with(self.txn_hints(usize::from(rw)));
         for (o, &k) in objs.iter_mut().zip(keys.iter()) {
             *o = Some(if rw { txn.add_rw(KVS, k) } else { txn.add_ro(KVS, k) });
         }

@@ -4,7 +4,10 @@
 //! A [`Workload`] declares its tables ([`dmtx_store::TableSpec`]), produces their initial
 //! records, runs one transaction at a time on a coordinator through the `Txn` API
 //! (AddRO / AddRW / Execute / Commit, FORD §5.2) and, after a run, checks its invariants
-//! on a [`Snapshot`] of the quiesced tables given every coordinator's local state.
+//! on a [`Snapshot`] of the quiesced tables given every coordinator's local state. It
+//! states, per transaction type, what each transaction promises at begin
+//! ([`Workload::txn_hints`]: read-only, every key declared before the first execute), so
+//! protocols can take read-only paths and the registry can refuse a pair that cannot run.
 //!
 //! - [`Kvs`]: the key-value micro-benchmark of FORD §6.1 and Motor §7.1 (one table,
 //!   40-byte values, Zipfian or uniform keys, read-only and read-write transactions);

@@ -38,7 +38,7 @@
 //! 2 × accounts × INITIAL_BALANCE_CENTS + Σ committed deltas`, and that both tables hold
 //! exactly the keys `0..accounts`.
 
-use dmtx_runtime::{Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, Protocol, Table};
+use dmtx_runtime::{Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, Protocol, Table, TxnHints};
 use dmtx_store::{StoreError, TableSpec};
 use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
@@ -285,6 +285,16 @@ impl Workload for SmallBank {
         &TXN_TYPES
     }
 
+    /// Every type adds its one or two accounts' records before its one execute; only
+    /// Balance writes nothing.
+    fn txn_hints(&self, ty: usize) -> TxnHints {
+        if ty == BALANCE {
+            TxnHints::READ_ONLY_DECLARED
+        } else {
+            TxnHints::DECLARED
+        }
+    }
+
     fn tables(&self) -> Vec<TableSpec> {
         vec![
             TableSpec::new(SAVINGS_TABLE_ID, "savings", 8, self.cfg.accounts),
@@ -330,7 +340,7 @@ impl Workload for SmallBank {
     ) -> Result<Outcome, Abort> {
         let ty = input.ty;
         let (a, b) = input.accounts;
-        let mut txn = coord.begin();
+        let mut txn = coord.begin_with(self.txn_hints(ty));
         // Net money this transaction creates if it commits.
         let delta: i64;
         match ty {

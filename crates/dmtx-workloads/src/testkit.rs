@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use dmtx_memnode::LocalCluster;
 use dmtx_protocols::ford::{Ford, FordConfig};
-use dmtx_runtime::{block_on, scan_table, AbortReason, Cn, LocalExecutor, Protocol, RealClock};
+use dmtx_runtime::{block_on, scan_table, AbortReason, Cn, LocalExecutor, Protocol, RealClock, TxnHints};
 use dmtx_store::{create_table, placement, TableBuilder};
 
 use crate::{Snapshot, Workload};
@@ -32,6 +32,8 @@ pub(crate) struct Run<W: Workload> {
     pub committed: Vec<u64>,
     /// Aborts by reason.
     pub aborts: BTreeMap<AbortReason, u64>,
+    /// By type, what every attempt of it promised at begin (`None`: none ran).
+    pub hints: Vec<Option<TxnHints>>,
 }
 
 impl<W: Workload> Run<W> {
@@ -46,12 +48,14 @@ impl<W: Workload> std::fmt::Debug for Run<W> {
         f.debug_struct("Run")
             .field("committed", &self.committed)
             .field("aborts", &self.aborts)
+            .field("hints", &self.hints)
             .finish()
     }
 }
 
 /// Run `txns` transactions on each of `coordinators` coordinators of one thread under
-/// FORD, then snapshot every table of `w`.
+/// FORD, then snapshot every table of `w`. Every attempt must begin with at least its
+/// type's hints ([`Workload::txn_hints`]); the runtime holds it to them.
 pub(crate) fn run_under_ford<W: Workload>(w: &W, coordinators: u16, txns: usize, seed: u64) -> Run<W> {
     let cluster = LocalCluster::new(MN_COUNT, REGION_BYTES);
     let ford = Arc::new(Ford::new(FordConfig::default()));
@@ -82,15 +86,24 @@ pub(crate) fn run_under_ford<W: Workload>(w: &W, coordinators: u16, txns: usize,
         executor.spawn(async move {
             let mut committed = vec![0u64; types];
             let mut aborts = BTreeMap::<AbortReason, u64>::new();
+            let mut hints = vec![None::<TxnHints>; types];
             for _ in 0..txns {
                 let (ty, res) = w.run_one(&mut local, &mut coord).await;
                 assert!(ty < types, "type index {ty} out of {types}");
+                let begun = coord.set.hints;
+                assert!(
+                    begun.covers(w.txn_hints(ty)),
+                    "{} begun with {begun:?}, weaker than its type's {:?}",
+                    w.txn_types()[ty],
+                    w.txn_hints(ty)
+                );
+                hints[ty] = Some(weakest(hints[ty], begun));
                 match res {
                     Ok(_) => committed[ty] += 1,
                     Err(a) => *aborts.entry(a.reason).or_default() += 1,
                 }
             }
-            finished.borrow_mut().push((c, local, committed, aborts));
+            finished.borrow_mut().push((c, local, committed, aborts, hints));
         });
     }
     executor.run(worker.transport().as_ref());
@@ -103,14 +116,20 @@ pub(crate) fn run_under_ford<W: Workload>(w: &W, coordinators: u16, txns: usize,
         snapshot: Snapshot::new(),
         committed: vec![0; types],
         aborts: BTreeMap::new(),
+        hints: vec![None; types],
     };
-    for (_, local, committed, aborts) in finished {
+    for (_, local, committed, aborts, hints) in finished {
         run.locals.push(local);
         for (t, c) in committed.into_iter().enumerate() {
             run.committed[t] += c;
         }
         for (r, n) in aborts {
             *run.aborts.entry(r).or_default() += n;
+        }
+        for (t, h) in hints.into_iter().enumerate() {
+            if let Some(h) = h {
+                run.hints[t] = Some(weakest(run.hints[t], h));
+            }
         }
     }
 
@@ -124,6 +143,15 @@ pub(crate) fn run_under_ford<W: Workload>(w: &W, coordinators: u16, txns: usize,
     }
     run.snapshot.seal();
     run
+}
+
+/// What both `a` (if any) and `b` promise.
+fn weakest(a: Option<TxnHints>, b: TxnHints) -> TxnHints {
+    let a = a.unwrap_or(b);
+    TxnHints {
+        read_only: a.read_only && b.read_only,
+        keys_declared: a.keys_declared && b.keys_declared,
+    }
 }
 
 /// Knobs from `key=value` pairs.

@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use dmtx_runtime::{Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, Protocol};
+use dmtx_runtime::{Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, Protocol, TxnHints};
 use dmtx_store::{StoreError, TableSpec};
 
 use crate::Snapshot;
@@ -55,6 +55,17 @@ pub trait Workload: Send + Sync + Sized + 'static {
 
     /// Names of the transaction types, indexed as `draw` reports them.
     fn txn_types(&self) -> &'static [&'static str];
+
+    /// What every transaction of type `ty` promises at begin: read-only, and every key
+    /// declared before the first execute ([`TxnHints`]); `run` begins each transaction
+    /// with at least these hints. One transaction may promise more than its type (TPC-C's
+    /// Payment by customer id declares its keys; by last name it reads the id first). The
+    /// registry pairs a protocol that requires declared keys only with a workload whose
+    /// every type declares them. The default promises nothing.
+    fn txn_hints(&self, ty: usize) -> TxnHints {
+        let _ = ty;
+        TxnHints::NONE
+    }
 
     /// The tables to create.
     fn tables(&self) -> Vec<TableSpec>;
@@ -197,4 +208,87 @@ pub struct InvariantError {
     pub invariant: &'static str,
     /// What was expected and what was found.
     pub detail: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use dmtx_runtime::TxnHints;
+
+    use crate::testkit::{knobs, run_under_ford};
+    use crate::{Kvs, SmallBank, Tatp, Tpcc, Workload, Ycsb};
+
+    /// `ro+keys`, `ro`, `keys` or `none`: what every attempt of each type promised at
+    /// begin in a run of `w` under FORD, by type name.
+    fn begun<W: Workload>(w: &W, txns: usize) -> Vec<(&'static str, &'static str)> {
+        let run = run_under_ford(w, 2, txns, 11);
+        w.txn_types()
+            .iter()
+            .zip(&run.hints)
+            .map(|(&name, h)| {
+                let h = h.unwrap_or_else(|| panic!("no {name} ran in {txns} transactions: {run:?}"));
+                let code = match (h.read_only, h.keys_declared) {
+                    (true, true) => "ro+keys",
+                    (true, false) => "ro",
+                    (false, true) => "keys",
+                    (false, false) => "none",
+                };
+                (name, code)
+            })
+            .collect()
+    }
+
+    fn build<W: Workload>(pairs: &[&str]) -> W {
+        W::from_knobs(&knobs(pairs)).unwrap()
+    }
+
+    /// Goal: each workload's read-only types begin read-only, and the types that add
+    /// every key before their first execute begin with `keys_declared`; the runtime's
+    /// assertions hold each promise, so a run that finishes shows the hints are true.
+    /// Method: a short run of each workload under FORD (the test kit also checks every
+    /// attempt against its type's `txn_hints`); the weakest hints of each type's
+    /// attempts, by name.
+    #[test]
+    fn every_workload_begins_its_types_with_their_hints() {
+        let kvs: Kvs = build(&["keys=200", "objects=4"]);
+        assert_eq!(begun(&kvs, 200), [("read_only", "ro+keys"), ("read_write", "keys")]);
+        let bank: SmallBank = build(&["accounts=1000"]);
+        let b = begun(&bank, 400);
+        for (name, code) in &b {
+            let want = if *name == "balance" { "ro+keys" } else { "keys" };
+            assert_eq!(*code, want, "{name}: {b:?}");
+        }
+        let ycsb: Ycsb = build(&["records=2000", "fields=2", "field_bytes=8"]);
+        assert_eq!(begun(&ycsb, 200), [("read_only", "ro+keys"), ("read_write", "keys")]);
+        let tatp_types = |index: bool| {
+            let last = if index { "none" } else { "keys" };
+            vec![
+                ("get_subscriber_data", "ro+keys"),
+                ("get_new_destination", "ro"),
+                ("get_access_data", "ro+keys"),
+                ("update_subscriber_data", "keys"),
+                ("update_location", last),
+                ("insert_call_forwarding", last),
+                ("delete_call_forwarding", last),
+            ]
+        };
+        let tatp: Tatp = build(&["subscribers=1000"]);
+        assert_eq!(begun(&tatp, 1000), tatp_types(true));
+        let tatp: Tatp = build(&["subscribers=1000", "sub_nbr_index=false"]);
+        assert_eq!(begun(&tatp, 1000), tatp_types(false));
+        let small = ["warehouses=1", "items=1000", "customers=60", "mix=1,1,1,1,1"];
+        let tpcc: Tpcc = build(&small);
+        assert_eq!(
+            begun(&tpcc, 60),
+            [
+                ("new_order", "none"),
+                ("payment", "none"),
+                ("order_status", "ro"),
+                ("delivery", "none"),
+                ("stock_level", "ro"),
+            ]
+        );
+        let tpcc: Tpcc = build(&[&small[..], &["tpcc_variant=ford"]].concat());
+        assert_eq!(begun(&tpcc, 60)[1], ("payment", "keys"), "FORD's Payment is by id");
+        assert_eq!(tpcc.txn_hints(1), TxnHints::DECLARED);
+    }
 }

@@ -134,6 +134,9 @@ pub struct ClusterView {
     pub placement: Vec<(String, u16)>,
     /// Time limits of the `tcp` transport.
     pub timeouts: Timeouts,
+    /// The compute node this process runs (`dmtx bench --cn`), one of `compute_nodes`;
+    /// `None` when it runs the only compute node of the run.
+    pub cn: Option<u16>,
 }
 
 /// How long compute nodes wait for memory nodes (defaults: those of `TcpConfig::new`).
@@ -323,7 +326,25 @@ impl ClusterView {
             compute_nodes,
             placement,
             timeouts,
+            cn: None,
         })
+    }
+
+    /// Run as compute node `id` (`--cn`): it must be listed under `[[compute_nodes]]` of
+    /// the file at `path`.
+    pub fn select_cn(&mut self, id: u16, path: &Path) -> Result<(), ClusterError> {
+        if !self.compute_nodes.iter().any(|c| c.id == id) {
+            let listed: Vec<String> = self.compute_nodes.iter().map(|c| c.id.to_string()).collect();
+            return Err(ClusterError {
+                path: path.display().to_string(),
+                what: format!(
+                    "--cn {id}: no `[[compute_nodes]]` entry has that id (listed: {}); add one with its `id` and `address`",
+                    if listed.is_empty() { "none".to_string() } else { listed.join(", ") }
+                ),
+            });
+        }
+        self.cn = Some(id);
+        Ok(())
     }
 
     /// The memory node holding the primary of `table`, if the file places it.
@@ -518,11 +539,67 @@ impl LocalNodes {
 }
 
 impl LocalNodes {
+    /// List `n` compute nodes (ids `0..n`) on `127.0.0.1` in the cluster file, each on a
+    /// port free now (bound and released here: another process could take it before the
+    /// compute node binds it, which it then reports).
+    pub fn add_compute_nodes(&self, n: u16) -> Result<(), ClusterError> {
+        use std::io::Write;
+        let err = |what: String| ClusterError {
+            path: self.cluster_file.display().to_string(),
+            what,
+        };
+        // Held together so that the ports differ.
+        let listeners: Vec<std::net::TcpListener> = (0..n)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+            .collect::<Result<_, _>>()
+            .map_err(|e| err(format!("finding free loopback ports for compute nodes: {e}")))?;
+        let mut text = String::new();
+        for (id, l) in listeners.iter().enumerate() {
+            let addr = l.local_addr().map_err(|e| err(e.to_string()))?;
+            text += &format!("\n[[compute_nodes]]\nid = {id}\naddress = \"{addr}\"\n");
+        }
+        drop(listeners);
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.cluster_file)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .map_err(|e| err(e.to_string()))
+    }
+
     /// CPU time (user + system) each memory-node process has used so far, from
     /// `/proc/PID/stat`; `None` where it cannot be read (not Linux, process gone).
     pub fn cpu_seconds(&self) -> Vec<Option<f64>> {
         self.children.iter().map(|c| process_cpu_seconds(c.id())).collect()
     }
+}
+
+/// Wait for every child (the compute-node processes of `cluster up --compute-nodes`);
+/// once one fails (a non-zero exit), the others are killed: they would otherwise wait at
+/// the start barrier for it until their time limit. Each child's exit code (`None`
+/// when a signal ended it: the ones killed here).
+pub fn wait_all_or_stop(children: &mut [std::process::Child]) -> std::io::Result<Vec<Option<i32>>> {
+    let mut codes: Vec<Option<Option<i32>>> = vec![None; children.len()];
+    let mut failed = false;
+    while codes.iter().any(Option::is_none) {
+        for (c, code) in children.iter_mut().zip(codes.iter_mut()) {
+            if code.is_none() {
+                if let Some(status) = c.try_wait()? {
+                    failed |= status.code() != Some(0);
+                    *code = Some(status.code());
+                }
+            }
+        }
+        if failed {
+            for (c, code) in children.iter_mut().zip(codes.iter_mut()) {
+                if code.is_none() {
+                    let _ = c.kill();
+                    *code = Some(c.wait()?.code());
+                }
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Ok(codes.into_iter().map(|c| c.expect("every child waited for")).collect())
 }
 
 /// User + system CPU seconds of process `pid` (Linux `/proc`).
@@ -624,16 +701,33 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_child_stops_the_others() {
+        let spawn = |script: &str| std::process::Command::new("sh").args(["-c", script]).spawn().unwrap();
+        let started = std::time::Instant::now();
+        let mut children = vec![spawn("sleep 30"), spawn("sleep 0.1; exit 2"), spawn("sleep 30")];
+        let codes = wait_all_or_stop(&mut children).unwrap();
+        assert_eq!(codes, vec![None, Some(2), None]);
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        let mut ok = vec![spawn("exit 0"), spawn("sleep 0.2")];
+        assert_eq!(wait_all_or_stop(&mut ok).unwrap(), vec![Some(0), Some(0)]);
+    }
+
+    #[test]
     fn cpu_time_of_a_busy_process_is_read() {
         let me = std::process::id();
         let before = process_cpu_seconds(me).expect("readable on Linux");
+        // Spin until the reading has grown by 0.1 s, rather than for a fixed wall time: on
+        // a loaded host (several builds at once) 300 ms of wall time got 90 ms of CPU.
         let t = std::time::Instant::now();
         let mut x = 0u64;
-        while t.elapsed() < std::time::Duration::from_millis(300) {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        let mut after = before;
+        while after - before < 0.1 && t.elapsed() < std::time::Duration::from_secs(30) {
+            for _ in 0..1_000_000 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            }
+            after = process_cpu_seconds(me).unwrap();
         }
         std::hint::black_box(x);
-        let after = process_cpu_seconds(me).unwrap();
         assert!(after - before >= 0.1, "{before} -> {after}");
         assert_eq!(process_cpu_seconds(u32::MAX), None);
     }

@@ -122,6 +122,13 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE")]
     pub cluster: Option<String>,
 
+    /// With --cluster: run as compute node ID of the file's `[[compute_nodes]]`. Start one
+    /// `dmtx bench` per compute node with the same flags and its own --cn; they meet at
+    /// the memory nodes, start together and each writes its own record and history
+    /// (`dmtx report` merges the records, `dmtx check` takes the histories together).
+    #[arg(long, value_name = "ID", requires = "cluster")]
+    pub cn: Option<u16>,
+
     /// How compute threads reach the memory nodes in-process: `mem` (direct, real time) or
     /// `sim` (the simulator's NIC model on virtual time; `--duration` is virtual).
     #[arg(long, value_enum, default_value_t = TransportKind::Mem)]
@@ -260,6 +267,7 @@ impl Default for BenchArgs {
             check: false,
             history: None,
             cluster: None,
+            cn: None,
             on_fault: OnFault::Stop,
             transport: TransportKind::Mem,
             compute_nodes: None,
@@ -449,6 +457,14 @@ impl BenchConfig {
         (protocol.check)(&knobs)?;
         (workload.check)(&knobs)?;
         (registry::DRIVER.check)(&knobs)?;
+        registry::check_pair(
+            protocol.name,
+            (protocol.requires_declared_keys)(&knobs),
+            workload,
+            &knobs,
+            registry::PROTOCOLS,
+            registry::WORKLOADS,
+        )?;
         let mut cfg = Self::from_args_unchecked(args, knobs)?;
         cfg.knobs_effective = effective_knobs(&cfg.knobs, &[protocol, workload, &registry::DRIVER]);
         if let (Some(_), TransportKind::Sim) = (&args.cluster, args.transport) {
@@ -495,7 +511,10 @@ impl BenchConfig {
             cfg.sim = Some(SimSetup { profile, faults });
         }
         if let Some(path) = &args.cluster {
-            let view = crate::cluster::ClusterView::load(std::path::Path::new(path))?;
+            let mut view = crate::cluster::ClusterView::load(std::path::Path::new(path))?;
+            if let Some(id) = args.cn {
+                view.select_cn(id, std::path::Path::new(path))?;
+            }
             cfg.memory_nodes = view.memory_nodes.len() as u16;
             cfg.replicas = view.replicas;
             cfg.cluster = Some(view);
@@ -729,6 +748,22 @@ pub enum ConfigError {
     /// A `--set` knob is unknown or has a bad value.
     #[error("--set: {0}")]
     Knob(KnobError),
+    /// The protocol requires every key declared before the first execute, and some
+    /// transaction types of the workload choose keys from what they read.
+    #[error(
+        "--protocol {protocol} requires every key declared before the first execute, which \
+         workload `{workload}` cannot do in {types} (they pick keys from what they read); {instead}"
+    )]
+    Incompatible {
+        /// The protocol.
+        protocol: String,
+        /// The workload.
+        workload: String,
+        /// Its transaction types that cannot declare their keys, comma-separated.
+        types: String,
+        /// What to run instead.
+        instead: String,
+    },
 }
 
 // By hand rather than `#[from]`, which would also make the knob error this one's

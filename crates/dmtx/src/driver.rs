@@ -185,8 +185,30 @@ pub const RETRY_ABORTS: KnobSpec = KnobSpec {
            TPC-C, BenchBase), 0 (draw a new one: FORD's and Motor's code) or N (OOCC's TPC-C: 19, 20 attempts)",
 };
 
+/// `--set addr_cache_entries`: the bound of each level of a compute node's address cache.
+pub const ADDR_CACHE_ENTRIES: KnobSpec = KnobSpec {
+    name: "addr_cache_entries",
+    default: "2097152",
+    help: "addresses each level of a compute node's address cache keeps per generation (the CN's and each \
+           thread's; two generations, the older dropped when the younger fills): bounds the CN's memory in runs \
+           that insert",
+};
+
 /// Knobs of the driver, which every run accepts.
-pub const KNOBS: &[KnobSpec] = &[RETRY_ABORTS];
+pub const KNOBS: &[KnobSpec] = &[RETRY_ABORTS, ADDR_CACHE_ENTRIES];
+
+/// `--set addr_cache_entries`, checked: at least 1.
+pub fn addr_cache_entries(knobs: &Knobs) -> Result<usize, KnobError> {
+    let n: u64 = knobs.get(&ADDR_CACHE_ENTRIES)?;
+    if n == 0 || n > (1 << 40) {
+        return Err(KnobError::Invalid {
+            key: ADDR_CACHE_ENTRIES.name.into(),
+            value: n.to_string(),
+            why: "expected 1 to 2^40 entries; e.g. `--set addr_cache_entries=1000000`".into(),
+        });
+    }
+    Ok(n as usize)
+}
 
 /// How often an aborted transaction is run again with the same inputs
 /// ([`RETRY_ABORTS`]). Only [`retryable`] aborts are; a run's stop flag ends retrying.
@@ -385,6 +407,16 @@ pub fn run<P: Protocol, W: Workload>(
     cfg: &BenchConfig,
     hooks: &RunHooks<'_>,
 ) -> Result<BenchResult, RunError> {
+    // `--cn`: one compute node of a multi-process run, which runs its share of `--txns`.
+    let role = crate::cn_join::Role::of(cfg);
+    let cfg_share;
+    let cfg = match &role {
+        Some(r) => {
+            cfg_share = r.share_of(cfg);
+            &cfg_share
+        }
+        None => cfg,
+    };
     let mn_count = cfg.memory_nodes as usize;
     let proto = Arc::new(proto);
 
@@ -409,14 +441,25 @@ pub fn run<P: Protocol, W: Workload>(
         Some(view) => remote_pool(view, &plan.need_per_mn)?,
     };
     let mn_bytes = pool.mn_bytes;
+    let mut join = role.map(|r| crate::cn_join::Join::new(r, Arc::clone(&pool.control)));
+    // Of a `--cn` run's compute nodes, only one sets up the run and loads the tables.
+    let loads = join.as_ref().is_none_or(|j| j.role().loads());
+    if let Some(j) = &join {
+        j.before_load()?;
+    }
     // Run-wide areas, published by name before any coordinator is set up.
-    proto.setup_run(pool.control.as_ref())?;
+    if loads {
+        proto.setup_run(pool.control.as_ref())?;
+    }
 
     // 3. Tables, built locally in parallel (one thread each: TPC-C's nine, TATP's five;
     // the loaders only read the workload, and each builder owns its image), then shipped.
     hooks.monitor.phase("loading tables");
     let load_started = std::time::Instant::now();
-    let builders = build_tables(&workload, &specs, proto.layout(), hooks.stop);
+    let builders = match loads {
+        true => build_tables(&workload, &specs, proto.layout(), hooks.stop),
+        false => Vec::new(),
+    };
     let mut records_loaded = 0;
     for (table, builder) in plan.tables.iter().zip(builders) {
         let builder = builder?;
@@ -427,6 +470,9 @@ pub fn run<P: Protocol, W: Workload>(
             });
         }
         create_table(pool.control.as_ref(), builder, &table.nodes)?;
+    }
+    if let Some(j) = &mut join {
+        j.tables_loaded(hooks.stop)?;
     }
     let load = load_started.elapsed();
 
@@ -464,9 +510,16 @@ pub fn run<P: Protocol, W: Workload>(
             // `--compute-nodes N` in one process: N nodes on the same memory pool, each
             // with its own threads, caches, protocol state and mailboxes.
             let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
+            // With --cluster, this process is the one node --cn names.
+            let first = join.as_ref().map_or(0, |j| j.role().id);
             let cns = (0..cfg.compute_nodes)
                 .map(|i| {
-                    let mut cn = Cn::connect(i, Arc::clone(&pool.fabric), Arc::clone(&control), Arc::clone(&clock))?;
+                    let mut cn = Cn::connect(
+                        first + i,
+                        Arc::clone(&pool.fabric),
+                        Arc::clone(&control),
+                        Arc::clone(&clock),
+                    )?;
                     if let Some(p) = &hooks.probes {
                         cn = cn.with_probes(Arc::clone(p));
                     }
@@ -476,27 +529,32 @@ pub fn run<P: Protocol, W: Workload>(
             (clock, cns)
         }
     };
+    let cache_entries = addr_cache_entries(&cfg.knobs)?;
+    for cn in &mut cns {
+        cn.cache = Arc::new(dmtx_runtime::SharedAddrCache::with_capacity(cache_entries));
+    }
     let transport_name = cns[0].fabric.name();
     // CN↔CN messaging: one mailbox per worker thread of every node, on the simulator's
     // network model (virtual time) or in memory.
     let mut sim_net = None;
     if proto.messaging() {
-        if cfg.cluster.is_some() {
-            return Err(RunError::Unsupported(format!(
-                "protocol `{}` messages other compute nodes, and `--cluster` runs do not wire CN-to-CN \
-                 messaging yet; run it in-process (without --cluster)",
-                P::NAME
-            )));
-        }
         let nodes = cns.len() as u16;
-        let fabrics: Vec<Arc<dyn dmtx_verbs::msg::MsgFabric>> = match &sim {
-            Some(sim) => {
+        let fabrics: Vec<Arc<dyn dmtx_verbs::msg::MsgFabric>> = match (&sim, &join, &cfg.cluster) {
+            (Some(sim), _, _) => {
                 let net = dmtx_sim::SimMsgNet::new(sim, nodes, cfg.threads);
                 let f = (0..nodes).map(|i| Arc::new(net.fabric(i)) as Arc<_>).collect();
                 sim_net = Some(net);
                 f
             }
-            None => {
+            (None, Some(j), Some(view)) => vec![Arc::new(j.messaging(view, cfg.threads)?)],
+            (None, None, Some(_)) => {
+                return Err(RunError::Unsupported(format!(
+                    "protocol `{}` messages other compute nodes, and a `--cluster` run without --cn has no \
+                     compute-node address to message from; add --cn ID (a `[[compute_nodes]]` id)",
+                    P::NAME
+                )));
+            }
+            (None, _, None) => {
                 let net = dmtx_verbs::msg::MemMsgNet::new(nodes, cfg.threads);
                 (0..nodes).map(|i| Arc::new(net.fabric(i)) as Arc<_>).collect()
             }
@@ -582,6 +640,7 @@ pub fn run<P: Protocol, W: Workload>(
     let mut real_started = std::time::Instant::now();
     let mut sim_window: (Option<SimCounters>, Option<SimCounters>) = (None, None);
     let mut stranded = 0;
+    let mut join_failed = None;
     let outcomes: Vec<Result<ThreadOutcome<W::Local>, RunError>> = if let Some(sim) = &sim {
         started_at_unix_s = crate::results::wall_clock_unix_s();
         start_ns = clock.now_ns();
@@ -612,6 +671,13 @@ pub fn run<P: Protocol, W: Workload>(
                     break;
                 }
                 std::thread::sleep(Duration::from_micros(200));
+            }
+            // Every compute node of a `--cn` run starts when the last is ready.
+            if let Some(j) = join.as_ref().filter(|_| !shared.stop.load(Ordering::Relaxed)) {
+                if let Err(e) = j.start_barrier(hooks.stop) {
+                    join_failed = Some(e);
+                    shared.stop.store(true, Ordering::Relaxed);
+                }
             }
             started_at_unix_s = crate::results::wall_clock_unix_s();
             start_ns = clock.now_ns();
@@ -669,6 +735,9 @@ pub fn run<P: Protocol, W: Workload>(
                 .collect()
         })
     };
+    if let Some(e) = join_failed {
+        return Err(e.into());
+    }
     let real = real_started.elapsed();
     hooks.monitor.finished();
     // What is reported starts after the warm-up.
@@ -756,7 +825,7 @@ pub fn run<P: Protocol, W: Workload>(
     let scan_cn = match &sim {
         Some(_) => Cn::connect(0, direct, Arc::clone(&control), Arc::new(RealClock::new()))?,
         None => {
-            // The scanner is no worker of the messaging network.
+            // The scanner is one thread more than messaging knows of: it sends nothing.
             let mut cn = cns[0].clone();
             cn.msg = None;
             cn
@@ -782,17 +851,32 @@ pub fn run<P: Protocol, W: Workload>(
             detail: e.to_string(),
         },
     };
+    // One of several `--cn` compute nodes counted only its own coordinators' work.
+    let invariant = match join.as_ref().and_then(|j| j.unchecked_invariant()) {
+        Some(detail) => InvariantResult { ok: true, detail },
+        None => invariant,
+    };
 
     // 5. The isolation check of the recorded history.
     let check = match history {
         None => None,
-        Some(h) => {
+        Some(mut h) => {
+            if join.is_some() {
+                // Histories of several hosts are merged on Unix time (`cn_join`).
+                h.shift_times(crate::cn_join::unix_offset_ns(clock.as_ref()));
+            }
             if let Some(path) = &cfg.history {
                 hooks.monitor.phase("writing the history");
                 write_history(path, &h).map_err(RunError::History)?;
             }
-            hooks.monitor.phase("checking the history");
-            Some(CheckResult::of(&check_history(&h, &check_options(proto.isolation()))))
+            match join.as_ref().is_none_or(|j| j.checks_alone()) {
+                true => {
+                    hooks.monitor.phase("checking the history");
+                    Some(CheckResult::of(&check_history(&h, &check_options(proto.isolation()))))
+                }
+                // It holds only this CN's transactions: `dmtx check` takes every CN's.
+                false => None,
+            }
         }
     };
 
@@ -817,7 +901,7 @@ pub fn run<P: Protocol, W: Workload>(
             crate::results::Clock::Real
         },
     ));
-    Ok(BenchResult::from_run(RawRun {
+    let mut result = BenchResult::from_run(RawRun {
         metrics,
         timeseries,
         cfg,
@@ -872,7 +956,9 @@ pub fn run<P: Protocol, W: Workload>(
             }
             _ => None,
         },
-    }))
+    });
+    result.cn = join.map(|j| j.record(&stats));
+    Ok(result)
 }
 
 /// Where the run's memory nodes are and how to reach them.
@@ -2020,6 +2106,18 @@ mod tests {
             Some(latency_bucket_ns_max(latency_bucket(5_000_000)))
         );
         assert_eq!(LatencyCounts::ZERO.quantile_ns(0.99), None);
+    }
+
+    #[test]
+    fn addr_cache_entries_default_is_the_runtime_default_and_zero_is_refused() {
+        assert_eq!(
+            addr_cache_entries(&Knobs::default()).unwrap(),
+            dmtx_runtime::ADDR_CACHE_ENTRIES_DEFAULT
+        );
+        let e = addr_cache_entries(&Knobs::parse(["addr_cache_entries=0"]).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("addr_cache_entries") && e.contains("1 to 2^40"), "{e}");
     }
 
     #[test]

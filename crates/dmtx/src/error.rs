@@ -87,6 +87,9 @@ pub enum RunError {
     /// The run asks for something this build cannot do yet; the message says what to do.
     #[error("{0}")]
     Unsupported(String),
+    /// The compute nodes of a `--cn` run could not meet (or listen for each other).
+    #[error(transparent)]
+    Join(#[from] crate::cn_join::JoinError),
     /// The history could not be written (`--history`).
     #[error("writing the history: {0}")]
     History(dmtx_check::format::FormatError),

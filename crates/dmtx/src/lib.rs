@@ -37,6 +37,7 @@ pub use dmtx_workloads as workloads;
 
 pub mod calibrate;
 pub mod cluster;
+pub mod cn_join;
 pub mod config;
 pub mod driver;
 pub mod error;

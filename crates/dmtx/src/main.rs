@@ -49,7 +49,17 @@ enum Command {
     Bench(Box<BenchArgs>),
     /// List protocols and workloads with their knobs.
     List,
-    /// Check a recorded history (`dmtx bench --history FILE`) for isolation anomalies.
+    /// Check a recorded history (`dmtx bench --history FILE`) for isolation anomalies;
+    /// several files (one per compute node of a `--cn` run) are checked as one history.
+    #[command(
+        after_help = "Real time (--level strict) over several files compares times taken on different \
+hosts: `dmtx bench --cn` writes Unix-epoch nanoseconds of its host's wall clock, so the check is only as \
+good as the hosts' clock agreement. Give --clock-offset-max, the most any two hosts' clocks can differ \
+during the run (e.g. what NTP or PTP guarantees, plus drift); a transaction is then ordered after another \
+only if it began more than that after the other ended. One file has one clock per compute node and needs \
+no bound.\n\nExamples:\n  dmtx check run.history\n  dmtx check cn0.history cn1.history cn2.history\n  \
+dmtx check cn*.history --level strict --clock-offset-max 1ms"
+    )]
     Check(CheckArgs),
     /// Tabulate run records (`dmtx bench --out` JSON files, or directories of them).
     Report {
@@ -117,9 +127,15 @@ enum SimCommand {
 enum ClusterCommand {
     /// Start N memory nodes on loopback and write their cluster file; with `-- bench
     /// ARGS` run that benchmark against them over tcp and stop them afterwards,
-    /// otherwise serve until Ctrl-C.
+    /// otherwise serve until Ctrl-C. With `--compute-nodes N` the bench runs as N
+    /// compute-node processes (`bench --cn I`), whose records are merged and whose
+    /// histories are checked together.
     #[command(
-        after_help = "Example:\n  dmtx cluster up --local 2 -- bench --workload smallbank --txns 100000 --check"
+        after_help = "Examples:\n  dmtx cluster up --local 2 -- bench --workload smallbank --txns 100000 --check\n  \
+dmtx cluster up --local 2 --compute-nodes 3 -- bench --protocol ford -w kvs --txns 30000 --check\n\n\
+With --compute-nodes, each compute node writes its own record next to --out (`NAME-cnI.json`; a directory \
+gets `PROTOCOL-WORKLOAD-TxC-UNIXSECS-cnI.json`) and, with --check or --history, its own history \
+(`--history H` gives `H-cnI`, otherwise they go to the cluster directory)."
     )]
     Up(ClusterUpArgs),
 }
@@ -141,6 +157,10 @@ struct ClusterUpArgs {
     /// under the temp dir, removed when `cluster up` ends].
     #[arg(long, value_name = "DIR")]
     dir: Option<std::path::PathBuf>,
+    /// Run the bench as this many compute-node processes on loopback (each `bench
+    /// --cluster FILE --cn I`); they start together and their results are merged.
+    #[arg(long = "compute-nodes", value_name = "N", default_value_t = 1)]
+    compute_nodes: u16,
     /// `bench` and its flags, after `--`.
     #[arg(last = true, value_name = "BENCH ARGS")]
     then: Vec<String>,
@@ -181,8 +201,9 @@ struct MemnodeArgs {
 /// `dmtx check` flags.
 #[derive(clap::Args, Debug)]
 struct CheckArgs {
-    /// The history file (JSON lines, format version 1 or 2).
-    file: std::path::PathBuf,
+    /// The history files (JSON lines, format version 1 or 2), checked as one history.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<std::path::PathBuf>,
     /// The level to check: `serializable`, `si` (snapshot isolation) or `strict`
     /// (serializable in real-time order).
     #[arg(long, default_value = "serializable")]
@@ -191,6 +212,11 @@ struct CheckArgs {
     /// ran them (session order, checked by default).
     #[arg(long = "no-sessions")]
     no_sessions: bool,
+    /// With --level strict over several files: the most the clocks of the hosts that
+    /// wrote them can differ (`500us`, `2ms`, `0` when they share one clock); required
+    /// there (see below).
+    #[arg(long = "clock-offset-max", value_name = "TIME")]
+    clock_offset_max: Option<String>,
 }
 
 fn main() {
@@ -231,7 +257,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             for w in &loaded.warnings {
                 eprintln!("warning: {w}");
             }
-            let runs = loaded.runs;
+            let merged = dmtx::report::merge_cn_runs(loaded.runs);
+            for n in &merged.notes {
+                eprintln!("{n}");
+            }
+            let runs = merged.runs;
             if let Some(path) = plot {
                 let svg = match plot_vs {
                     Some(field) => dmtx::plot::sweep_svg(&runs, &field)?,
@@ -314,6 +344,15 @@ fn preset_of(args: &BenchArgs) -> Option<&'static dmtx::preset::Preset> {
 /// way out.
 fn cluster_up(args: &ClusterUpArgs) -> anyhow::Result<i32> {
     anyhow::ensure!(args.local > 0, "--local 0: start at least one memory node");
+    anyhow::ensure!(
+        args.compute_nodes > 0,
+        "--compute-nodes 0: run at least one compute node"
+    );
+    anyhow::ensure!(
+        args.compute_nodes == 1 || !args.then.is_empty(),
+        "--compute-nodes {}: give the bench they run after `--`",
+        args.compute_nodes
+    );
     let bytes =
         dmtx::config::parse_region_bytes(&args.size).map_err(|why| anyhow::anyhow!("--size {}: {why}", args.size))?;
     let bench_args = if args.then.is_empty() {
@@ -394,6 +433,13 @@ fn cluster_up(args: &ClusterUpArgs) -> anyhow::Result<i32> {
         }
         return Ok(EXIT_OK);
     };
+    if args.compute_nodes > 1 {
+        nodes.add_compute_nodes(args.compute_nodes)?;
+        let code = run_compute_nodes(&exe, &nodes, &bench_args, &args.then, args.compute_nodes);
+        drop(nodes);
+        drop(scratch);
+        return code;
+    }
     bench_args.cluster = Some(nodes.cluster_file.display().to_string());
     let me = std::process::id();
     let (cpu_before, own_before) = (nodes.cpu_seconds(), dmtx::cluster::process_cpu_seconds(me));
@@ -422,6 +468,183 @@ fn cluster_up(args: &ClusterUpArgs) -> anyhow::Result<i32> {
     drop(scratch);
     code
 }
+
+/// `argv` without the flags in `drop` (`--out V`, `--out=V`, `-o V`, `-oV`, `-o=V`;
+/// flags without a value, like `-q`, when `takes_value` is false).
+fn without_flags(argv: &[String], drop: &[(&str, Option<&str>, bool)]) -> Vec<String> {
+    let mut out = Vec::with_capacity(argv.len());
+    let mut it = argv.iter();
+    while let Some(a) = it.next() {
+        let hit = drop.iter().find_map(|&(long, short, takes_value)| {
+            let exact = a == long || short.is_some_and(|s| a == s);
+            let joined = a.starts_with(&format!("{long}="))
+                || short.is_some_and(|s| a.len() > s.len() && a.starts_with(s) && takes_value);
+            (exact || joined).then_some((exact, takes_value))
+        });
+        match hit {
+            Some((true, true)) => {
+                it.next();
+            }
+            Some(_) => {}
+            None => out.push(a.clone()),
+        }
+    }
+    out
+}
+
+/// `path` with `-cnI` before its extension: `run.json` → `run-cn2.json`.
+fn per_cn(path: &std::path::Path, i: u16) -> std::path::PathBuf {
+    let stem = path
+        .file_stem()
+        .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}-cn{i}.{}", ext.to_string_lossy()),
+        None => format!("{stem}-cn{i}"),
+    };
+    path.with_file_name(name)
+}
+
+/// `cluster up --compute-nodes N -- bench ...`: N `bench --cn I` processes against the
+/// cluster, then their records merged (`dmtx report`'s merge) and, with a check, their
+/// histories checked as one.
+fn run_compute_nodes(
+    exe: &std::path::Path,
+    nodes: &dmtx::cluster::LocalNodes,
+    bench_args: &BenchArgs,
+    then: &[String],
+    n: u16,
+) -> anyhow::Result<i32> {
+    use std::io::BufRead;
+    let cfg = BenchConfig::from_args(bench_args)?;
+    let unix = dmtx::results::wall_clock_unix_s() as u64;
+    let records: Vec<std::path::PathBuf> = (0..n)
+        .map(|i| match &cfg.out {
+            OutTarget::File(f) => Ok(per_cn(f, i)),
+            OutTarget::Dir(d) => Ok(d.join(format!("{}-cn{i}.json", cfg.file_stem(unix)))),
+            OutTarget::Stdout | OutTarget::None => Err(anyhow::anyhow!(
+                "--out -: {n} compute nodes write {n} records; give a directory or a file name (each gets -cnI)"
+            )),
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let histories: Option<Vec<std::path::PathBuf>> = cfg.check.then(|| {
+        (0..n)
+            .map(|i| match &cfg.history {
+                Some(h) => per_cn(h, i),
+                None => nodes.dir.join(format!("cn{i}.history")),
+            })
+            .collect()
+    });
+    let argv = without_flags(
+        then,
+        &[
+            ("--out", Some("-o"), true),
+            ("--history", None, true),
+            ("--quiet", Some("-q"), false),
+        ],
+    );
+    eprintln!(
+        "cluster: {n} compute nodes on loopback, records {}",
+        records
+            .iter()
+            .map(|r| r.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut children = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let mut cmd = std::process::Command::new(exe);
+        cmd.args(&argv)
+            .arg("--cluster")
+            .arg(&nodes.cluster_file)
+            .args(["--cn", &i.to_string(), "--quiet", "--out"])
+            .arg(&records[i as usize]);
+        if let Some(h) = &histories {
+            cmd.arg("--history").arg(&h[i as usize]);
+        }
+        let mut child = cmd
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting compute node {i}"))?;
+        // Each line a compute node prints is tagged with its id.
+        let err = child.stderr.take().expect("piped");
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("cn{i}: {line}");
+            }
+        });
+        children.push(child);
+    }
+    let mut code = EXIT_OK;
+    let codes = dmtx::cluster::wait_all_or_stop(&mut children).context("waiting for the compute nodes")?;
+    for (i, c) in codes.into_iter().enumerate() {
+        match c {
+            Some(EXIT_OK) => {}
+            Some(c) => {
+                eprintln!("compute node {i} exited with {c}");
+                code = code.max(c);
+            }
+            None => {
+                eprintln!("compute node {i} was stopped: another one failed");
+                code = code.max(EXIT_ERROR);
+            }
+        }
+    }
+    if code == EXIT_ERROR || code == EXIT_INTERRUPTED {
+        return Ok(code);
+    }
+    let loaded = dmtx::report::load(&records)?;
+    let merged = dmtx::report::merge_cn_runs(loaded.runs);
+    for note in &merged.notes {
+        eprintln!("{note}");
+    }
+    anyhow::ensure!(
+        merged.runs.len() == 1,
+        "the {n} compute nodes wrote records of {} different runs; they did not meet as one run",
+        merged.runs.len()
+    );
+    let mut out = std::io::stdout().lock();
+    out.write_all(dmtx::report::render(&merged.runs).as_bytes())?;
+    out.flush()?;
+    drop(out);
+    if let Some(paths) = &histories {
+        let isolation = match merged.runs[0].1.isolation.as_str() {
+            "serializable" => Some(dmtx::runtime::Isolation::Serializable),
+            "strict serializable" => Some(dmtx::runtime::Isolation::StrictSerializable),
+            "snapshot isolation" => Some(dmtx::runtime::Isolation::SnapshotIsolation),
+            _ => None,
+        };
+        if let Some(isolation) = isolation {
+            let history = dmtx_check::format::read_histories(paths)?;
+            let options = dmtx_check::CheckOptions {
+                // The processes share this host's wall clock; the margin covers reading
+                // it against each one's monotonic clock.
+                clock_offset_ns_max: CLOCK_OFFSET_NS_LOOPBACK,
+                ..dmtx_check::check_options(isolation)
+            };
+            let report = dmtx_check::check(&history, &options);
+            let mut out = std::io::stdout().lock();
+            writeln!(
+                out,
+                "check of the {n} compute nodes' histories ({} txns):",
+                history.len()
+            )?;
+            write!(out, "{report}")?;
+            out.flush()?;
+            if !report.is_clean() {
+                eprintln!(
+                    "error: isolation check failed: {} (seed {})",
+                    report.summary(),
+                    cfg.seed
+                );
+                code = EXIT_ANOMALY;
+            }
+        }
+    }
+    Ok(code)
+}
+
+/// `cluster up`'s bound on the offset between its compute nodes' clocks (one host).
+const CLOCK_OFFSET_NS_LOOPBACK: u64 = 1_000_000;
 
 fn memnode(args: &MemnodeArgs) -> anyhow::Result<i32> {
     use dmtx::memnode::server::{Server, ServerConfig};
@@ -470,12 +693,29 @@ fn check(args: &CheckArgs) -> anyhow::Result<i32> {
         "strict" => dmtx::runtime::Isolation::StrictSerializable,
         other => anyhow::bail!("--level `{other}`: expected `serializable`, `si` or `strict`"),
     };
-    let history = dmtx_check::format::read_history(&args.file)?;
-    let started = std::time::Instant::now();
-    let options = dmtx_check::CheckOptions {
+    let mut options = dmtx_check::CheckOptions {
         sessions: !args.no_sessions,
         ..dmtx_check::check_options(isolation)
     };
+    match (&args.clock_offset_max, args.files.len()) {
+        (Some(t), _) => {
+            anyhow::ensure!(
+                options.real_time,
+                "--clock-offset-max {t}: only real-time order (--level strict) compares clocks; drop it"
+            );
+            options.clock_offset_ns_max = parse_clock_offset(t)?;
+        }
+        (None, n) if n > 1 && options.real_time => anyhow::bail!(
+            "--level strict over {n} histories compares times taken on different hosts; give --clock-offset-max \
+             (the most the hosts' clocks can differ, e.g. 1ms; 0 if they share one clock), or check at serializable"
+        ),
+        (None, _) => {}
+    }
+    let history = dmtx_check::format::read_histories(&args.files)?;
+    if args.files.len() > 1 {
+        eprintln!("merged {} histories: {} txns", args.files.len(), history.len());
+    }
+    let started = std::time::Instant::now();
     let report = dmtx_check::check(&history, &options);
     let secs = started.elapsed().as_secs_f64();
     let mut out = std::io::stdout().lock();
@@ -488,6 +728,25 @@ fn check(args: &CheckArgs) -> anyhow::Result<i32> {
     )?;
     out.flush()?;
     Ok(if report.is_clean() { EXIT_OK } else { EXIT_ANOMALY })
+}
+
+/// A clock offset bound: `0`, or a whole number with `ns`, `us`, `ms` or `s`.
+fn parse_clock_offset(text: &str) -> anyhow::Result<u64> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let n: u64 = n.parse().map_err(|_| {
+        anyhow::anyhow!("--clock-offset-max {text}: expected a whole number with a unit, e.g. 500us or 2ms")
+    })?;
+    let scale = match unit {
+        "" if n == 0 => 0,
+        "ns" => 1,
+        "us" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        u => anyhow::bail!("--clock-offset-max {text}: unknown unit `{u}`; use ns, us, ms or s"),
+    };
+    Ok(n.saturating_mul(scale))
 }
 
 fn bench(args: &BenchArgs) -> anyhow::Result<i32> {

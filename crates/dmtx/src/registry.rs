@@ -4,12 +4,19 @@
 //! Adding a protocol or a workload is one line in the `registry!` invocation below: a
 //! protocol type implements `dmtx_runtime::Protocol`, a workload type
 //! `dmtx_workloads::Workload`.
+//!
+//! Not every pair runs: a protocol that requires every key declared before the first
+//! execute (`Protocol::requires_declared_keys`, Calvin) runs only workloads whose every
+//! transaction type declares them (`Workload::txn_hints`). [`check_pair`] refuses the
+//! others before anything is built, and `dmtx list` shows which protocols each workload
+//! runs.
 
 use std::fmt::Write as _;
 
-use dmtx_runtime::{KnobError, KnobSpec, Knobs, Protocol};
+use dmtx_runtime::{KnobError, KnobSpec, Knobs, Protocol, TxnHints};
 use dmtx_workloads::Workload;
 
+use crate::config::ConfigError;
 use crate::driver::{self, RunHooks};
 use crate::error::RunError;
 use crate::plan::{MemoryPlan, PlanError};
@@ -30,6 +37,14 @@ pub struct Entry {
     pub check: fn(&Knobs) -> Result<(), KnobError>,
     /// Transaction types (workloads; empty for protocols).
     pub txn_types: fn() -> &'static [&'static str],
+    /// Each transaction type with what every transaction of it promises at begin, for
+    /// the workload built from these knobs (workloads; empty for protocols, and for
+    /// knobs the workload refuses).
+    pub txn_hints: fn(&Knobs) -> Vec<(&'static str, TxnHints)>,
+    /// Whether the protocol built from these knobs requires every key declared before
+    /// the first execute (protocols; `false` for workloads, and for knobs the protocol
+    /// refuses).
+    pub requires_declared_keys: fn(&Knobs) -> bool,
 }
 
 impl std::fmt::Debug for Entry {
@@ -49,6 +64,8 @@ pub const fn workload_entry<W: Workload>() -> Entry {
         knobs: W::KNOBS,
         check: check_workload::<W>,
         txn_types: txn_types_of::<W>,
+        txn_hints: txn_hints_of::<W>,
+        requires_declared_keys: requires_nothing,
     }
 }
 
@@ -60,6 +77,8 @@ pub const fn protocol_entry<P: Protocol>() -> Entry {
         knobs: P::KNOBS,
         check: check_protocol::<P>,
         txn_types: no_txn_types,
+        txn_hints: no_txn_hints,
+        requires_declared_keys: requires_declared_keys_of::<P>,
     }
 }
 
@@ -79,6 +98,104 @@ fn no_txn_types() -> &'static [&'static str] {
     &[]
 }
 
+fn txn_hints_of<W: Workload>(knobs: &Knobs) -> Vec<(&'static str, TxnHints)> {
+    W::from_knobs(knobs).map_or_else(
+        |_| Vec::new(),
+        |w| {
+            let types = w.txn_types();
+            types
+                .iter()
+                .enumerate()
+                .map(|(ty, &name)| (name, w.txn_hints(ty)))
+                .collect()
+        },
+    )
+}
+
+fn no_txn_hints(_: &Knobs) -> Vec<(&'static str, TxnHints)> {
+    Vec::new()
+}
+
+fn requires_declared_keys_of<P: Protocol>(knobs: &Knobs) -> bool {
+    P::from_knobs(knobs).is_ok_and(|p| p.requires_declared_keys())
+}
+
+fn requires_nothing(_: &Knobs) -> bool {
+    false
+}
+
+/// The transaction types of `workload`, built from `knobs`, that cannot give a protocol
+/// what it requires (`requires_declared_keys`: every key declared before the first
+/// execute); empty when the pair runs.
+pub fn unmet_types(requires_declared_keys: bool, workload: &Entry, knobs: &Knobs) -> Vec<&'static str> {
+    if !requires_declared_keys {
+        return Vec::new();
+    }
+    (workload.txn_hints)(knobs)
+        .into_iter()
+        .filter(|(_, h)| !h.keys_declared)
+        .map(|(name, _)| name)
+        .collect()
+}
+
+/// Refuse `protocol` (which requires declared keys, or not) on `workload` built from
+/// `knobs` when some transaction type cannot give it what it requires; the error names
+/// those types, and what to run instead: the other workloads of `workloads` that run the
+/// protocol, and the protocols of `protocols` that run the workload (default knobs).
+/// `dmtx bench` calls it before anything is built.
+pub fn check_pair(
+    protocol: &str,
+    requires_declared_keys: bool,
+    workload: &Entry,
+    knobs: &Knobs,
+    protocols: &[Entry],
+    workloads: &[Entry],
+) -> Result<(), ConfigError> {
+    let unmet = unmet_types(requires_declared_keys, workload, knobs);
+    if unmet.is_empty() {
+        return Ok(());
+    }
+    let mut instead = Vec::new();
+    let defaults = Knobs::default();
+    let others: Vec<&str> = workloads
+        .iter()
+        .filter(|w| w.name != workload.name && unmet_types(requires_declared_keys, w, &defaults).is_empty())
+        .map(|w| w.name)
+        .collect();
+    if !others.is_empty() {
+        instead.push(format!("run {protocol} on {}", others.join(", ")));
+    }
+    let runs: Vec<&str> = protocols
+        .iter()
+        .filter(|p| unmet_types((p.requires_declared_keys)(&defaults), workload, knobs).is_empty())
+        .map(|p| p.name)
+        .collect();
+    if !runs.is_empty() {
+        instead.push(format!("run {} with {}", workload.name, runs.join(", ")));
+    }
+    Err(ConfigError::Incompatible {
+        protocol: protocol.to_string(),
+        workload: workload.name.to_string(),
+        types: unmet.join(", "),
+        instead: if instead.is_empty() {
+            "no registered pair runs it; see `dmtx list`".to_string()
+        } else {
+            instead.join("; or ")
+        },
+    })
+}
+
+/// The protocols of `protocols` that run `workload` with its default knobs, for
+/// `dmtx list`.
+fn runs_on(workload: &Entry, protocols: &[Entry]) -> Vec<&'static str> {
+    let defaults = Knobs::default();
+    protocols
+        .iter()
+        .filter(|p| unmet_types((p.requires_declared_keys)(&defaults), workload, &defaults).is_empty())
+        .map(|p| p.name)
+        .collect()
+}
+
 /// The driver's knobs, which every run accepts whatever its protocol and workload
 /// ([`driver::KNOBS`]: `retry_aborts`).
 pub static DRIVER: Entry = Entry {
@@ -87,10 +204,13 @@ pub static DRIVER: Entry = Entry {
     knobs: driver::KNOBS,
     check: check_driver,
     txn_types: no_txn_types,
+    txn_hints: no_txn_hints,
+    requires_declared_keys: requires_nothing,
 };
 
 fn check_driver(knobs: &Knobs) -> Result<(), KnobError> {
-    driver::Retries::from_knobs(knobs).map(drop)
+    driver::Retries::from_knobs(knobs)?;
+    driver::addr_cache_entries(knobs).map(drop)
 }
 
 macro_rules! registry {
@@ -170,18 +290,24 @@ registry! {
 }
 
 /// The text of `dmtx list`: every protocol and workload with its description, its
-/// transaction types and its knobs (default and help).
+/// transaction types and their hints, the protocols each workload runs, and every knob
+/// (default and help).
 pub fn render_list() -> String {
+    render_list_of(PROTOCOLS, WORKLOADS)
+}
+
+/// [`render_list`] over the given entries (a test adds an unregistered protocol).
+pub fn render_list_of(protocols: &[Entry], workloads: &[Entry]) -> String {
     let mut out = String::new();
     let setting = |k: &KnobSpec| format!("{}={}", k.name, k.default);
-    let width = PROTOCOLS
+    let width = protocols
         .iter()
-        .chain(WORKLOADS)
+        .chain(workloads)
         .chain([&DRIVER])
         .flat_map(|e| e.knobs.iter().map(|k| setting(k).len()))
         .max()
         .unwrap_or(0);
-    for (title, entries) in [("protocols", PROTOCOLS), ("workloads", WORKLOADS)] {
+    for (title, entries) in [("protocols", protocols), ("workloads", workloads)] {
         let _ = writeln!(out, "{title}:");
         if entries.is_empty() {
             let _ = writeln!(out, "  (none)");
@@ -191,6 +317,38 @@ pub fn render_list() -> String {
             let types = (e.txn_types)();
             if !types.is_empty() {
                 let _ = writeln!(out, "  {:<12}   txn types: {}", "", types.join(", "));
+            }
+            let hints = (e.txn_hints)(&Knobs::default());
+            if !hints.is_empty() {
+                let which = |f: fn(&TxnHints) -> bool| {
+                    let names: Vec<&str> = hints.iter().filter(|(_, h)| f(h)).map(|(n, _)| *n).collect();
+                    if names.is_empty() {
+                        "none".to_string()
+                    } else {
+                        names.join(", ")
+                    }
+                };
+                let _ = writeln!(out, "  {:<12}   read-only: {}", "", which(|h| h.read_only));
+                let _ = writeln!(
+                    out,
+                    "  {:<12}   keys declared up front: {}",
+                    "",
+                    which(|h| h.keys_declared)
+                );
+                let runs = runs_on(e, protocols);
+                let runs = if runs.is_empty() {
+                    "none".to_string()
+                } else {
+                    runs.join(", ")
+                };
+                let _ = writeln!(out, "  {:<12}   protocols: {runs}", "");
+            }
+            if (e.requires_declared_keys)(&Knobs::default()) {
+                let _ = writeln!(
+                    out,
+                    "  {:<12}   requires: every key declared before the first execute",
+                    ""
+                );
             }
             for k in e.knobs {
                 let _ = writeln!(out, "  {:<12}   --set {:<width$}  {}", "", setting(k), k.help);

@@ -14,13 +14,18 @@
 //! short); seed; memory nodes × replicas; the faults a simulated run fired (`-` on real
 //! transports, which inject none); and, last because it is long, the preset and every
 //! knob whose value differs from the registry's default.
+//!
+//! Records of a multi-process run (`dmtx bench --cn`, each with a `cn` object) are
+//! merged first, one row per run id ([`merge_cn_runs`]): counts, counters, throughput and
+//! per-node load are summed, and the latency percentiles are recomputed from the merged
+//! histograms (never averaged). Records of different runs are never merged.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::registry::{PROTOCOLS, WORKLOADS};
-use crate::results::{BenchResult, StopReason};
+use crate::results::{BenchResult, Bytes, Counters, Latency, Ops, StopReason, TxnTypeResult};
 
 /// Why a report could not be made. The cause is each variant's `source`, not part of
 /// its message, so a `{:#}` chain prints it once, last.
@@ -212,7 +217,12 @@ fn row(path: &Path, r: &BenchResult) -> Vec<String> {
                 s.faults.len().to_string(),
             )
         }
-        None => ("1".into(), "-".into(), "-".into(), "-".into()),
+        None => (
+            r.cn.as_ref().map_or(1, |c| c.compute_nodes).to_string(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+        ),
     };
     let (p50, p99) = r.latency_us.as_ref().map_or_else(
         || ("-".into(), "-".into()),
@@ -241,12 +251,276 @@ fn row(path: &Path, r: &BenchResult) -> Vec<String> {
         r.total.rtt_per_commit.map_or_else(|| "-".into(), |v| format!("{v:.2}")),
         cpu,
         link,
-        verdict(Some(r.invariant.ok)).into(),
+        // A compute node of several checks no invariant alone (`cn_join`).
+        verdict(Some(r.invariant.ok).filter(|_| r.cn.as_ref().is_none_or(|c| c.compute_nodes <= 1))).into(),
         verdict(r.check.as_ref().map(|c| c.clean)).into(),
         faults,
         short(path),
         if knobs.is_empty() { "-".into() } else { knobs.join(" ") },
     ]
+}
+
+/// What [`merge_cn_runs`] did.
+#[derive(Debug)]
+pub struct Merged {
+    /// The records: each multi-process run's CN records replaced by one merged record,
+    /// at the place of its first; every other record as it was.
+    pub runs: Vec<(PathBuf, BenchResult)>,
+    /// One line per merged run: "merged N CN records of run X (files)", and a warning
+    /// when records of the run are missing.
+    pub notes: Vec<String>,
+}
+
+/// Merge the records of each multi-process run (same `cn.run_id`) into cluster totals.
+pub fn merge_cn_runs(runs: Vec<(PathBuf, BenchResult)>) -> Merged {
+    let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, (_, r)) in runs.iter().enumerate() {
+        if let Some(c) = &r.cn {
+            groups.entry(c.run_id.clone()).or_default().push(i);
+        }
+    }
+    let mut notes = Vec::new();
+    let mut merged_at: BTreeMap<usize, (PathBuf, BenchResult)> = BTreeMap::new();
+    let mut dropped = BTreeSet::new();
+    for (run_id, idx) in &groups {
+        let members: Vec<&BenchResult> = idx.iter().map(|&i| &runs[i].1).collect();
+        let files: Vec<String> = idx.iter().map(|&i| short(&runs[i].0)).collect();
+        let ids: BTreeSet<u16> = members.iter().filter_map(|r| r.cn.as_ref().map(|c| c.id)).collect();
+        let expect = members[0].cn.as_ref().map_or(1, |c| c.compute_nodes);
+        notes.push(format!(
+            "merged {} CN records of run {run_id} ({})",
+            members.len(),
+            files.join(", ")
+        ));
+        if ids.len() != members.len() {
+            notes.push(format!(
+                "warning: run {run_id}: {} records for {} compute nodes; a record was given twice",
+                members.len(),
+                ids.len()
+            ));
+        }
+        if ids.len() < usize::from(expect) {
+            notes.push(format!(
+                "warning: run {run_id}: records of {} of its {expect} compute nodes; its totals cover only those",
+                ids.len()
+            ));
+        }
+        let path = PathBuf::from(format!("run-{run_id}"));
+        merged_at.insert(idx[0], (path, merge_records(&members)));
+        dropped.extend(idx.iter().copied());
+    }
+    let mut out = Vec::with_capacity(runs.len());
+    for (i, r) in runs.into_iter().enumerate() {
+        if let Some(m) = merged_at.remove(&i) {
+            out.push(m);
+        } else if !dropped.contains(&i) {
+            out.push(r);
+        }
+    }
+    Merged { runs: out, notes }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1e3).round() / 1e3
+}
+
+fn add_ops(a: &mut Ops<u64>, b: &Ops<u64>) {
+    a.read += b.read;
+    a.write += b.write;
+    a.cas += b.cas;
+    a.faa += b.faa;
+    a.flush += b.flush;
+}
+
+fn add_counters(a: &mut Counters, b: &Counters) {
+    a.rtts += b.rtts;
+    a.background_posts += b.background_posts;
+    add_ops(&mut a.ops, &b.ops);
+    a.bytes_out += b.bytes_out;
+    a.bytes_in += b.bytes_in;
+    a.ts_requests += b.ts_requests;
+    a.ts_rtts += b.ts_rtts;
+}
+
+/// One transaction type over several CNs: sums, and per-commit figures of the sums.
+/// Per-type latency is not kept per CN as a histogram, so it is `None` unless there
+/// is one record.
+fn merge_type(parts: &[&TxnTypeResult]) -> TxnTypeResult {
+    if let [one] = parts {
+        return (*one).clone();
+    }
+    let mut m = TxnTypeResult {
+        committed: 0,
+        aborted: 0,
+        successful: 0,
+        rolled_back: 0,
+        abort_rate: 0.0,
+        abort_reasons: BTreeMap::new(),
+        rtt_per_commit: None,
+        ops_per_commit: None,
+        bytes_per_commit: None,
+        background_posts_per_commit: None,
+        wasted_rtts_per_commit: None,
+        attempts_per_commit: None,
+        ts_per_commit: None,
+        ts_rtts_per_commit: None,
+        cleanup_rtts_per_commit: None,
+        latency_us: None,
+        committed_counters: Counters::default(),
+        aborted_counters: Counters::default(),
+        cleanup_counters: Counters::default(),
+    };
+    let mut attempts = 0.0;
+    for p in parts {
+        m.committed += p.committed;
+        m.aborted += p.aborted;
+        m.successful += p.successful;
+        m.rolled_back += p.rolled_back;
+        for (k, v) in &p.abort_reasons {
+            *m.abort_reasons.entry(k.clone()).or_default() += v;
+        }
+        add_counters(&mut m.committed_counters, &p.committed_counters);
+        add_counters(&mut m.aborted_counters, &p.aborted_counters);
+        add_counters(&mut m.cleanup_counters, &p.cleanup_counters);
+        attempts += p.attempts_per_commit.unwrap_or(1.0) * p.committed as f64;
+    }
+    let attempted = m.committed + m.aborted + m.rolled_back;
+    m.abort_rate = if attempted == 0 {
+        0.0
+    } else {
+        (m.aborted as f64 / attempted as f64 * 1e6).round() / 1e6
+    };
+    let n = m.committed;
+    let per = |x: u64| (n > 0).then(|| round3(x as f64 / n as f64));
+    let c = m.committed_counters;
+    m.rtt_per_commit = per(c.rtts);
+    m.ops_per_commit = (n > 0).then(|| Ops {
+        read: per(c.ops.read).unwrap_or_default(),
+        write: per(c.ops.write).unwrap_or_default(),
+        cas: per(c.ops.cas).unwrap_or_default(),
+        faa: per(c.ops.faa).unwrap_or_default(),
+        flush: per(c.ops.flush).unwrap_or_default(),
+    });
+    m.bytes_per_commit = (n > 0).then(|| Bytes {
+        out: per(c.bytes_out).unwrap_or_default(),
+        r#in: per(c.bytes_in).unwrap_or_default(),
+    });
+    m.background_posts_per_commit = per(c.background_posts);
+    m.wasted_rtts_per_commit = per(m.aborted_counters.rtts);
+    m.attempts_per_commit = (n > 0).then(|| round3(attempts / n as f64));
+    m.ts_per_commit = per(c.ts_requests);
+    m.ts_rtts_per_commit = per(c.ts_rtts);
+    m.cleanup_rtts_per_commit = per(m.cleanup_counters.rtts);
+    m
+}
+
+/// The cluster totals of one run's CN records (at least one).
+fn merge_records(parts: &[&BenchResult]) -> BenchResult {
+    assert!(!parts.is_empty(), "a run has at least one record");
+    let mut m = parts[0].clone();
+    if parts.len() == 1 {
+        return m;
+    }
+    let sum = |f: fn(&BenchResult) -> u64| parts.iter().map(|r| f(r)).sum::<u64>();
+    m.committed = sum(|r| r.committed);
+    m.aborted = sum(|r| r.aborted);
+    m.attempted = sum(|r| r.attempted);
+    m.successful = sum(|r| r.successful);
+    m.rolled_back = sum(|r| r.rolled_back);
+    // The CNs ran at the same time: the cluster's rate is the sum of theirs, over the
+    // longest window.
+    m.committed_tps = (parts.iter().map(|r| r.committed_tps).sum::<f64>() * 10.0).round() / 10.0;
+    m.attempted_tps = (parts.iter().map(|r| r.attempted_tps).sum::<f64>() * 10.0).round() / 10.0;
+    m.elapsed_s = parts.iter().map(|r| r.elapsed_s).fold(0.0, f64::max);
+    m.abort_rate = if m.attempted == 0 {
+        0.0
+    } else {
+        (m.aborted as f64 / m.attempted as f64 * 1e6).round() / 1e6
+    };
+    m.abort_reasons = BTreeMap::new();
+    for r in parts {
+        for (k, v) in &r.abort_reasons {
+            *m.abort_reasons.entry(k.clone()).or_default() += v;
+        }
+    }
+    // Percentiles of the merged histograms, never averages of percentiles.
+    let mut h = crate::stats::latency_histogram();
+    for r in parts {
+        for &(ns, n) in r.cn.as_ref().map_or(&[][..], |c| &c.latency_ns[..]) {
+            h.saturating_record_n(ns, n);
+        }
+    }
+    m.latency_us = Latency::of(&h);
+    m.total = merge_type(&parts.iter().map(|r| &r.total).collect::<Vec<_>>());
+    m.total.latency_us = m.latency_us;
+    m.per_txn_type = BTreeMap::new();
+    for name in parts
+        .iter()
+        .flat_map(|r| r.per_txn_type.keys())
+        .collect::<BTreeSet<_>>()
+    {
+        let of: Vec<&TxnTypeResult> = parts.iter().filter_map(|r| r.per_txn_type.get(name)).collect();
+        m.per_txn_type.insert(name.clone(), merge_type(&of));
+    }
+    for r in &parts[1..] {
+        for (a, b) in m.per_mn.iter_mut().zip(&r.per_mn) {
+            add_ops(&mut a.ops, &b.ops);
+            a.bytes_in += b.bytes_in;
+            a.bytes_out += b.bytes_out;
+        }
+    }
+    m.config.txns = parts.iter().map(|r| r.config.txns).sum::<Option<u64>>();
+    m.invariant.ok = parts.iter().all(|r| r.invariant.ok);
+    if let Some(bad) = parts.iter().find(|r| !r.invariant.ok) {
+        m.invariant.detail = bad.invariant.detail.clone();
+    }
+    // A CN of several checks no history alone (`dmtx check` takes them together).
+    m.check = None;
+    // Any CN's abnormal stop (an interrupt, a limit) is the run's.
+    m.stop_reason = parts
+        .iter()
+        .map(|r| r.stop_reason)
+        .find(|s| !matches!(s, StopReason::Duration | StopReason::Txns))
+        .unwrap_or(parts[0].stop_reason);
+    if let Some(d) = parts.iter().find_map(|r| r.stop_detail.clone()) {
+        m.stop_detail = Some(d);
+    }
+    m.run_info.real_s = parts.iter().map(|r| r.run_info.real_s).fold(0.0, f64::max);
+    m.run_info.load_s = parts.iter().map(|r| r.run_info.load_s).fold(0.0, f64::max);
+    m.run_info.load_records = sum(|r| r.run_info.load_records);
+    m.timeseries = match &m.timeseries {
+        Some(first) => {
+            let mut t = first.clone();
+            for r in &parts[1..] {
+                let Some(o) = r.timeseries.as_ref().filter(|o| o.bucket_s == t.bucket_s) else {
+                    continue;
+                };
+                if t.committed.len() < o.committed.len() {
+                    t.committed.resize(o.committed.len(), 0);
+                }
+                for (a, b) in t.committed.iter_mut().zip(&o.committed) {
+                    *a += b;
+                }
+            }
+            Some(t)
+        }
+        None => None,
+    };
+    // Workload metrics (TPC-C's tpmC, its warehouse count) do not all add up: they are
+    // left out of the totals rather than guessed.
+    m.metrics = BTreeMap::new();
+    if let Some(c) = m.cn.as_mut() {
+        c.id = parts
+            .iter()
+            .filter_map(|r| r.cn.as_ref().map(|c| c.id))
+            .min()
+            .unwrap_or(c.id);
+        c.latency_ns = h
+            .iter_recorded()
+            .map(|v| (v.value_iterated_to(), v.count_at_value()))
+            .collect();
+    }
+    m
 }
 
 /// The table: one row per run, then a line naming the runs that failed a check.

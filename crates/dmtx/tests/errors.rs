@@ -255,7 +255,7 @@ fn loading_into_nodes_of_an_earlier_run_says_to_restart_them() {
 fn missing_arguments_are_named_with_the_subcommand_help() {
     for (args, names) in [
         (&["memnode"][..], "--listen <ADDR>; see `dmtx memnode --help`"),
-        (&["check"][..], "<FILE>; see `dmtx check --help`"),
+        (&["check"][..], "<FILE>...; see `dmtx check --help`"),
         (&["report"][..], "<PATHS>...; see `dmtx report --help`"),
         (&["cluster", "up"][..], "--local <N>; see `dmtx cluster up --help`"),
         (

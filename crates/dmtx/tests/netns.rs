@@ -4,9 +4,9 @@
 //! node, veth pairs into a bridge, memory nodes listening on their veth addresses. A short
 //! FORD/SmallBank run through the isolation checker is clean, and silently cutting a
 //! memory node's link ends the run in an error naming that node, in bounded time, never
-//! a hang. Method: run the script with the built binary, once clean and once with
-//! `--cut-link mn0`, and check its output and exit code; afterwards no namespace of the
-//! run's prefix is left.
+//! a hang; three compute-node namespaces (`--cns 3`) run one run together. Method: run
+//! the script with the built binary, clean, with `--cut-link mn0` and with `--cns 3`, and
+//! check its output and exit code; afterwards no namespace of the run's prefix is left.
 //!
 //! Needs root (`ip netns add`). Without it each test prints
 //! `skipped: needs root and ip netns` and passes; with it, any failure of the script
@@ -243,4 +243,47 @@ fn netns_cluster_cut_link_ends_in_an_error_within_the_deadline() {
         "the bench exited {exited}s after the start, the cut came at {cut_at}s:\n{text}"
     );
     println!("test took {:?}", started.elapsed());
+}
+
+/// Goal: compute nodes in their own namespaces (one `bench --cn I` process each) meet at
+/// the memory nodes over veth links and run one run, whose records merge and whose
+/// histories check clean together.
+#[test]
+fn netns_cluster_three_compute_nodes_run_as_one() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let prefix = format!("dmtxt{}c", std::process::id());
+    if can_run(&prefix).is_none() {
+        return;
+    }
+    let _cleanup = Namespaces(prefix.clone());
+    let (out, text) = run_script(
+        &prefix,
+        &[
+            "--cns",
+            "3",
+            "--mns",
+            "2",
+            "--threads",
+            "1",
+            "--coroutines",
+            "2",
+            "--duration",
+            "2",
+            "--timeout",
+            "60",
+            "--",
+            "--set",
+            "accounts=1000",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "the three-CN run failed:\n{text}");
+    for i in 0..3 {
+        assert!(text.contains(&format!("--cn {i}")), "{text}");
+        assert!(text.contains(&format!("cn{i} exit 0")), "{text}");
+    }
+    assert!(!text.contains("127.0.0.1"), "{text}");
+    assert!(text.contains("merged 3 CN records of run"), "{text}");
+    assert!(text.contains("merged 3 histories"), "{text}");
+    assert!(text.contains("no anomalies (serializable)"), "{text}");
+    assert!(text.contains("OK: clean run of 3 compute-node namespaces"), "{text}");
 }

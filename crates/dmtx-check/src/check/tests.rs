@@ -413,6 +413,22 @@ fn test_check_real_time() {
     }
 }
 
+/// Clocks of several hosts: a real-time edge needs a gap wider than the clocks' offset
+/// bound, so an offset within the bound never invents one.
+#[test]
+fn test_check_real_time_clock_offset_bound() {
+    // T2 starts 10 ns after T1 ended, by clocks that may differ by up to the bound.
+    let h = hist(vec![txn(1).w(X, 0).at(0, 10), txn(2).r(X, 0).at(20, 30)]);
+    let bounded = |ns| CheckOptions {
+        clock_offset_ns_max: ns,
+        ..opts(Level::Serializable, true)
+    };
+    assert_eq!(kinds(&check(&h, &bounded(9))), vec![FindingKind::RealTime]);
+    let r = check(&h, &bounded(10));
+    assert!(r.is_clean(), "a gap no wider than the bound orders nothing: {r}");
+    assert_eq!(r.edges.rt, 3, "T1 -> E0, T2 -> E1, E0 -> E1; no E0 -> T2");
+}
+
 /// Under strong SI, a real-time cycle with two adjacent rw edges is write skew: allowed.
 #[test]
 fn test_check_real_time_write_skew_allowed_under_si() {

@@ -117,7 +117,7 @@ mod txns;
 
 use std::sync::OnceLock;
 
-use dmtx_runtime::{Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, Protocol};
+use dmtx_runtime::{Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, Protocol, TxnHints};
 use dmtx_store::{StoreError, TableSpec};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -411,6 +411,22 @@ impl Workload for Tatp {
 
     fn txn_types(&self) -> &'static [&'static str] {
         &TXN_TYPES
+    }
+
+    /// The three reads write nothing. GetNewDestination picks its CALL_FORWARDING rows
+    /// from the CF_INDEX row it reads, so it cannot declare them. UpdateLocation and the
+    /// two CALL_FORWARDING transactions declare their keys only when they parse the
+    /// subscriber id from `sub_nbr` (`sub_nbr_index=false`); through SUB_NBR_INDEX they
+    /// read it first.
+    fn txn_hints(&self, ty: usize) -> TxnHints {
+        match ty {
+            GSD | GAD => TxnHints::READ_ONLY_DECLARED,
+            GND => TxnHints::READ_ONLY,
+            USD => TxnHints::DECLARED,
+            UL | ICF | DCF if !self.cfg.sub_nbr_index => TxnHints::DECLARED,
+            UL | ICF | DCF => TxnHints::NONE,
+            _ => unreachable!("seven transaction types"),
+        }
     }
 
     fn tables(&self) -> Vec<TableSpec> {

@@ -1,6 +1,8 @@
 //! The seven transactions (the module doc of `tatp`, "Transactions").
 
 use dmtx_runtime::{Abort, AbortReason, Coordinator, Protocol, Txn};
+
+use crate::Workload as _;
 use rand::rngs::SmallRng;
 
 use super::schema::{ACCESS_INFO, CALL_FORWARDING, CF_INDEX, SPECIAL_FACILITY, SUBSCRIBER, SUB_NBR_INDEX};
@@ -161,7 +163,7 @@ impl Tatp {
         (s, s2): (u64, Option<u64>),
         coord: &mut Coordinator<P>,
     ) -> Result<Outcome, Abort> {
-        let mut txn = coord.begin();
+        let mut txn = coord.begin_with(self.txn_hints(GSD));
         let a = txn.add_ro(SUBSCRIBER, subscriber_key(s));
         let b = s2.map(|s2| txn.add_ro(SUBSCRIBER, subscriber_key(s2)));
         if let Err(e) = txn.execute().await {
@@ -182,7 +184,7 @@ impl Tatp {
         coord: &mut Coordinator<P>,
     ) -> Result<Outcome, Abort> {
         let key = special_facility_key(s, sf_type);
-        let mut txn = coord.begin();
+        let mut txn = coord.begin_with(self.txn_hints(GND));
         let sf = txn.add_ro(SPECIAL_FACILITY, key);
         let ix = txn.add_ro(CF_INDEX, key);
         if let Err(e) = txn.execute().await {
@@ -249,7 +251,7 @@ impl Tatp {
         coord: &mut Coordinator<P>,
     ) -> Result<Outcome, Abort> {
         let key = access_info_key(s, ai_type);
-        let mut txn = coord.begin();
+        let mut txn = coord.begin_with(self.txn_hints(GAD));
         let ai = txn.add_ro(ACCESS_INFO, key);
         let sub = (self.cfg.ro_keys == 2).then(|| txn.add_ro(SUBSCRIBER, subscriber_key(s)));
         if let Err(e) = txn.execute().await {
@@ -277,7 +279,7 @@ impl Tatp {
         coord: &mut Coordinator<P>,
     ) -> Result<Outcome, Abort> {
         let key = special_facility_key(s, sf_type);
-        let mut txn = coord.begin();
+        let mut txn = coord.begin_with(self.txn_hints(USD));
         let sub = txn.add_rw(SUBSCRIBER, subscriber_key(s));
         let sf = txn.add_rw(SPECIAL_FACILITY, key);
         if let Err(e) = txn.execute().await {
@@ -309,7 +311,7 @@ impl Tatp {
     ) -> Result<Outcome, Abort> {
         let nbr = sub_nbr(s);
         let mut bad = None;
-        let mut txn = coord.begin();
+        let mut txn = coord.begin_with(self.txn_hints(UL));
         let s_id = match self.lookup(&mut txn, &nbr, &mut bad).await {
             Ok(s_id) => s_id,
             Err(e) => return spec_miss(e),
@@ -334,7 +336,7 @@ impl Tatp {
         let nbr = sub_nbr(s);
         let start = START_TIMES[slot as usize];
         let mut bad = None;
-        let mut txn = coord.begin();
+        let mut txn = coord.begin_with(self.txn_hints(ICF));
         let s_id = match self.lookup(&mut txn, &nbr, &mut bad).await {
             Ok(s_id) => s_id,
             Err(e) => return spec_miss(e),
@@ -390,7 +392,7 @@ impl Tatp {
         let nbr = sub_nbr(s);
         let start = START_TIMES[slot as usize];
         let mut bad = None;
-        let mut txn = coord.begin();
+        let mut txn = coord.begin_with(self.txn_hints(DCF));
         let s_id = match self.lookup(&mut txn, &nbr, &mut bad).await {
             Ok(s_id) => s_id,
             Err(e) => return spec_miss(e),

@@ -121,7 +121,7 @@ pub use txns::TpccInput;
 #[cfg(test)]
 mod tests;
 
-use dmtx_runtime::{Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, Protocol};
+use dmtx_runtime::{Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, Protocol, TxnHints};
 use dmtx_store::{KeyRuns, StoreError, TableSpec};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -549,6 +549,21 @@ impl Workload for Tpcc {
 
     fn txn_types(&self) -> &'static [&'static str] {
         &TXN_TYPES
+    }
+
+    /// OrderStatus and StockLevel write nothing. No type declares every key up front in
+    /// the spec variant: NewOrder's ORDER, NEW-ORDER and ORDER-LINE keys carry the order
+    /// id it reads from DISTRICT; OrderStatus, Delivery and StockLevel choose orders,
+    /// lines and stock from what they read; Payment by last name reads the customer's id
+    /// first. In FORD's variant every Payment is by id and declares its keys.
+    fn txn_hints(&self, ty: usize) -> TxnHints {
+        match ty {
+            NEW_ORDER_TXN | DELIVERY_TXN => TxnHints::NONE,
+            PAYMENT_TXN if self.cfg.variant == Variant::Ford => TxnHints::DECLARED,
+            PAYMENT_TXN => TxnHints::NONE,
+            ORDER_STATUS_TXN | STOCK_LEVEL_TXN => TxnHints::READ_ONLY,
+            _ => unreachable!("five transaction types"),
+        }
     }
 
     fn tables(&self) -> Vec<TableSpec> {

@@ -3,12 +3,12 @@
 
 use std::io::Write as _;
 
-use dmtx_runtime::{Abort, AbortReason, Coordinator, ObjRef, Protocol};
+use dmtx_runtime::{Abort, AbortReason, Coordinator, ObjRef, Protocol, TxnHints};
 
 use super::schema::*;
 use super::{Tpcc, TpccLocal, Variant, DELIVERY_TXN, NEW_ORDER_TXN, ORDER_STATUS_TXN, PAYMENT_TXN, STOCK_LEVEL_TXN};
 use crate::zipf::uniform;
-use crate::Outcome;
+use crate::{Outcome, Workload as _};
 
 /// Reusable buffers of a coordinator (no allocation once warm).
 #[derive(Debug, Default)]
@@ -209,7 +209,7 @@ impl Tpcc {
         let all_local = supply[..ol_cnt].iter().all(|&s| s == w);
         let date = now(coord);
 
-        let mut txn = coord.begin();
+        let mut txn = coord.begin_with(self.txn_hints(NEW_ORDER_TXN));
         let wh = txn.add_ro(WAREHOUSE, warehouse_key(w));
         let di = txn.add_rw(DISTRICT, district_key(w, d));
         let cu = txn.add_ro(CUSTOMER, customer_key(w, d, c));
@@ -355,7 +355,14 @@ impl Tpcc {
         }
         let date = now(coord);
 
-        let mut txn = coord.begin();
+        // By id, every key is known before the first execute (the type cannot promise it:
+        // by last name, the customer's id is read first).
+        let hints = if by_name {
+            self.txn_hints(PAYMENT_TXN)
+        } else {
+            TxnHints::DECLARED
+        };
+        let mut txn = coord.begin_with(hints);
         let wh = txn.add_rw(WAREHOUSE, warehouse_key(w));
         let di = txn.add_rw(DISTRICT, district_key(w, d));
         let hi = txn.add_insert(HISTORY, history_key(w, d, local.hist_coord, seq));
@@ -458,7 +465,7 @@ impl Tpcc {
         let scratch = &mut local.scratch;
         let spec = self.cfg.variant == Variant::Spec;
 
-        let mut txn = coord.begin();
+        let mut txn = coord.begin_with(self.txn_hints(ORDER_STATUS_TXN));
         let c = if by_name {
             let nm = txn.add_ro(CUSTOMER_NAME, customer_name_key(w, d, name_or_id));
             txn.execute().await?;
@@ -518,7 +525,7 @@ impl Tpcc {
         let date = now(coord);
         const ND: usize = DISTRICTS as usize;
 
-        let mut txn = coord.begin();
+        let mut txn = coord.begin_with(self.txn_hints(DELIVERY_TXN));
         // The order each district delivers, with its ORDER handle.
         let mut target = [None::<(u32, ObjRef<Order>)>; ND];
         let mut cursors = [None::<ObjRef<DeliveryCursor>>; ND];
@@ -637,7 +644,7 @@ impl Tpcc {
         let StockLevelInput { w, d, threshold } = *input;
         let scratch = &mut local.scratch;
 
-        let mut txn = coord.begin();
+        let mut txn = coord.begin_with(self.txn_hints(STOCK_LEVEL_TXN));
         let di = txn.add_ro(DISTRICT, district_key(w, d));
         txn.execute().await?;
         let next = txn.get(di).next_o_id;

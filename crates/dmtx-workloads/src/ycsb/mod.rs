@@ -113,7 +113,9 @@
 //! 6. `ycsb_committed_reads_intact`: no committed transaction read a record failing 2
 //!    or 3.
 
-use dmtx_runtime::{did_you_mean, Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, ObjRef, Protocol, Table};
+use dmtx_runtime::{
+    did_you_mean, Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, ObjRef, Protocol, Table, TxnHints,
+};
 use dmtx_store::{KeyRuns, StoreError, TableSpec};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -693,6 +695,15 @@ impl Workload for Ycsb {
         }
     }
 
+    /// Every operation's key is drawn before the transaction begins; type 0 only reads.
+    fn txn_hints(&self, ty: usize) -> TxnHints {
+        if ty == 0 {
+            TxnHints::READ_ONLY_DECLARED
+        } else {
+            TxnHints::DECLARED
+        }
+    }
+
     fn tables(&self) -> Vec<TableSpec> {
         let n = self.cfg.partitions as u64;
         let room = self.insert_room().div_ceil(n);
@@ -771,7 +782,7 @@ impl Workload for Ycsb {
     ) -> Result<Outcome, Abort> {
         let plan = &input.0;
         let mut objs = [None::<ObjRef<[u8]>>; OPS_MAX];
-        let mut txn = coord.begin();
+        let mut txn = coord.begin_with(self.txn_hints(plan.ty));
         for (o, op) in objs.iter_mut().zip(plan.ops()) {
             let table = Table::<[u8]>::new(op.table);
             *o = Some(match op.kind {
