@@ -1340,13 +1340,25 @@ fn worker_thread<P: Protocol, W: Workload>(
     {
         let (worker, coords, locals, _, (stop, services)) = &mut setup;
         let mut ex = worker.executor();
-        for ((coord, local), live) in coords.iter_mut().zip(locals.iter_mut()).zip(live.drain(..)) {
-            let th = &th;
-            ex.spawn(drive(shared.workload, coord, local, th, shared.routes.as_ref(), live));
-        }
         // Services, and the thread's CN↔CN request handler (driven by the executor while
         // any task is left), run until every coordinator of the run is done.
-        if !services.is_empty() || worker.rpc().is_some() {
+        let serving = !services.is_empty() || worker.rpc().is_some();
+        for (coord, local) in coords.iter_mut().zip(locals.iter_mut()) {
+            let (th, routes) = (&th, shared.routes.as_ref());
+            if serving || routes.is_some() {
+                // Each coordinator gives its share back as it ends.
+                let live = live.pop();
+                ex.spawn(async move {
+                    drive(shared.workload, coord, local, th, routes).await;
+                    drop(live);
+                });
+            } else {
+                // Nobody waits for this thread's coordinators: their shares go back with
+                // the thread's, after the run (or as it unwinds).
+                ex.spawn(drive(shared.workload, coord, local, th, routes));
+            }
+        }
+        if serving {
             for s in services.drain(..) {
                 ex.spawn(s);
             }
@@ -1431,7 +1443,7 @@ fn run_simulated<P: Protocol, W: Workload>(
             for (coord, local) in coords.iter_mut().zip(locals.iter_mut()) {
                 let (live, routes) = (&live, shared.routes.as_ref());
                 ex.spawn_on(cpu, async move {
-                    drive(shared.workload, coord, local, th, routes, ()).await;
+                    drive(shared.workload, coord, local, th, routes).await;
                     live.done_one();
                 });
             }
@@ -1675,6 +1687,85 @@ pub fn retryable(reason: AbortReason) -> bool {
     )
 }
 
+/// Run transaction `$input` (a reference) of type `$ty`, drawn at `$first_ns`, until it
+/// commits or may not be retried ([`drive`]). A macro, not an `async fn`, so the loop of
+/// a one-node run has no nested future to poll at every post.
+macro_rules! run_txn {
+    ($workload:expr, $coord:expr, $local:expr, $th:expr, $state:expr, $ty:expr, $input:expr, $first_ns:expr) => {{
+        let (workload, coord, local, th, state, ty, input, first_ns) = (
+            $workload,
+            &mut *$coord,
+            &mut *$local,
+            $th,
+            &mut *$state,
+            $ty,
+            $input,
+            $first_ns,
+        );
+        let mut start_ns = first_ns;
+        let mut attempts: u32 = 0;
+        'attempt: loop {
+            if !state.measuring && start_ns >= th.measure_from_ns.load(Ordering::Relaxed) {
+                // The warm-up is over: count this coordinator's load from here.
+                state.measuring = true;
+                coord.ctx.per_mn.iter_mut().for_each(|m| *m = MnCounters::default());
+            }
+            if attempts > 0 {
+                coord.ctx.step(W::TXN_STEP, 1);
+            }
+            attempts = attempts.saturating_add(1);
+            let outcome = workload.run(local, input, coord).await;
+            coord.ctx.attempt_end(ty);
+            let end_ns = coord.ctx.clock.now_ns();
+            let counters = coord.ctx.txn_counters;
+            // Before the next attempt or retry (a retry must not meet this attempt's own
+            // locks), counted apart from the attempt and outside its latency.
+            let cleanup = coord.cleanup().await;
+            // Attempts of the warm-up, and those that end after the deadline (the
+            // transactions in hand when it came), are run, not counted.
+            let counted = state.measuring && end_ns <= th.measure_until_ns.load(Ordering::Relaxed);
+            let committed = matches!(outcome, Ok(Outcome::Committed | Outcome::Unsuccessful));
+            // From the draw, on whichever node it was drawn (one clock per process).
+            let latency_ns = end_ns.saturating_sub(first_ns);
+            th.publish(committed, latency_ns);
+            if counted {
+                th.stats.borrow_mut().cleanup(ty, &cleanup);
+            }
+            match outcome {
+                Ok(o @ (Outcome::Committed | Outcome::Unsuccessful)) => {
+                    if counted {
+                        th.record_series(end_ns);
+                        th.stats
+                            .borrow_mut()
+                            .commit(ty, &counters, latency_ns, o == Outcome::Committed, attempts);
+                    }
+                    break 'attempt;
+                }
+                Ok(Outcome::RolledBack) => {
+                    if counted {
+                        th.stats.borrow_mut().rolled_back(ty, &counters);
+                    }
+                    th.return_credit();
+                    break 'attempt;
+                }
+                Err(abort) => {
+                    if counted {
+                        th.stats.borrow_mut().abort(ty, abort.reason, &counters);
+                    }
+                    th.stop_on(abort.reason, coord);
+                    if retryable(abort.reason) && th.retries.allows(attempts - 1) && !th.stop.load(Ordering::Relaxed) {
+                        backoff(&mut state.backoff_rng, attempts).await;
+                        start_ns = coord.ctx.clock.now_ns();
+                        continue 'attempt;
+                    }
+                    th.return_credit();
+                    break 'attempt;
+                }
+            }
+        }
+    }};
+}
+
 /// One coordinator's loop: draw a transaction, run it until it commits or may not be
 /// retried ([`Retries`], [`retryable`]), then the next, until stopped; every attempt is
 /// counted. After every attempt the protocol's cleanup is awaited
@@ -1684,36 +1775,47 @@ pub fn retryable(reason: AbortReason) -> bool {
 /// A committed transaction's latency runs from its first attempt's start to the commit
 /// (what TPC-C and BenchBase report); every attempt, and every abort, goes through
 /// [`ThreadCtx::stop_on`]. An attempt that ends outside the measured window is run but
-/// not counted. `_end` is dropped when the loop ends (or the task is dropped): the
-/// coordinator's share of [`Shared::live`] on a real-time run.
-async fn drive<P: Protocol, W: Workload, E>(
+/// not counted.
+async fn drive<P: Protocol, W: Workload>(
     workload: &W,
     coord: &mut Coordinator<P>,
     local: &mut W::Local,
     th: &ThreadCtx<'_>,
     routes: Option<&Routes<W::Input>>,
-    _end: E,
 ) {
     let mut state = DriveState {
         measuring: false,
         backoff_rng: splitmix64(coord.ctx.id.global()),
     };
-    let Some(routes) = routes else {
-        // One node: every transaction runs where it is drawn.
-        loop {
-            if th.stop.load(Ordering::Relaxed) || !th.take_credit() {
-                // The run ends with no protocol work in flight: the last attempt's cleanup
-                // ran after it; what the protocol left running is finished here. Its posts load
-                // the memory nodes and are in no transaction type's counters.
-                coord.drain().await;
-                return;
-            }
-            let first_ns = coord.ctx.clock.now_ns();
-            coord.ctx.step(W::TXN_STEP, 1);
-            let (ty, input) = workload.draw(local);
-            run_txn(workload, coord, local, th, &mut state, ty, &input, first_ns).await;
+    if let Some(routes) = routes {
+        // Boxed: its state (a held job, the inbox) is no part of a one-node run's future.
+        return Box::pin(drive_routed(workload, coord, local, th, routes, state)).await;
+    }
+    // One node (or a protocol that does not route): every transaction runs where it is drawn.
+    loop {
+        if th.stop.load(Ordering::Relaxed) || !th.take_credit() {
+            // The run ends with no protocol work in flight: the last attempt's cleanup
+            // ran after it; what the protocol left running is finished here. Its posts load
+            // the memory nodes and are in no transaction type's counters.
+            coord.drain().await;
+            return;
         }
-    };
+        let first_ns = coord.ctx.clock.now_ns();
+        coord.ctx.step(W::TXN_STEP, 1);
+        let (ty, input) = workload.draw(local);
+        run_txn!(workload, coord, local, th, &mut state, ty, &input, first_ns);
+    }
+}
+
+/// [`drive`] for a protocol that routes transactions among the process's nodes.
+async fn drive_routed<P: Protocol, W: Workload>(
+    workload: &W,
+    coord: &mut Coordinator<P>,
+    local: &mut W::Local,
+    th: &ThreadCtx<'_>,
+    routes: &Routes<W::Input>,
+    mut state: DriveState,
+) {
     let me = coord.ctx.id.cn;
     let inbox = &routes.inboxes[me as usize];
     // Apart from the workload's draws, so routing leaves them unchanged.
@@ -1725,7 +1827,7 @@ async fn drive<P: Protocol, W: Workload, E>(
     loop {
         // What other nodes routed here runs first; the budget was taken where it was drawn.
         if let Some(Job { ty, input, first_ns }) = inbox.pop() {
-            run_txn(workload, coord, local, th, &mut state, ty, &input, first_ns).await;
+            run_txn!(workload, coord, local, th, &mut state, ty, &input, first_ns);
             continue;
         }
         let job = match held.take() {
@@ -1788,7 +1890,7 @@ async fn drive<P: Protocol, W: Workload, E>(
                 Push::Closed(job) => job,
             }
         };
-        run_txn(workload, coord, local, th, &mut state, job.ty, &job.input, job.first_ns).await;
+        run_txn!(workload, coord, local, th, &mut state, job.ty, &job.input, job.first_ns);
     }
 }
 
@@ -1797,82 +1899,6 @@ struct DriveState {
     /// The warm-up is over for this coordinator.
     measuring: bool,
     backoff_rng: u64,
-}
-
-/// Run transaction `input` of type `ty`, drawn at `first_ns`, until it commits or may
-/// not be retried ([`drive`]).
-#[allow(clippy::too_many_arguments)]
-async fn run_txn<P: Protocol, W: Workload>(
-    workload: &W,
-    coord: &mut Coordinator<P>,
-    local: &mut W::Local,
-    th: &ThreadCtx<'_>,
-    state: &mut DriveState,
-    ty: usize,
-    input: &W::Input,
-    first_ns: u64,
-) {
-    let mut start_ns = first_ns;
-    let mut attempts: u32 = 0;
-    loop {
-        if !state.measuring && start_ns >= th.measure_from_ns.load(Ordering::Relaxed) {
-            // The warm-up is over: count this coordinator's load from here.
-            state.measuring = true;
-            coord.ctx.per_mn.iter_mut().for_each(|m| *m = MnCounters::default());
-        }
-        if attempts > 0 {
-            coord.ctx.step(W::TXN_STEP, 1);
-        }
-        attempts = attempts.saturating_add(1);
-        let outcome = workload.run(local, input, coord).await;
-        coord.ctx.attempt_end(ty);
-        let end_ns = coord.ctx.clock.now_ns();
-        let counters = coord.ctx.txn_counters;
-        // Before the next attempt or retry (a retry must not meet this attempt's own
-        // locks), counted apart from the attempt and outside its latency.
-        let cleanup = coord.cleanup().await;
-        // Attempts of the warm-up, and those that end after the deadline (the
-        // transactions in hand when it came), are run, not counted.
-        let counted = state.measuring && end_ns <= th.measure_until_ns.load(Ordering::Relaxed);
-        let committed = matches!(outcome, Ok(Outcome::Committed | Outcome::Unsuccessful));
-        // From the draw, on whichever node it was drawn (one clock per process).
-        let latency_ns = end_ns.saturating_sub(first_ns);
-        th.publish(committed, latency_ns);
-        if counted {
-            th.stats.borrow_mut().cleanup(ty, &cleanup);
-        }
-        match outcome {
-            Ok(o @ (Outcome::Committed | Outcome::Unsuccessful)) => {
-                if counted {
-                    th.record_series(end_ns);
-                    th.stats
-                        .borrow_mut()
-                        .commit(ty, &counters, latency_ns, o == Outcome::Committed, attempts);
-                }
-                return;
-            }
-            Ok(Outcome::RolledBack) => {
-                if counted {
-                    th.stats.borrow_mut().rolled_back(ty, &counters);
-                }
-                th.return_credit();
-                return;
-            }
-            Err(abort) => {
-                if counted {
-                    th.stats.borrow_mut().abort(ty, abort.reason, &counters);
-                }
-                th.stop_on(abort.reason, coord);
-                if retryable(abort.reason) && th.retries.allows(attempts - 1) && !th.stop.load(Ordering::Relaxed) {
-                    backoff(&mut state.backoff_rng, attempts).await;
-                    start_ns = coord.ctx.clock.now_ns();
-                    continue;
-                }
-                th.return_credit();
-                return;
-            }
-        }
-    }
 }
 
 /// Transactions routed from one compute node to another of this process
