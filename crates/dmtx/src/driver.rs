@@ -418,8 +418,6 @@ pub fn run<P: Protocol, W: Workload>(
         }
         None => cfg,
     };
-    let mn_count = cfg.memory_nodes as usize;
-    let proto = Arc::new(proto);
     // The protocol's own tables index fixed arrays of results: refused before anything
     // is built when they do not fit.
     dmtx_runtime::check_abort_reasons(P::NAME, P::ABORT_REASONS).map_err(RunError::Unsupported)?;
@@ -430,15 +428,25 @@ pub fn run<P: Protocol, W: Workload>(
     hooks.monitor.phase("planning memory");
     // Growing tables get room for a run this long (unless a knob fixed it).
     let workload = fit_to_run(workload, cfg);
+    let per_coord = coordinator_bytes(&proto, cfg.memory_nodes as usize)?;
+    let plan = crate::plan::plan_and_check(&proto, &workload, cfg, &per_coord, crate::plan::host_available_bytes())?;
+    run_planned(proto, &Typed(workload), plan, role, cfg, hooks)
+}
+
+/// The rest of [`run`], once the plan fits: compiled once per protocol, with the workload
+/// behind [`WorkloadLoop`], so the registry's protocol × workload pairs do not each
+/// instantiate the whole driver.
+fn run_planned<P: Protocol>(
+    proto: P,
+    workload: &dyn WorkloadLoop<P>,
+    plan: crate::plan::MemoryPlan,
+    role: Option<crate::cn_join::Role>,
+    cfg: &BenchConfig,
+    hooks: &RunHooks<'_>,
+) -> Result<BenchResult, RunError> {
+    let mn_count = cfg.memory_nodes as usize;
+    let proto = Arc::new(proto);
     let specs: Vec<TableSpec> = workload.tables();
-    let per_coord = coordinator_bytes(proto.as_ref(), mn_count)?;
-    let plan = crate::plan::plan_and_check(
-        proto.as_ref(),
-        &workload,
-        cfg,
-        &per_coord,
-        crate::plan::host_available_bytes(),
-    )?;
 
     // 2. Memory nodes: started (or reached, and their regions checked) before loading.
     let pool = match &cfg.cluster {
@@ -462,7 +470,7 @@ pub fn run<P: Protocol, W: Workload>(
     hooks.monitor.phase("loading tables");
     let load_started = std::time::Instant::now();
     let builders = match loads {
-        true => build_tables(&workload, &specs, proto.layout(), hooks.stop),
+        true => build_tables(workload, &specs, proto.layout(), hooks.stop),
         false => Vec::new(),
     };
     let mut records_loaded = 0;
@@ -599,7 +607,7 @@ pub fn run<P: Protocol, W: Workload>(
         record_history,
         cns: &cns,
         proto: &proto,
-        workload: &workload,
+        workload,
         cfg,
         stop: AtomicBool::new(false),
         go: AtomicBool::new(false),
@@ -625,7 +633,7 @@ pub fn run<P: Protocol, W: Workload>(
         series_bucket_ns,
         series_origin_ns: AtomicU64::new(0),
         live: AtomicUsize::new(cfg.coordinators()),
-        routes: (cns.len() > 1 && proto.routes()).then(|| Routes::new(cns.len(), cfg.coordinators() / cns.len())),
+        routes: (cns.len() > 1 && proto.routes()).then(|| workload.routes(cns.len(), cfg.coordinators() / cns.len())),
     };
     let warmup_ns = cfg.warmup.as_nanos() as u64;
     // The measured window: from the end of the warm-up to the deadline.
@@ -651,7 +659,7 @@ pub fn run<P: Protocol, W: Workload>(
     let mut sim_window: (Option<SimCounters>, Option<SimCounters>) = (None, None);
     let mut stranded = 0;
     let mut join_failed = None;
-    let outcomes: Vec<Result<ThreadOutcome<W::Local>, RunError>> = if let Some(sim) = &sim {
+    let outcomes: Vec<Result<ThreadOutcome<Local>, RunError>> = if let Some(sim) = &sim {
         started_at_unix_s = crate::results::wall_clock_unix_s();
         start_ns = clock.now_ns();
         open_window(start_ns);
@@ -860,7 +868,7 @@ pub fn run<P: Protocol, W: Workload>(
         })?;
     }
     snapshot.seal();
-    let invariant = match workload.check(&locals, &snapshot) {
+    let invariant = match workload.check(locals, &snapshot) {
         Ok(detail) => InvariantResult { ok: true, detail },
         Err(e) => InvariantResult {
             ok: false,
@@ -1010,8 +1018,8 @@ fn local_pool(cfg: &BenchConfig, plan: &crate::plan::MemoryPlan) -> Result<Memor
 
 /// Build every table's image in parallel, one thread per table, loading it through
 /// [`Workload::load`]. Ctrl-C (`stop`) ends each loader within a batch of records.
-fn build_tables<'l, W: Workload>(
-    workload: &W,
+fn build_tables<'l, P: Protocol>(
+    workload: &dyn WorkloadLoop<P>,
     specs: &[TableSpec],
     layout: &'l dyn dmtx_store::SlotLayout,
     stop: &AtomicBool,
@@ -1152,13 +1160,13 @@ impl MemoryGuard {
 }
 
 /// What every worker thread shares.
-struct Shared<'a, P: Protocol, W: Workload> {
+struct Shared<'a, P: Protocol> {
     /// Record every transaction (`--check`, on a protocol whose level can be checked).
     record_history: bool,
     /// The compute nodes (`--compute-nodes`; one per process over `--cluster`).
     cns: &'a [Cn],
     proto: &'a Arc<P>,
-    workload: &'a W,
+    workload: &'a dyn WorkloadLoop<P>,
     cfg: &'a BenchConfig,
     /// Set by the main thread (deadline, Ctrl-C) or a failing thread.
     stop: AtomicBool,
@@ -1198,10 +1206,10 @@ struct Shared<'a, P: Protocol, W: Workload> {
     /// and CN↔CN request handlers serve until it is 0.
     live: AtomicUsize,
     /// Transactions routed between the process's compute nodes, when it has several.
-    routes: Option<Routes<W::Input>>,
+    routes: Option<AnyRoutes>,
 }
 
-impl<P: Protocol, W: Workload> Shared<'_, P, W> {
+impl<P: Protocol> Shared<'_, P> {
     fn progress_now(&self, elapsed: Duration) -> Progress {
         let mut p = Progress {
             elapsed,
@@ -1260,10 +1268,7 @@ type ThreadSetup<P, L> = (
 
 /// Set up worker thread `g` of the run (thread `g % threads` of compute node
 /// `g / threads`): its coordinators, their workload state, its history.
-fn setup_thread<P: Protocol, W: Workload>(
-    g: u16,
-    shared: &Shared<'_, P, W>,
-) -> Result<ThreadSetup<P, W::Local>, RunError> {
+fn setup_thread<P: Protocol>(g: u16, shared: &Shared<'_, P>) -> Result<ThreadSetup<P, Local>, RunError> {
     let threads = shared.cfg.threads;
     let worker = shared.cns[(g / threads) as usize].worker(g % threads)?;
     let mut coords = Vec::with_capacity(shared.cfg.coroutines as usize);
@@ -1288,7 +1293,7 @@ fn setup_thread<P: Protocol, W: Workload>(
 }
 
 /// The per-thread counters and limits of thread `t`.
-fn thread_ctx<'a, P: Protocol, W: Workload>(t: u16, shared: &'a Shared<'a, P, W>) -> ThreadCtx<'a> {
+fn thread_ctx<'a, P: Protocol>(t: u16, shared: &'a Shared<'a, P>) -> ThreadCtx<'a> {
     ThreadCtx {
         stop: &shared.stop,
         budget: shared.budget,
@@ -1352,10 +1357,7 @@ fn finish_thread<P: Protocol, L>(
     }
 }
 
-fn worker_thread<P: Protocol, W: Workload>(
-    t: u16,
-    shared: &Shared<'_, P, W>,
-) -> Result<ThreadOutcome<W::Local>, RunError> {
+fn worker_thread<P: Protocol>(t: u16, shared: &Shared<'_, P>) -> Result<ThreadOutcome<Local>, RunError> {
     let _guard = StopOnPanic(&shared.stop);
     // This thread's share of `live`, given back as each coordinator ends, or here if the
     // thread fails before they run, so other threads' services do not wait for them.
@@ -1385,13 +1387,13 @@ fn worker_thread<P: Protocol, W: Workload>(
                 // Each coordinator gives its share back as it ends.
                 let live = live.pop();
                 ex.spawn(async move {
-                    drive(shared.workload, coord, local, th, routes).await;
+                    shared.workload.drive(coord, local, th, routes).await;
                     drop(live);
                 });
             } else {
                 // Nobody waits for this thread's coordinators: their shares go back with
                 // the thread's, after the run (or as it unwinds).
-                ex.spawn(drive(shared.workload, coord, local, th, routes));
+                ex.spawn(shared.workload.drive(coord, local, th, routes));
             }
         }
         if serving {
@@ -1431,13 +1433,13 @@ impl Drop for Live<'_> {
 /// `hooks.stop` (Ctrl-C) sets the stop flag, and coordinators still running
 /// [`INTERRUPT_GRACE_NS`] later are dropped; after a deadline they get
 /// [`DRAIN_MAX_NS`]. Progress goes to `hooks.monitor` every [`SIM_TICK_NS`].
-fn run_simulated<P: Protocol, W: Workload>(
-    shared: &Shared<'_, P, W>,
+fn run_simulated<P: Protocol>(
+    shared: &Shared<'_, P>,
     sim: &Sim,
     net: Option<&Arc<dmtx_sim::SimMsgNet>>,
     start_ns: u64,
     hooks: &RunHooks<'_>,
-) -> Result<SimRun<W::Local>, RunError> {
+) -> Result<SimRun<Local>, RunError> {
     let baseline: RefCell<Option<SimCounters>> = RefCell::new(None);
     let window_end: RefCell<Option<SimCounters>> = RefCell::new(None);
     let n = shared.cfg.worker_threads() as u16;
@@ -1479,7 +1481,7 @@ fn run_simulated<P: Protocol, W: Workload>(
             for (coord, local) in coords.iter_mut().zip(locals.iter_mut()) {
                 let (live, routes) = (&live, shared.routes.as_ref());
                 ex.spawn_on(cpu, async move {
-                    drive(shared.workload, coord, local, th, routes).await;
+                    shared.workload.drive(coord, local, th, routes).await;
                     live.done_one();
                 });
             }
@@ -1804,6 +1806,83 @@ macro_rules! run_txn {
             }
         }
     }};
+}
+
+/// A coordinator's workload state behind one type ([`WorkloadLoop`]).
+type Local = Box<dyn std::any::Any + Send>;
+/// [`Routes`] of the workload's inputs behind one type ([`WorkloadLoop`]).
+type AnyRoutes = Box<dyn std::any::Any + Send + Sync>;
+
+/// What the driver asks of a workload, behind a `dyn` boundary: everything but the
+/// planning is compiled once per protocol, not once per protocol and workload. The
+/// boundary is around each coordinator's whole loop ([`WorkloadLoop::drive`], one boxed
+/// future per coordinator and run), so no transaction crosses it.
+trait WorkloadLoop<P: Protocol>: Sync {
+    fn tables(&self) -> Vec<TableSpec>;
+    fn txn_types(&self) -> &'static [&'static str];
+    fn load(&self, table: u32, insert: &mut dmtx_workloads::RecordSink<'_>) -> Result<(), dmtx_store::StoreError>;
+    fn local(&self, coord: CoordId, seed: u64) -> Local;
+    fn check(&self, locals: Vec<Local>, snapshot: &Snapshot) -> Result<String, dmtx_workloads::InvariantError>;
+    fn metrics(&self, counts: &[TypeCounts], elapsed_s: f64) -> Vec<dmtx_workloads::Metric>;
+    /// Inboxes for transactions routed among `nodes` compute nodes.
+    fn routes(&self, nodes: usize, coordinators_per_node: usize) -> AnyRoutes;
+    /// The coordinator's loop ([`drive`]); `local` and `routes` are this workload's.
+    fn drive<'a>(
+        &'a self,
+        coord: &'a mut Coordinator<P>,
+        local: &'a mut Local,
+        th: &'a ThreadCtx<'a>,
+        routes: Option<&'a AnyRoutes>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
+}
+
+/// A workload of type `W` as the driver sees it.
+struct Typed<W>(W);
+
+impl<P: Protocol, W: Workload> WorkloadLoop<P> for Typed<W> {
+    fn tables(&self) -> Vec<TableSpec> {
+        self.0.tables()
+    }
+
+    fn txn_types(&self) -> &'static [&'static str] {
+        self.0.txn_types()
+    }
+
+    fn load(&self, table: u32, insert: &mut dmtx_workloads::RecordSink<'_>) -> Result<(), dmtx_store::StoreError> {
+        self.0.load(table, insert)
+    }
+
+    fn local(&self, coord: CoordId, seed: u64) -> Local {
+        Box::new(self.0.local(coord, seed))
+    }
+
+    fn check(&self, locals: Vec<Local>, snapshot: &Snapshot) -> Result<String, dmtx_workloads::InvariantError> {
+        let locals: Vec<W::Local> = locals
+            .into_iter()
+            .map(|l| *l.downcast::<W::Local>().expect("every local was made by this workload"))
+            .collect();
+        self.0.check(&locals, snapshot)
+    }
+
+    fn metrics(&self, counts: &[TypeCounts], elapsed_s: f64) -> Vec<dmtx_workloads::Metric> {
+        self.0.metrics(counts, elapsed_s)
+    }
+
+    fn routes(&self, nodes: usize, coordinators_per_node: usize) -> AnyRoutes {
+        Box::new(Routes::<W::Input>::new(nodes, coordinators_per_node))
+    }
+
+    fn drive<'a>(
+        &'a self,
+        coord: &'a mut Coordinator<P>,
+        local: &'a mut Local,
+        th: &'a ThreadCtx<'a>,
+        routes: Option<&'a AnyRoutes>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>> {
+        let local = local.downcast_mut::<W::Local>().expect("a local of this workload");
+        let routes = routes.map(|r| r.downcast_ref::<Routes<W::Input>>().expect("routes of this workload"));
+        Box::pin(drive(&self.0, coord, local, th, routes))
+    }
 }
 
 /// One coordinator's loop: draw a transaction, run it until it commits or may not be
