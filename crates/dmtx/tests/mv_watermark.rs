@@ -49,13 +49,13 @@
 //!
 //! # Commit (first committer wins)
 //!
-//! Lock every written record (CAS), read it under the lock, and abort unless its newest
-//! version is still the one read (a concurrent writer committed first). Then take the
-//! commit timestamp (`next_commit`), install each new version into its record's oldest
-//! cell with `prev_ts` = the version it replaces, `complete` the timestamp, and release
-//! the locks in the cleanup. Version chains are in commit-timestamp order: a writer
-//! takes its timestamp while holding the lock its predecessor released after taking its
-//! own.
+//! Lock every written record (CAS) and read it under the lock, take the commit timestamp
+//! (`next_commit`), and abort unless each record's newest version is still the one read
+//! (a concurrent writer committed first), abandoning the timestamp (`abandon`). Then
+//! install each new version into its record's oldest cell with `prev_ts` = the version
+//! it replaces, `complete` the timestamp, and release the locks in the cleanup. Version
+//! chains are in commit-timestamp order: a writer takes its timestamp while holding the
+//! lock its predecessor released after taking its own.
 //!
 //! # Sessions
 //!
@@ -503,6 +503,10 @@ impl Protocol for MvToy {
         if conflict {
             return Err(Abort::new(AbortReason::LockConflict));
         }
+        // The commit timestamp, taken under the locks (so a record's versions are in
+        // timestamp order); from here every abort abandons it.
+        let proto = Arc::clone(&coord.proto);
+        let cts = coord.state.ts.next_commit(&mut coord.ctx).await.map_err(ts_fault)?;
         // First committer wins; the new version goes into the oldest (or an empty) cell.
         let mut installs = Vec::with_capacity(ops.len());
         for &(i, _, read) in &ops {
@@ -513,7 +517,8 @@ impl Protocol for MvToy {
             let newest = *seen.iter().max_by_key(|v| v.ts).expect("a loaded record has a version");
             let read_v = o.proto.read.expect("executed");
             if (newest.ts, newest.writer) != (read_v.ts, read_v.writer) {
-                coord.proto.marks.first_committer_lost.fetch_add(1, Ordering::Relaxed);
+                proto.marks.first_committer_lost.fetch_add(1, Ordering::Relaxed);
+                coord.state.ts.abandon(&mut coord.ctx, cts).await.map_err(ts_fault)?;
                 return Err(Abort::new(AbortReason::Validation));
             }
             let target = (0..CELLS)
@@ -521,8 +526,6 @@ impl Protocol for MvToy {
                 .unwrap_or_else(|| seen.iter().min_by_key(|v| v.ts).unwrap().cell);
             installs.push((i, target, newest.ts));
         }
-        let proto = Arc::clone(&coord.proto);
-        let cts = coord.state.ts.next_commit(&mut coord.ctx).await.map_err(ts_fault)?;
         if proto.install_delay_ns > 0 {
             let clock = Arc::clone(&coord.ctx.clock);
             dmtx_runtime::sleep(&*clock, proto.install_delay_ns).await;
@@ -810,6 +813,12 @@ fn assert_clean_si(r: &BenchResult, bank: &Bank, marks: &Marks) {
     assert!(
         marks.older_reads.load(Ordering::Relaxed) > 0,
         "{what}: a snapshot read an older version than the newest: {marks:?}"
+    );
+    // Each of those abandoned its commit timestamp; one left unresolved would hold the
+    // watermark back and stall every session behind it.
+    assert!(
+        marks.first_committer_lost.load(Ordering::Relaxed) > 0,
+        "{what}: {marks:?}"
     );
 }
 
