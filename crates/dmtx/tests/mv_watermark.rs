@@ -15,7 +15,8 @@
 //! accounts (the balances' sum is constant; every audit sees it whole); the protocol
 //! sleeps between taking its commit timestamp and installing, so the window is real.
 //!
-//! [`MvToy`] is not registered in the CLI. Its record (8-byte words, `--replicas 1`):
+//! [`MvToy`] is not registered in the CLI. Its record (8-byte words; every replica holds
+//! the same cells, the lock word is used on the primary only):
 //!
 //! | bytes | field |
 //! | --- | --- |
@@ -31,8 +32,19 @@
 //! `oracle`, two or three FAA-area round trips with `faa`, counted as timestamp round
 //! trips) and reads each object's bucket (the slot is in it); a torn slot is read again.
 //! A writer's `commit` is one round of `CAS + READ` per written record (lock, and the
-//! slot under the lock), the commit timestamp, the install WRITEs, and `complete`; the
-//! cleanup releases the locks (one round of CASes).
+//! slot under the lock), the commit timestamp, the install WRITEs (to every replica),
+//! and `complete`; the cleanup releases the locks (one round of CASes).
+//!
+//! # Faults
+//!
+//! Lost replies, delays and outages shorter than the transport timeout: a lock CAS that
+//! failed as a verb may have applied, so the cleanup releases it as if held (a CAS from
+//! the owner to 0 changes nothing otherwise); a validated transaction with its commit
+//! timestamp commits, so its install, and every release, is posted again until it lands
+//! ([`POST_TRIES_MAX`]). Not survived: a compute node's crash (its locks and unresolved
+//! commit timestamp stay; no recovery), and `faa` timestamp round trips that fail (a
+//! commit timestamp whose FAA landed but whose reply was lost is never resolved, and the
+//! watermark stops below it).
 //!
 //! # Which version a read takes
 //!
@@ -102,6 +114,11 @@ const READ_ROUNDS_MAX: u32 = 64;
 const SESSION_WAITS_MAX: u32 = 100_000;
 /// How long one such sleep is.
 const SESSION_WAIT_NS: u64 = 1_000;
+/// Posts of an install or a release before it is given up (a fault that outlasts them
+/// all breaks the run, which the checks then report).
+const POST_TRIES_MAX: u32 = 100;
+/// Wait between two such posts.
+const RETRY_WAIT_NS: u64 = 10_000;
 /// Where the `faa` timestamp area is published.
 const TS_AREA: &str = "test/mv-watermark/timestamps";
 
@@ -188,7 +205,12 @@ fn pick(seen: &[Version], start: u64) -> Option<Version> {
 }
 
 /// `lock | key + 1 | CELLS x (commit_ts | writer | prev_ts | check | value)`.
-struct MvLayout;
+/// Counts the taken lock words it sees in `value`, which only the driver's read-back
+/// after the run calls.
+#[derive(Default)]
+struct MvLayout {
+    locks_left: Arc<AtomicU64>,
+}
 
 impl SlotLayout for MvLayout {
     fn slot_bytes(&self, value_bytes: u32) -> u32 {
@@ -209,6 +231,9 @@ impl SlotLayout for MvLayout {
     /// The newest version's value (the driver reads tables back after the run, when
     /// nothing is in flight).
     fn value<'a>(&self, slot: &'a [u8], value_bytes: u32) -> &'a [u8] {
+        if word(slot, LOCK) != 0 {
+            self.locks_left.fetch_add(1, Ordering::Relaxed);
+        }
         let Cells::Seen(seen) = cells(slot, value_bytes) else {
             panic!("a torn record after the run");
         };
@@ -243,10 +268,17 @@ struct Marks {
     first_committer_lost: Arc<AtomicU64>,
     /// Session waits: sleeps until the watermark passed the coordinator's last commit.
     session_waits: Arc<AtomicU64>,
+    /// Installs and releases posted again after a verb failed.
+    reposts: Arc<AtomicU64>,
+    /// Locks a release gave up on (every retry failed).
+    stranded_locks: Arc<AtomicU64>,
+    /// Lock words found taken by the driver's read-back after the run.
+    locks_left: Arc<AtomicU64>,
 }
 
 /// Test-only snapshot isolation over three versions per record (module doc).
 struct MvToy {
+    layout: MvLayout,
     ts_kind: TsKind,
     /// The `oracle` kind's counter, shared by every coordinator of the process.
     oracle: OracleTimestamps,
@@ -264,6 +296,9 @@ impl MvToy {
             "mv-watermark runs `oracle` or `faa` timestamps"
         );
         Self {
+            layout: MvLayout {
+                locks_left: Arc::clone(&marks.locks_left),
+            },
             ts_kind,
             oracle: OracleTimestamps::new(),
             start,
@@ -282,6 +317,16 @@ struct MvCoord {
     last_commit: u64,
 }
 
+/// A writer's hold on a record's lock.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+enum Hold {
+    #[default]
+    Free,
+    Held,
+    /// The lock's CAS failed as a verb (its reply lost, or not applied): it may hold.
+    Maybe,
+}
+
 #[derive(Debug, Default)]
 struct MvObj {
     /// Bucket to read next while locating.
@@ -290,8 +335,8 @@ struct MvObj {
     rel: Option<u64>,
     /// The version read: set once the object is fetched.
     read: Option<Version>,
-    /// The writer holds the record's lock.
-    locked: bool,
+    /// The writer's hold on the record's lock.
+    lock: Hold,
 }
 
 fn owner(ctx: &CoordCtx) -> u64 {
@@ -351,7 +396,7 @@ impl Protocol for MvToy {
         Isolation::SnapshotIsolation
     }
     fn layout(&self) -> &dyn SlotLayout {
-        &MvLayout
+        &self.layout
     }
     fn setup_run(&self, control: &dyn Control) -> dmtx_runtime::Result<()> {
         if self.ts_kind == TsKind::Faa {
@@ -385,7 +430,8 @@ impl Protocol for MvToy {
         };
         let (from, n) = (coord.set.fetched, coord.set.objs.len());
         let catalog = Arc::clone(&coord.ctx.catalog);
-        let marks = coord.proto.marks.clone();
+        let proto = Arc::clone(&coord.proto);
+        let marks = &proto.marks;
         for round in 1.. {
             let mut post = Post::new();
             let mut reads = Vec::new();
@@ -427,7 +473,7 @@ impl Protocol for MvToy {
                 let slot = match bucket {
                     None => bytes,
                     Some(b) => {
-                        let scan = scan_bucket(shape, &MvLayout, bytes, o.key);
+                        let scan = scan_bucket(shape, &proto.layout, bytes, o.key);
                         match (scan.found, scan.next) {
                             (Some(s), _) => {
                                 let rel = shape.slot_off(b, s);
@@ -492,13 +538,21 @@ impl Protocol for MvToy {
                 )
             })
             .collect();
-        coord.ctx.post(&mut post).await.map_err(fault)?;
+        if let Err(e) = coord.ctx.post(&mut post).await {
+            for &(i, _, _) in &ops {
+                coord.set.objs[i].proto.lock = Hold::Maybe;
+            }
+            return Err(fault(e));
+        }
         let mut conflict = false;
         for &(i, cas, _) in &ops {
             // Recorded before any abort: the cleanup releases what was taken.
             let o = &mut coord.set.objs[i];
-            o.proto.locked = post.old(cas) == 0;
-            conflict |= !o.proto.locked;
+            if post.old(cas) == 0 {
+                o.proto.lock = Hold::Held;
+            } else {
+                conflict = true;
+            }
         }
         if conflict {
             return Err(Abort::new(AbortReason::LockConflict));
@@ -530,7 +584,8 @@ impl Protocol for MvToy {
             let clock = Arc::clone(&coord.ctx.clock);
             dmtx_runtime::sleep(&*clock, proto.install_delay_ns).await;
         }
-        let mut post = Post::new();
+        // Every replica gets the same cell; reads go to the primary.
+        let mut writes = Vec::new();
         for &(i, target, prev) in &installs {
             let o = &coord.set.objs[i];
             let info = catalog.get(o.table).unwrap();
@@ -543,12 +598,24 @@ impl Protocol for MvToy {
                 cell[at..at + 8].copy_from_slice(&w.to_le_bytes());
             }
             let off = o.proto.rel.unwrap() + (CELLS_AT + target * cell_bytes(value_bytes)) as u64;
-            post.write(info.ptr(0, off), &cell);
+            for r in 0..info.replica_count() {
+                writes.push((info.ptr(r, off), cell.clone()));
+            }
         }
-        if let Err(e) = coord.ctx.post(&mut post).await {
-            // Recovery is out of this protocol's scope: mem and sim inject no faults.
-            let _ = coord.state.ts.abandon(&mut coord.ctx, cts).await;
-            return Err(fault(e));
+        // Validated with a commit timestamp, the transaction commits: a failed install
+        // is posted again (its WRITEs are idempotent) until it lands, as an outage
+        // shorter than the transport timeout allows.
+        let installed = retry(&mut coord.ctx, &proto.marks, |post| {
+            for (ptr, cell) in &writes {
+                post.write(*ptr, cell);
+            }
+        })
+        .await
+        .is_some();
+        if !installed {
+            // Some replicas may miss the version: the run is broken, and says so.
+            coord.state.ts.complete(&mut coord.ctx, cts).await.map_err(ts_fault)?;
+            return Err(Abort::new(AbortReason::Fault));
         }
         let ts = cts.get();
         coord.state.ts.complete(&mut coord.ctx, cts).await.map_err(ts_fault)?;
@@ -563,26 +630,59 @@ impl Protocol for MvToy {
     async fn cleanup(coord: &mut Coordinator<Self>) {
         let catalog = Arc::clone(&coord.ctx.catalog);
         let me = owner(&coord.ctx);
-        let mut post = Post::new();
-        let mut cas = Vec::new();
+        let mut locks = Vec::new();
         for o in &mut coord.set.objs {
-            if std::mem::take(&mut o.proto.locked) {
-                let lock = catalog.get(o.table).unwrap().ptr(0, o.proto.rel.unwrap() + LOCK as u64);
-                cas.push(post.cas(lock, me, 0));
+            let hold = std::mem::take(&mut o.proto.lock);
+            if hold != Hold::Free {
+                let ptr = catalog.get(o.table).unwrap().ptr(0, o.proto.rel.unwrap() + LOCK as u64);
+                locks.push((ptr, hold));
             }
         }
-        if cas.is_empty() {
+        if locks.is_empty() {
             return;
         }
-        coord
-            .ctx
-            .post(&mut post)
-            .await
-            .expect("mem and sim runs inject no faults");
-        for c in cas {
-            assert_eq!(post.old(c), me, "a lock word changed under its holder");
+        // A release whose reply was lost may have landed: posted again, its CAS finds the
+        // lock free (or taken by the next writer) and changes nothing.
+        let marks = coord.proto.marks.clone();
+        let released = retry(&mut coord.ctx, &marks, |post| {
+            locks.iter().map(|&(ptr, _)| post.cas(ptr, me, 0)).collect::<Vec<_>>()
+        })
+        .await;
+        match released {
+            // Landed at the first try, a lock known held was still ours.
+            Some((post, cas, 0)) => {
+                for (&(_, hold), c) in locks.iter().zip(cas) {
+                    assert!(
+                        hold != Hold::Held || post.old(c) == me,
+                        "a lock word changed under its holder"
+                    );
+                }
+            }
+            Some(_) => {}
+            None => {
+                marks.stranded_locks.fetch_add(locks.len() as u64, Ordering::Relaxed);
+            }
         }
     }
+}
+
+/// Post what `build` adds, again after each failure, up to [`POST_TRIES_MAX`] times with
+/// [`RETRY_WAIT_NS`] between: the post that landed, what `build` returned for it, and
+/// the failures before it; `None` when none landed.
+async fn retry<T>(ctx: &mut CoordCtx, marks: &Marks, build: impl Fn(&mut Post) -> T) -> Option<(Post, T, u32)> {
+    for attempt in 0..POST_TRIES_MAX {
+        if attempt > 0 {
+            marks.reposts.fetch_add(1, Ordering::Relaxed);
+            let clock = Arc::clone(&ctx.clock);
+            dmtx_runtime::sleep(&*clock, RETRY_WAIT_NS).await;
+        }
+        let mut post = Post::new();
+        let made = build(&mut post);
+        if ctx.post(&mut post).await.is_ok() {
+            return Some((post, made, attempt));
+        }
+    }
+    None
 }
 
 /// Goal: a read takes the version its snapshot holds or none, never a wrong one, from
@@ -615,10 +715,11 @@ fn a_read_takes_the_snapshots_version_or_none() {
 #[test]
 fn a_cell_that_mixes_two_writes_reads_as_torn() {
     let vb = 12; // not a multiple of 8: the padding is hashed as zeros
-    let mut slot = vec![0u8; MvLayout.slot_bytes(vb) as usize];
-    MvLayout.encode(0, 7, &[3; 12], &mut slot);
-    assert_eq!(MvLayout.key(&slot), Some(7));
-    assert_eq!(MvLayout.value(&slot, vb), &[3; 12]);
+    let layout = MvLayout::default();
+    let mut slot = vec![0u8; layout.slot_bytes(vb) as usize];
+    layout.encode(0, 7, &[3; 12], &mut slot);
+    assert_eq!(layout.key(&slot), Some(7));
+    assert_eq!(layout.value(&slot, vb), &[3; 12]);
     let Cells::Seen(seen) = cells(&slot, vb) else {
         panic!("a loaded record is whole");
     };
@@ -743,8 +844,19 @@ impl Workload for Bank {
     }
 }
 
-/// A run of `compute_nodes` CNs with 2 threads of 3 coordinators each.
+/// A run of `compute_nodes` CNs with 2 threads of 3 coordinators each, one replica.
 fn config(transport: TransportKind, compute_nodes: u32, duration: &str, seed: u64) -> BenchConfig {
+    config_replicated(transport, compute_nodes, duration, seed, 1)
+}
+
+/// The same with `replicas` replicas on as many memory nodes.
+fn config_replicated(
+    transport: TransportKind,
+    compute_nodes: u32,
+    duration: &str,
+    seed: u64,
+    replicas: u32,
+) -> BenchConfig {
     let mut cfg = BenchConfig::from_args_unchecked(
         &BenchArgs {
             protocol: MvToy::NAME.into(),
@@ -752,7 +864,8 @@ fn config(transport: TransportKind, compute_nodes: u32, duration: &str, seed: u6
             threads: 2,
             coroutines: 3,
             duration: Some(duration.into()),
-            replicas: Some(1),
+            memory_nodes: Some(replicas.max(2)),
+            replicas: Some(replicas),
             seed,
             check: true,
             transport,
@@ -814,6 +927,11 @@ fn assert_clean_si(r: &BenchResult, bank: &Bank, marks: &Marks) {
         marks.older_reads.load(Ordering::Relaxed) > 0,
         "{what}: a snapshot read an older version than the newest: {marks:?}"
     );
+    assert_eq!(
+        marks.locks_left.load(Ordering::Relaxed),
+        0,
+        "{what}: every lock released"
+    );
     // Each of those abandoned its commit timestamp; one left unresolved would hold the
     // watermark back and stall every session behind it.
     assert!(
@@ -837,10 +955,43 @@ fn watermark_snapshots_are_clean_on_sim_with_3_compute_nodes() {
     for ts in [TsKind::Oracle, TsKind::Faa] {
         let (marks, bank) = (Marks::default(), Bank::new());
         let proto = MvToy::new(ts, Start::Watermark, 20_000, &marks);
-        let r = run(proto, bank_clone(&bank), &config(TransportKind::Sim, 3, "5ms", 1));
+        let r = run(
+            proto,
+            bank_clone(&bank),
+            &config_replicated(TransportKind::Sim, 3, "5ms", 1, 3),
+        );
         assert_clean_si(&r, &bank, &marks);
         assert_eq!(r.sim.as_ref().unwrap().compute_nodes, 3);
     }
+}
+
+/// Goal: lost replies, delays and a memory node's short outage leave the history clean
+/// and the balances whole: a lock CAS whose reply was lost is released in the cleanup, an
+/// install or a release that failed is posted again until it lands. Method: the 3-CN
+/// `sim` run with 3 replicas under a fault script that hits each.
+#[test]
+fn lost_replies_and_an_outage_leave_snapshots_clean_on_sim() {
+    let (marks, bank) = (Marks::default(), Bank::new());
+    let proto = MvToy::new(TsKind::Oracle, Start::Watermark, 20_000, &marks);
+    let mut cfg = config_replicated(TransportKind::Sim, 3, "5ms", 1, 3);
+    cfg.on_fault = dmtx::config::OnFault::Continue;
+    let script = "timeout=40us; lose-response on=kind:cas,mn:0 nth=30 count=30; \
+                  delay by=30us on=kind:write,mn:1 nth=10 count=30; link-down node=mn2 at=400us for=30us";
+    cfg.sim.as_mut().unwrap().faults = Some(script.parse().unwrap());
+    let r = run(proto, bank_clone(&bank), &cfg);
+    assert_clean_si(&r, &bank, &marks);
+    let sim = r.sim.as_ref().unwrap();
+    assert!(
+        sim.faults.iter().any(|f| f.contains("link of mn2 down")),
+        "{:?}",
+        sim.faults
+    );
+    assert!(
+        r.per_txn_type["transfer"].abort_reasons["fault"] > 0,
+        "a lock CAS's reply was lost"
+    );
+    assert!(marks.reposts.load(Ordering::Relaxed) > 0, "{marks:?}");
+    assert_eq!(marks.stranded_locks.load(Ordering::Relaxed), 0);
 }
 
 /// The same counters, for a run that takes the workload by value.
