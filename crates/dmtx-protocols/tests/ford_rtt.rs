@@ -1,97 +1,69 @@
-//! FORD's round-trip budget per transaction kind (module doc of `ford`), asserted
-//! through the verb counters. Method: warm the address cache (or not), run one
-//! transaction of each kind on an idle cluster, read `ctx.txn_counters`.
+//! FORD's verbs per transaction kind, beyond its round-trip budget (the budget table,
+//! `common::FORD_BUDGET`, is checked phase by phase by `dmtx_suite::run_all` in
+//! `ford_suite.rs`, with 1, 2 and 3 replicas). Method: run one transaction of each kind
+//! on an idle cluster with the suite's `rtt::measure`, or by hand, and read the verb
+//! counters.
 
 mod common;
 
 use common::*;
+use dmtx_protocols::ford::{Ford, FordConfig};
 use dmtx_runtime::{block_on, AbortReason};
-use dmtx_verbs::{OpKind, PostCounters};
+use dmtx_suite::rtt::{measure, Cache, TxnKind};
+use dmtx_suite::{Env as SuiteEnv, Setup};
+use dmtx_verbs::OpKind;
 
-fn counters(c: &dmtx_runtime::Coordinator<dmtx_protocols::ford::Ford>) -> PostCounters {
-    c.ctx.txn_counters
+fn bank(replicas: usize) -> SuiteEnv<Ford> {
+    SuiteEnv::bank(Ford::new(FordConfig::default()), Setup::new(replicas, 44))
 }
 
 #[test]
-fn read_only_one_object_is_one_rtt_warm_or_cold() {
-    let env = Env::small(16);
-    let w = env.worker(0);
-    let mut c = env.coord(&w, 0);
-    read_one(&mut c, 3).unwrap();
-    let cold = counters(&c);
-    assert_eq!(cold.rtts, 1, "cold: the bucket READ returns the record");
-    assert_eq!(cold.ops_total(), 1);
-    read_one(&mut c, 3).unwrap();
-    let warm = counters(&c);
-    assert_eq!(warm.rtts, 1);
+fn read_only_one_object_reads_a_bucket_cold_and_a_slot_warm() {
+    let env = bank(2);
+    let cold = measure(&env, TxnKind::ReadOnlyOne, Cache::Cold, 0).attempt;
+    assert_eq!(cold.ops_total(), 1, "cold: the bucket READ returns the record");
+    let warm = measure(&env, TxnKind::ReadOnlyOne, Cache::Warm, 1).attempt;
+    assert_eq!(warm.ops_total(), 1);
     assert_eq!(warm.ops_of(OpKind::Read), 1);
-    assert_eq!(warm.background_posts, 0);
     assert!(warm.bytes_in < cold.bytes_in, "warm reads one slot, cold a bucket");
 }
 
 #[test]
-fn read_only_several_objects_is_two_rtts() {
-    let env = Env::small(16);
-    let w = env.worker(0);
-    let mut c = env.coord(&w, 0);
-    for _ in 0..2 {
-        block_on(async {
-            let mut t = c.begin();
-            let objs: Vec<_> = (0..3).map(|k| t.add_ro(ACCTS, k)).collect();
-            t.execute().await.unwrap();
-            let sum: i64 = objs.iter().map(|&o| t.get(o).balance).sum();
-            assert_eq!(sum, 300);
-            t.commit().await.unwrap();
-        });
-        let n = counters(&c);
-        assert_eq!(n.rtts, 2, "execute + validation");
-        assert_eq!(n.ops_of(OpKind::Read), 6);
+fn read_only_several_objects_read_each_twice_and_lock_nothing() {
+    let env = bank(2);
+    for (i, cache) in [Cache::Cold, Cache::Warm].into_iter().enumerate() {
+        let n = measure(&env, TxnKind::ReadOnlyMany, cache, i as u16).attempt;
+        assert_eq!(n.ops_of(OpKind::Read), 6, "{cache:?}: 3 reads, 3 validation reads");
         assert_eq!(n.ops_of(OpKind::Cas), 0);
     }
 }
 
+/// Per written object on each replica: execute CAS+READ on the primary; commit
+/// CAS+WRITE on the primary, WRITE on each backup; one undo-log WRITE per memory node
+/// and one FLUSH per backup node; release WRITE on the primary, CAS on each backup, one
+/// log-status WRITE per node.
 #[test]
-fn read_write_without_ro_data_is_two_rtts_plus_background_release() {
-    let env = Env::small(16);
-    let w = env.worker(0);
-    let mut c = env.coord(&w, 0);
-    bump(&mut c, 5, 1).unwrap(); // cold: +1 bucket read
-    let cold = counters(&c);
-    assert_eq!(cold.rtts, 3);
-    bump(&mut c, 5, 1).unwrap();
-    let n = counters(&c);
-    assert_eq!(n.rtts, 2, "CAS+READ, then the coalescent commit");
-    assert_eq!(n.background_posts, 1, "release is not waited for");
-    // execute: CAS + READ; commit: log WRITE on 2 MNs, CAS+WRITE primary, WRITE backup,
-    // FLUSH backup; release: WRITE primary vlock, CAS backup vlock, log status on 2 MNs.
-    assert_eq!(n.ops_of(OpKind::Cas), 3);
-    assert_eq!(n.ops_of(OpKind::Read), 1);
-    assert_eq!(n.ops_of(OpKind::Write), 2 + 2 + 1 + 2);
-    assert_eq!(n.ops_of(OpKind::Flush), 1);
-    assert_eq!(read_one(&mut c, 5).unwrap().balance, 102);
+fn read_write_verbs_follow_the_replica_count() {
+    for replicas in 1..=3u64 {
+        let env = bank(replicas as usize);
+        let n = measure(&env, TxnKind::ReadWrite, Cache::Warm, 0).attempt;
+        let objs = 2;
+        let backups = replicas - 1;
+        assert_eq!(n.ops_of(OpKind::Cas), objs * (2 + backups), "{replicas} replicas");
+        assert_eq!(n.ops_of(OpKind::Read), objs, "{replicas} replicas");
+        assert_eq!(
+            n.ops_of(OpKind::Write),
+            replicas + objs + objs * backups + objs + replicas,
+            "{replicas} replicas"
+        );
+        assert_eq!(n.ops_of(OpKind::Flush), backups, "{replicas} replicas");
+    }
 }
 
 #[test]
-fn read_write_with_ro_data_is_three_rtts() {
-    let env = Env::small(16);
-    let w = env.worker(0);
-    let mut c = env.coord(&w, 0);
-    let txn = |c: &mut dmtx_runtime::Coordinator<_>| {
-        block_on(async {
-            let mut t = c.begin();
-            let src = t.add_ro(ACCTS, 1);
-            let dst = t.add_rw(ACCTS, 2);
-            t.execute().await.unwrap();
-            let add = t.get(src).balance;
-            t.get_mut(dst).balance += add;
-            t.commit().await.unwrap();
-        })
-    };
-    txn(&mut c);
-    assert_eq!(counters(&c).rtts, 4, "cold cache: +1 for the locked object only");
-    txn(&mut c);
-    let n = counters(&c);
-    assert_eq!(n.rtts, 3, "execute + validation + commit");
+fn read_write_with_ro_data_reads_three_times() {
+    let env = bank(2);
+    let n = measure(&env, TxnKind::ReadWriteWithRo, Cache::Warm, 0).attempt;
     assert_eq!(n.ops_of(OpKind::Read), 2 + 1, "RO READ, RW READ, validation READ");
 }
 
@@ -113,7 +85,7 @@ fn execute_called_twice_fetches_only_new_objects() {
         t.get_mut(b).balance += x;
         t.commit().await.unwrap();
     });
-    assert_eq!(counters(&c).rtts, 4, "two execute rounds, validation, commit");
+    assert_eq!(c.ctx.txn_counters.rtts, 4, "two execute rounds, validation, commit");
 }
 
 #[test]
@@ -148,4 +120,13 @@ fn lock_conflict_aborts_in_execute_and_releases_in_background() {
     bump(&mut other, 9, 5).unwrap();
     assert_eq!(read_one(&mut other, 9).unwrap().balance, 105);
     assert_eq!(read_one(&mut other, 7).unwrap().balance, 101);
+}
+
+/// The budget check fails on a row that is off by one round trip (test of the test).
+#[test]
+#[should_panic(expected = "round trips differ from the declared budget")]
+fn a_budget_off_by_one_round_trip_is_refused() {
+    let mut wrong = FORD_BUDGET[4];
+    wrong.commit += 1;
+    dmtx_suite::assert_budgets(|| Ford::new(FordConfig::default()), 2, 44, &[wrong]);
 }

@@ -69,7 +69,7 @@ impl Race {
         })
     }
 
-    fn region(&self) -> &std::sync::Arc<dmtx_verbs::Region> {
+    fn region(&self) -> std::sync::Arc<dmtx_verbs::Region> {
         self.env.region(self.replica as u16)
     }
 

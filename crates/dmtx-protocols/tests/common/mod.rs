@@ -1,5 +1,8 @@
-//! Test scaffolding: an in-process cluster with one table of accounts, and FORD
-//! coordinators on it.
+//! FORD's scenario tests on the suite's cluster ([`dmtx_suite::Env`]): a table of
+//! 40-byte accounts, FORD coordinators on it, and helpers for one-off transactions.
+//! What every protocol must pass runs in `ford_suite.rs` through `dmtx_suite::run_all`;
+//! the tests here drive FORD into exact interleavings (stalls, failed nodes) and look at
+//! its bytes.
 
 #![allow(dead_code)]
 
@@ -7,9 +10,32 @@ use std::sync::Arc;
 
 use dmtx_memnode::LocalCluster;
 use dmtx_protocols::ford::{Ford, FordConfig};
-use dmtx_runtime::{block_on, Cn, Coordinator, Protocol, RealClock, Table, Worker};
-use dmtx_store::{create_table, placement, TableBuilder, TableSpec};
+use dmtx_runtime::{block_on, Cn, Coordinator, Table, Worker};
+use dmtx_store::TableSpec;
+use dmtx_suite::rtt::{Cache, RttBudget, TxnKind};
+use dmtx_suite::Setup;
 use dmtx_verbs::{MnId, Region};
+
+/// FORD's round trips per phase, per transaction kind and cache state (its module doc's
+/// table), for any replica count: what `dmtx_suite::rtt::assert_budgets` checks.
+pub const FORD_BUDGET: [RttBudget; 11] = [
+    // One READ; cold, the bucket READ returns the record.
+    RttBudget::new(TxnKind::ReadOnlyOne, Cache::Warm, 1, 0),
+    RttBudget::new(TxnKind::ReadOnlyOne, Cache::Cold, 1, 0),
+    // Execute, then validation.
+    RttBudget::new(TxnKind::ReadOnlyMany, Cache::Warm, 1, 1),
+    RttBudget::new(TxnKind::ReadOnlyMany, Cache::Cold, 1, 1),
+    // CAS+READ, then the coalescent commit; release in the background.
+    RttBudget::new(TxnKind::ReadWrite, Cache::Warm, 1, 1).background(1),
+    RttBudget::new(TxnKind::ReadWrite, Cache::Cold, 2, 1).background(1),
+    // Execute, validation, commit; cold costs +1 for the locked object only.
+    RttBudget::new(TxnKind::ReadWriteWithRo, Cache::Warm, 1, 2).background(1),
+    RttBudget::new(TxnKind::ReadWriteWithRo, Cache::Cold, 2, 2).background(1),
+    // Lookup round (bucket lock CAS + bucket READ), lock round, commit.
+    RttBudget::new(TxnKind::Insert, Cache::Cold, 2, 1).background(1),
+    RttBudget::new(TxnKind::Delete, Cache::Warm, 1, 1).background(1),
+    RttBudget::new(TxnKind::Delete, Cache::Cold, 2, 1).background(1),
+];
 
 /// A 40-byte record: a balance and filler, so records span several words.
 #[repr(C)]
@@ -33,6 +59,7 @@ impl Acct {
 pub const ACCTS: Table<Acct> = Table::new(0);
 
 pub struct Env {
+    pub suite: dmtx_suite::Env<Ford>,
     pub cluster: LocalCluster,
     pub cn: Cn,
     pub ford: Arc<Ford>,
@@ -42,23 +69,26 @@ impl Env {
     /// `keys` accounts with balance `initial` each, in a table sized for `capacity`
     /// records with `slots` slots per bucket, replicated on 2 memory nodes.
     pub fn new(keys: u64, initial: i64, capacity: u64, slots: u32, cfg: FordConfig) -> Self {
-        let cluster = LocalCluster::new(2, 64 << 20);
-        let ford = Arc::new(Ford::new(cfg));
+        Self::replicated(2, keys, initial, capacity, slots, cfg)
+    }
+
+    /// As [`Env::new`], with `replicas` replicas.
+    pub fn replicated(replicas: usize, keys: u64, initial: i64, capacity: u64, slots: u32, cfg: FordConfig) -> Self {
         let mut spec = TableSpec::new(0, "accts", 40, capacity);
         spec.slots_per_bucket = slots;
-        let mut b = TableBuilder::new(spec, ford.layout());
-        for k in 0..keys {
-            b.insert(k, bytemuck::bytes_of(&Acct::new(initial))).unwrap();
+        let suite = dmtx_suite::Env::with_tables(Ford::new(cfg), Setup::new(replicas, 40), &[spec], |_, insert| {
+            for k in 0..keys {
+                insert(k, bytemuck::bytes_of(&Acct::new(initial)))?;
+            }
+            Ok(())
+        });
+        let cn = suite.mem_cn(0);
+        Self {
+            cluster: suite.cluster.clone(),
+            ford: suite.proto.clone(),
+            cn,
+            suite,
         }
-        create_table(&cluster, b, &placement(0, 2, 2).unwrap()).unwrap();
-        let cn = Cn::connect(
-            0,
-            Arc::new(cluster.fabric().clone()),
-            Arc::new(cluster.clone()),
-            Arc::new(RealClock::new()),
-        )
-        .unwrap();
-        Self { cluster, cn, ford }
     }
 
     pub fn small(keys: u64) -> Self {
@@ -67,13 +97,7 @@ impl Env {
 
     /// Another compute node on the same memory nodes, with its own address cache.
     pub fn other_cn(&self, id: u16) -> Cn {
-        Cn::connect(
-            id,
-            Arc::new(self.cluster.fabric().clone()),
-            Arc::new(self.cluster.clone()),
-            Arc::new(RealClock::new()),
-        )
-        .unwrap()
+        self.suite.mem_cn(id)
     }
 
     pub fn worker(&self, thread: u16) -> Worker {
@@ -84,28 +108,26 @@ impl Env {
         w.coordinator(&self.ford, coroutine).unwrap()
     }
 
-    pub fn region(&self, mn: u16) -> &Arc<Region> {
-        self.cluster.fabric().region(MnId(mn))
+    pub fn region(&self, mn: u16) -> Arc<Region> {
+        self.suite.region(MnId(mn))
     }
 
     /// Sum of balances and number of records, read from replica `r`.
     pub fn scan(&self, r: usize) -> (i64, u64, Vec<(u64, Acct)>) {
-        let w = self.worker(900 + r as u16);
-        let mut ctx = w.ctx(0);
-        let mut all = Vec::new();
-        block_on(dmtx_runtime::scan_table(&mut ctx, 0, r, self.ford.layout(), |k, v| {
-            all.push((k, *bytemuck::from_bytes::<Acct>(v)));
-        }))
-        .unwrap();
-        all.sort_by_key(|(k, _)| *k);
+        let all: Vec<(u64, Acct)> = self
+            .suite
+            .scan(0, r)
+            .into_iter()
+            .map(|(k, v, _)| (k, *bytemuck::from_bytes::<Acct>(&v)))
+            .collect();
         (all.iter().map(|(_, a)| a.balance).sum(), all.len() as u64, all)
     }
 
-    /// Both replicas hold the same records.
+    /// Every replica holds the same records.
     pub fn assert_replicas_agree(&self) {
-        let (_, _, p) = self.scan(0);
-        let (_, _, b) = self.scan(1);
-        assert_eq!(p, b, "primary and backup diverged");
+        if let Some(d) = self.suite.replicas_differ(0) {
+            panic!("{d}");
+        }
     }
 }
 
@@ -157,7 +179,7 @@ where
                             c
                         })
                         .collect();
-                    let mut ex = dmtx_runtime::LocalExecutor::new();
+                    let mut ex = w.executor();
                     for (k, c) in coords.iter_mut().enumerate() {
                         ex.spawn(body(t, k as u16, c));
                     }
@@ -178,10 +200,12 @@ where
     all
 }
 
-/// Check a history for serializability, with real-time order off (clocks of different
-/// threads are comparable here, but FORD does not claim strictness).
+/// Check a history at FORD's level (serializable, sessions in order).
 pub fn check(history: &dmtx_check::history::History) -> dmtx_check::Report {
-    dmtx_check::check(history, &dmtx_check::CheckOptions::default())
+    dmtx_check::check(
+        history,
+        &dmtx_check::check_options(dmtx_runtime::Isolation::Serializable),
+    )
 }
 
 /// Fail with the checker's evidence unless `history` is serializable.

@@ -1,0 +1,257 @@
+//! Clusters for the suite: memory nodes in one process, tables created with the
+//! protocol's layout and any replica count, compute nodes on `mem` or on a `Sim`, and
+//! scans that read quiesced memory straight from the regions (no transport, so the same
+//! scan serves both).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use dmtx_memnode::LocalCluster;
+use dmtx_runtime::{Cn, Protocol, RealClock};
+use dmtx_sim::{FaultScript, Sim, SimConfig, SimFabric};
+use dmtx_store::{create_table, placement, Catalog, StoreError, TableBuilder, TableSpec, BUCKET_HEADER_BYTES};
+use dmtx_verbs::{MnId, Region};
+
+use crate::bank;
+
+/// Memory nodes of every suite cluster: enough for 3 replicas.
+pub const MNS: usize = 3;
+/// Region bytes per memory node (sparse: untouched pages cost nothing).
+pub const REGION_BYTES: u64 = 64 << 20;
+
+/// Where the coordinators run.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// In-process verbs, one OS thread per worker, with tears injected by stalling READs
+    /// and WRITEs of hot records at seed-chosen words ([`crate::contended`]).
+    Mem,
+    /// The deterministic simulator (it tears READs racing WRITEs by its own model).
+    Sim,
+}
+
+/// The shape of one suite case.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    /// Replicas of every table (1..=[`MNS`]).
+    pub replicas: usize,
+    /// Value bytes of the bank table (at least [`bank::VALUE_BYTES_MIN`]); pick sizes
+    /// that are not a multiple of 8 to exercise partial words.
+    pub value_bytes: u32,
+    /// Accounts in the bank table: few, so transactions conflict.
+    pub keys: u64,
+    /// Records the bank table can hold (inserts included).
+    pub capacity: u64,
+    /// Slots per bucket of the bank table.
+    pub slots_per_bucket: u32,
+    /// Compute nodes.
+    pub compute_nodes: u16,
+    /// Worker threads per compute node.
+    pub threads: u16,
+    /// Coordinators per worker thread.
+    pub coroutines: u16,
+    /// Transactions each coordinator runs.
+    pub txns: u32,
+    /// Run only transfers (two read-write records) instead of the bank's mix.
+    pub transfers_only: bool,
+    /// Hold each coordinator's transactions to its session order in the isolation
+    /// check (the checker's default; see `dmtx_check::CheckOptions::sessions`).
+    pub sessions: bool,
+}
+
+impl Setup {
+    /// A contended case: 8 accounts of `value_bytes`, `replicas` replicas, one compute
+    /// node of 2 threads × 4 coordinators, 150 transactions each.
+    pub fn new(replicas: usize, value_bytes: u32) -> Self {
+        Self {
+            replicas,
+            value_bytes,
+            keys: 8,
+            capacity: 64,
+            slots_per_bucket: 4,
+            compute_nodes: 1,
+            threads: 2,
+            coroutines: 4,
+            txns: 150,
+            transfers_only: false,
+            sessions: true,
+        }
+    }
+}
+
+/// A cluster of [`MNS`] memory nodes in this process with `proto`'s tables on it.
+pub struct Env<P: Protocol> {
+    /// The memory nodes (also the `Control` of every compute node).
+    pub cluster: LocalCluster,
+    /// The protocol instance every coordinator shares.
+    pub proto: Arc<P>,
+    /// The case.
+    pub setup: Setup,
+}
+
+impl<P: Protocol> Env<P> {
+    /// The bank table ([`bank`], id [`bank::TABLE`]) with `setup.keys` accounts of
+    /// [`bank::INITIAL`].
+    pub fn bank(proto: P, setup: Setup) -> Self {
+        assert!(
+            setup.value_bytes >= bank::VALUE_BYTES_MIN,
+            "bank values of {} bytes cannot hold a balance, a stamp and a check; use at least {}",
+            setup.value_bytes,
+            bank::VALUE_BYTES_MIN
+        );
+        let mut spec = TableSpec::new(bank::TABLE.id(), "bank", setup.value_bytes, setup.capacity);
+        spec.slots_per_bucket = setup.slots_per_bucket;
+        let keys = setup.keys;
+        let vb = setup.value_bytes as usize;
+        Self::with_tables(proto, setup, &[spec], |_, insert| {
+            let mut v = vec![0u8; vb];
+            for k in 0..keys {
+                bank::encode(k, bank::INITIAL, 0, &mut v);
+                insert(k, &v)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Tables `specs`, each filled by `load(table id, insert)`, with `setup.replicas`
+    /// replicas placed round-robin.
+    pub fn with_tables(
+        proto: P,
+        setup: Setup,
+        specs: &[TableSpec],
+        mut load: impl FnMut(u32, &mut dyn FnMut(u64, &[u8]) -> Result<(), StoreError>) -> Result<(), StoreError>,
+    ) -> Self {
+        assert!((1..=MNS).contains(&setup.replicas), "replicas must be 1..={MNS}");
+        let cluster = LocalCluster::new(MNS, REGION_BYTES);
+        for spec in specs {
+            let mut b = TableBuilder::new(spec.clone(), proto.layout());
+            load(spec.id, &mut |k, v| b.insert(k, v)).unwrap_or_else(|e| panic!("table `{}`: {e}", spec.name));
+            let replicas = placement(spec.id, MNS, setup.replicas).expect("replicas checked above");
+            create_table(&cluster, b, &replicas).unwrap_or_else(|e| panic!("table `{}`: {e}", spec.name));
+        }
+        proto
+            .setup_run(&cluster)
+            .unwrap_or_else(|e| panic!("{}: setup_run: {e}", P::NAME));
+        Self {
+            cluster,
+            proto: Arc::new(proto),
+            setup,
+        }
+    }
+
+    /// Compute node `id` on the `mem` transport, with its own address cache.
+    pub fn mem_cn(&self, id: u16) -> Cn {
+        Cn::connect(
+            id,
+            Arc::new(self.cluster.fabric().clone()),
+            Arc::new(self.cluster.clone()),
+            Arc::new(RealClock::new()),
+        )
+        .expect("connect to an in-process cluster")
+    }
+
+    /// A simulation of these memory nodes seeded `seed` with `faults` installed, and
+    /// `setup.compute_nodes` compute nodes on it (each with its probes, so fault points
+    /// fire, and a clock `5 µs × id` ahead and `50 ppm × id` fast).
+    pub fn sim(&self, seed: u64, faults: Option<FaultScript>) -> (Sim, Vec<Cn>) {
+        let sim = Sim::new(SimConfig::new(seed), self.regions());
+        if let Some(f) = faults {
+            sim.install_faults(f).expect("fault script installs");
+        }
+        let cns = (0..self.setup.compute_nodes)
+            .map(|id| {
+                let fabric = Arc::new(SimFabric::new(&sim, id as u32));
+                Cn::connect(
+                    id,
+                    fabric.clone(),
+                    Arc::new(self.cluster.clone()),
+                    // Each node's clock 5 µs further ahead and 50 ppm faster than the
+                    // last: protocols that read clocks must live with skew and drift.
+                    Arc::new(
+                        sim.clock(5_000 * id as i64, 50 * id as i64)
+                            .expect("a clock within bounds"),
+                    ),
+                )
+                .expect("connect to the simulated cluster")
+                .with_probes(fabric)
+            })
+            .collect();
+        (sim, cns)
+    }
+
+    /// The region of memory node `mn`.
+    pub fn region(&self, mn: MnId) -> Arc<Region> {
+        Arc::clone(self.cluster.node(mn).expect("node of the cluster").region())
+    }
+
+    /// Every memory node's region, by id.
+    pub fn regions(&self) -> Vec<Arc<Region>> {
+        (0..MNS).map(|i| self.region(MnId(i as u16))).collect()
+    }
+
+    /// The tables' metadata.
+    pub fn catalog(&self) -> Catalog {
+        Catalog::fetch(&self.cluster).expect("catalog of an in-process cluster")
+    }
+
+    /// Every record `(key, value, table-relative slot offset)` of `table` on replica
+    /// `replica`, by key, read straight from memory (call it on a quiesced cluster).
+    pub fn scan(&self, table: u32, replica: usize) -> Vec<(u64, Vec<u8>, u64)> {
+        let catalog = self.catalog();
+        let info = catalog.get(table).expect("table of the cluster");
+        let shape = info.shape;
+        let layout = self.proto.layout();
+        let mut bucket = vec![0u8; shape.bucket_bytes as usize];
+        let mut out = Vec::new();
+        for idx in 0..shape.bucket_count + shape.overflow_count {
+            let ptr = info.ptr(replica, shape.bucket_off(idx));
+            self.region(ptr.mn)
+                .read(ptr.offset, &mut bucket)
+                .expect("bucket in range");
+            let slots = bucket[BUCKET_HEADER_BYTES as usize..].chunks_exact(shape.slot_bytes as usize);
+            for (s, slot) in slots.enumerate() {
+                if let Some(key) = layout.key(slot) {
+                    let value = layout.value(slot, info.meta.value_bytes).to_vec();
+                    out.push((key, value, shape.slot_off(idx, s as u32)));
+                }
+            }
+        }
+        out.sort_by_key(|r| r.0);
+        out
+    }
+
+    /// The isolation check of this case: the protocol's level, sessions as set.
+    pub fn check_options(&self) -> dmtx_check::CheckOptions {
+        dmtx_check::CheckOptions {
+            sessions: self.setup.sessions,
+            ..dmtx_check::check_options(self.proto.isolation())
+        }
+    }
+
+    /// Where each key of `table` lives (table-relative slot offset), from the primary.
+    pub fn slots(&self, table: u32) -> BTreeMap<u64, u64> {
+        self.scan(table, 0).into_iter().map(|(k, _, rel)| (k, rel)).collect()
+    }
+
+    /// `None` when every replica of `table` holds the same records as the primary, else
+    /// what differs.
+    pub fn replicas_differ(&self, table: u32) -> Option<String> {
+        let primary: Vec<_> = self.scan(table, 0).into_iter().map(|(k, v, _)| (k, v)).collect();
+        for r in 1..self.setup.replicas {
+            let other: Vec<_> = self.scan(table, r).into_iter().map(|(k, v, _)| (k, v)).collect();
+            if other != primary {
+                let keys: Vec<u64> = primary
+                    .iter()
+                    .zip(&other)
+                    .filter(|(a, b)| a != b)
+                    .map(|(a, _)| a.0)
+                    .collect();
+                return Some(format!(
+                    "replica {r} of table {table} differs from the primary ({} vs {} records; differing keys {keys:?})",
+                    other.len(),
+                    primary.len()
+                ));
+            }
+        }
+        None
+    }
+}
