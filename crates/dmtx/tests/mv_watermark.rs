@@ -22,7 +22,7 @@
 //! | --- | --- |
 //! | 0 | lock: 0, or the writer's `coordinator + 1` |
 //! | 8 | `key + 1` |
-//! | 16 + c·C | version cell `c` of [`CELLS`], `C` = [`cell_bytes`]: `commit_ts`, `writer` (the version's id: its writer's txn id, 0 as loaded), `prev_ts` (the commit timestamp of the version it replaced), `flags` ([`TOMBSTONE`], [`FIRST`]), `check`, the value |
+//! | 16 + c·C | version cell `c` of [`CELLS`] (or fewer, [`MvToy::with_cells`]), `C` = [`cell_bytes`]: `commit_ts`, `writer` (the version's id: its writer's txn id, 0 as loaded), `prev_ts` (the commit timestamp of the version it replaced), `flags` ([`TOMBSTONE`], [`FIRST`]), `check`, the value |
 //!
 //! A cell is empty when all zero. `check` ([`check_of`]) hashes the cell's other words
 //! and is never 0, so a READ that overlapped a WRITE of the cell (a tear) shows as a
@@ -120,7 +120,7 @@ use rand::{Rng, SeedableRng};
 const LOCK: usize = 0;
 const KEY: usize = 8;
 const CELLS_AT: usize = 16;
-/// Versions a record keeps.
+/// Versions a record keeps unless told otherwise ([`MvToy::with_cells`]).
 const CELLS: usize = 3;
 const C_TS: usize = 0;
 const C_WRITER: usize = 8;
@@ -223,9 +223,15 @@ fn cell_at(slot: &[u8], c: usize, value_bytes: u32) -> &[u8] {
     &slot[at..at + cell_bytes(value_bytes)]
 }
 
+/// The cells a slot of `value_bytes` values has.
+fn cell_count(slot: &[u8], value_bytes: u32) -> usize {
+    (slot.len() - CELLS_AT) / cell_bytes(value_bytes)
+}
+
 fn cells(slot: &[u8], value_bytes: u32) -> Cells {
-    let mut seen = Vec::with_capacity(CELLS);
-    for c in 0..CELLS {
+    let n = cell_count(slot, value_bytes);
+    let mut seen = Vec::with_capacity(n);
+    for c in 0..n {
         let cell = cell_at(slot, c, value_bytes);
         if cell.iter().all(|&b| b == 0) {
             continue;
@@ -278,18 +284,27 @@ fn pick(seen: &[Version], start: u64) -> Pick {
     }
 }
 
-/// `lock | key + 1 | CELLS x (commit_ts | writer | prev_ts | flags | check | value)`.
+/// `lock | key + 1 | cells x (commit_ts | writer | prev_ts | flags | check | value)`.
 /// Counts the taken lock words it sees in `value`, which only the driver's read-back
 /// after the run calls.
-#[derive(Default)]
 struct MvLayout {
+    cells: usize,
     locks_left: Arc<AtomicU64>,
+}
+
+impl Default for MvLayout {
+    fn default() -> Self {
+        Self {
+            cells: CELLS,
+            locks_left: Arc::default(),
+        }
+    }
 }
 
 impl MvLayout {
     /// The newest version of a quiesced slot (a READ that overlapped nothing).
-    fn newest(slot: &[u8]) -> Option<Version> {
-        let value_bytes = ((slot.len() - CELLS_AT) / CELLS - C_VALUE) as u32;
+    fn newest(&self, slot: &[u8]) -> Option<Version> {
+        let value_bytes = ((slot.len() - CELLS_AT) / self.cells - C_VALUE) as u32;
         match cells(slot, value_bytes) {
             Cells::Seen(seen) => seen.into_iter().max_by_key(|v| v.ts),
             Cells::Torn => panic!("a torn record in a quiesced table"),
@@ -299,7 +314,7 @@ impl MvLayout {
 
 impl SlotLayout for MvLayout {
     fn slot_bytes(&self, value_bytes: u32) -> u32 {
-        (CELLS_AT + CELLS * cell_bytes(value_bytes)) as u32
+        (CELLS_AT + self.cells * cell_bytes(value_bytes)) as u32
     }
     fn encode(&self, _table: u32, key: u64, value: &[u8], slot: &mut [u8]) {
         slot.fill(0);
@@ -311,7 +326,7 @@ impl SlotLayout for MvLayout {
     /// scans of a quiesced table see; the protocol reads key words itself).
     fn key(&self, slot: &[u8]) -> Option<u64> {
         let key = word(slot, KEY).checked_sub(1)?;
-        match Self::newest(slot) {
+        match self.newest(slot) {
             Some(v) if !v.tombstone() => Some(key),
             _ => None,
         }
@@ -321,7 +336,7 @@ impl SlotLayout for MvLayout {
         if word(slot, LOCK) != 0 {
             self.locks_left.fetch_add(1, Ordering::Relaxed);
         }
-        let newest = Self::newest(slot).expect("a record has a version");
+        let newest = self.newest(slot).expect("a record has a version");
         &cell_at(slot, newest.cell, value_bytes)[C_VALUE..C_VALUE + value_bytes as usize]
     }
 }
@@ -387,6 +402,7 @@ impl MvToy {
         );
         Self {
             layout: MvLayout {
+                cells: CELLS,
                 locks_left: Arc::clone(&marks.locks_left),
             },
             ts_kind,
@@ -395,6 +411,16 @@ impl MvToy {
             install_delay_ns,
             marks: marks.clone(),
         }
+    }
+}
+
+impl MvToy {
+    /// Keep `n` versions per record (`2..=CELLS`): fewer bytes per record, so large
+    /// tables (TPC-C's order lines) fit the suite's memory nodes.
+    fn with_cells(mut self, n: usize) -> Self {
+        assert!((2..=CELLS).contains(&n), "{n} cells; 2..={CELLS} allowed");
+        self.layout.cells = n;
+        self
     }
 }
 
@@ -787,7 +813,7 @@ impl Protocol for MvToy {
                 coord.state.ts.abandon(&mut coord.ctx, cts).await.map_err(ts_fault)?;
                 return Err(abort(AbortReason::Validation));
             }
-            let target = (0..CELLS)
+            let target = (0..cell_count(post.bytes(read), o.value_len))
                 .find(|c| seen.iter().all(|v| v.cell != *c))
                 .unwrap_or_else(|| seen.iter().min_by_key(|v| v.ts).unwrap().cell);
             let flags = match (o.access, newest) {
@@ -1617,5 +1643,107 @@ fn inserts_and_deletes_come_and_go_over_tombstones_and_overflow() {
             assert!(n.load(Ordering::Relaxed) > 0, "{transport:?}: no {what}: {marks:?}");
         }
         assert_eq!(marks.locks_left.load(Ordering::Relaxed), 0);
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The protocol suite.
+
+/// The faults [`MvToy`] survives (module doc, "Faults"): no compute-node crash.
+const MV_FAULTS: dmtx_suite::FaultMenu = dmtx_suite::FaultMenu {
+    crash_cn: false,
+    ..dmtx_suite::FaultMenu::ALL
+};
+
+/// [`MvToy`]'s round trips per phase on an idle cluster, with `oracle` timestamps (free)
+/// and no address cache (warm and cold alike): one bucket READ per object to execute;
+/// a writer's commit is the lock round and the install; its cleanup the release.
+fn mv_budget() -> Vec<dmtx_suite::RttBudget> {
+    use dmtx_suite::{Cache, RttBudget, TxnKind};
+    let mut rows = Vec::new();
+    for cache in [Cache::Warm, Cache::Cold] {
+        rows.extend([
+            RttBudget::new(TxnKind::ReadOnlyOne, cache, 1, 0),
+            RttBudget::new(TxnKind::ReadOnlyMany, cache, 1, 0),
+            RttBudget::new(TxnKind::ReadWrite, cache, 1, 2).cleanup(1),
+            RttBudget::new(TxnKind::ReadWriteWithRo, cache, 1, 2).cleanup(1),
+            RttBudget::new(TxnKind::Insert, cache, 1, 2).cleanup(1),
+            RttBudget::new(TxnKind::Delete, cache, 1, 2).cleanup(1),
+        ]);
+    }
+    rows
+}
+
+/// Goal: the protocol passes the whole protocol suite with `oracle` timestamps:
+/// contended bank transactions on `mem` (tears injected) and `sim` with 1 to 3 replicas
+/// and odd value sizes, with session order, its round-trip budget, determinism and the
+/// fault sweep (no compute-node crash); every workload, with two versions per record (so
+/// that TPC-C fits the suite's memory nodes); and with `faa` timestamps the contended
+/// cases (an `faa` round trip that fails is not survived). Method: `dmtx_suite::run_all`
+/// with 3 compute nodes, once per configuration.
+#[test]
+fn passes_the_protocol_suite() {
+    let marks = Marks::default();
+    let oracle = |cells| {
+        let marks = marks.clone();
+        move |_: &Knobs| MvToy::new(TsKind::Oracle, Start::Watermark, 0, &marks).with_cells(cells)
+    };
+    let opts = dmtx_suite::Options {
+        compute_nodes: 3,
+        workloads: false,
+        rtt_budget: mv_budget(),
+        faults: Some(MV_FAULTS),
+        ..dmtx_suite::Options::default()
+    };
+    let mut cases = dmtx_suite::run_all(oracle(CELLS), &opts).cases;
+    let workloads = dmtx_suite::Options {
+        workloads: true,
+        seeds: 0..0,
+        rtt_budget: Vec::new(),
+        faults: None,
+        ..opts.clone()
+    };
+    cases += dmtx_suite::run_all(oracle(2), &workloads).cases;
+    let faa = dmtx_suite::Options {
+        replicas: vec![2],
+        rtt_budget: Vec::new(),
+        faults: None,
+        ..opts
+    };
+    let m = marks.clone();
+    cases += dmtx_suite::run_all(move |_: &Knobs| MvToy::new(TsKind::Faa, Start::Watermark, 0, &m), &faa).cases;
+    eprintln!("mv-watermark: {cases} suite cases; {marks:?}");
+    for (what, n) in [
+        ("older-version reads", &marks.older_reads),
+        ("fresh inserts", &marks.fresh_inserts),
+        ("deletes", &marks.deletes),
+        ("torn re-reads", &marks.torn_rereads),
+        ("reposts under faults", &marks.reposts),
+    ] {
+        assert!(n.load(Ordering::Relaxed) > 0, "no {what}: {marks:?}");
+    }
+}
+
+/// Goal: the suite catches both broken variants within a few seeds. Method:
+/// `dmtx_suite::assert_caught` on the contended bank, on `sim` with 3 compute nodes and a
+/// delay between the commit timestamp and the install.
+#[test]
+fn the_suite_catches_the_broken_variants() {
+    let setup = dmtx_suite::Setup {
+        compute_nodes: 3,
+        ..dmtx_suite::Setup::new(1, 20)
+    };
+    for (name, start) in [
+        ("snapshot at the last grant", Start::LastGranted),
+        ("no session wait", Start::WatermarkNoSession),
+    ] {
+        let caught = dmtx_suite::assert_caught(
+            name,
+            || MvToy::new(TsKind::Oracle, start, 20_000, &Marks::default()),
+            &setup,
+            dmtx_suite::Transport::Sim,
+            8,
+        );
+        eprintln!("{name}: seed {} {:?}", caught.seed, caught.findings.first());
     }
 }
