@@ -39,15 +39,15 @@ fn stale_cached_addresses_are_detected_by_key() {
     let mut b: Coordinator<Ford> = w2.coordinator(&env.ford, 0).unwrap();
     insert(&mut b, 10, 1); // slot 0
     insert(&mut b, 11, 2); // slot 1
-    assert_eq!(read_one(&mut a, 10).unwrap().balance, 1); // CN 0 caches slot 0 for key 10
+    assert_eq!(read_one_declared(&mut a, 10).unwrap().balance, 1); // CN 0 caches slot 0 for key 10
     delete(&mut b, 10);
     insert(&mut b, 12, 3); // reuses slot 0
     insert(&mut b, 10, 4); // key 10 now lives in slot 2
 
     // Read through the stale address: key mismatch, then a bucket read.
-    assert_eq!(read_one(&mut a, 10).unwrap().balance, 4);
+    assert_eq!(read_one_declared(&mut a, 10).unwrap().balance, 4);
     assert_eq!(a.ctx.txn_counters.rtts, 2, "stale slot READ + bucket READ");
-    assert_eq!(read_one(&mut a, 10).unwrap().balance, 4);
+    assert_eq!(read_one_declared(&mut a, 10).unwrap().balance, 4);
     assert_eq!(a.ctx.txn_counters.rtts, 1, "the cache was repaired");
 
     // Lock through a stale address: the wrong slot's lock is given back.

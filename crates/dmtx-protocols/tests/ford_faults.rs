@@ -36,7 +36,6 @@ fn setup() -> Setup {
         capacity: 128,
         txns: 60,
         transfers_only: true,
-        sessions: false,
         ..Setup::new(2, 40)
     }
 }

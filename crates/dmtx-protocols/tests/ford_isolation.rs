@@ -16,7 +16,7 @@ use dmtx_check::history::History;
 use dmtx_check::recorder::Recorder;
 use dmtx_check::{FindingKind, Level};
 use dmtx_protocols::ford::{Ford, FordConfig, FordVariant};
-use dmtx_runtime::{AbortReason, Coordinator};
+use dmtx_runtime::{Abort, AbortReason, Coordinator};
 use dmtx_suite::{Setup, Transport};
 use dmtx_verbs::{MnId, StallKind};
 
@@ -34,11 +34,7 @@ fn variant(variant: FordVariant) -> impl Fn() -> Ford {
 
 /// The suite's contended bank, 2 replicas, on `transport`.
 fn caught(v: FordVariant, transport: Transport) {
-    let setup = Setup {
-        sessions: false,
-        ..Setup::new(2, 44)
-    };
-    dmtx_suite::assert_caught(&format!("{v:?}"), variant(v), &setup, transport, SEEDS_MAX);
+    dmtx_suite::assert_caught(&format!("{v:?}"), variant(v), &Setup::new(2, 44), transport, SEEDS_MAX);
 }
 
 #[test]
@@ -75,17 +71,22 @@ fn trusting_the_invisible_bit_is_caught_by_injected_tears() {
     assert!(c.findings.iter().any(|f| f.contains("torn")), "{:?}", c.findings);
 }
 
-/// FORD keeps serializability but not each coordinator's session order: a
-/// single-object read skips validation, so it may read the old value of a record that a
-/// writer has locked and validated but not yet committed, after the same coordinator
-/// saw a write that the writer's validation preceded. Method: writer W (reads key 1,
-/// locks key 0) validates, then its commit is held back by a stalled undo-log WRITE;
-/// coordinator C then overwrites key 1 and reads key 0 alone: the old value. The
-/// checker finds the cycle W -rw-> C's write -so-> C's read -rw-> W with sessions on,
-/// none with sessions off.
-#[test]
-fn a_single_object_read_can_miss_a_validated_writers_commit() {
-    let env = Env::new(2, 100, 8, 4, FordConfig::default());
+/// A lone read-only read while a writer that serializes before this coordinator's last
+/// write has validated but not committed. Writer W (reads key 1, locks key 0)
+/// validates, then its commit is held back by a stalled undo-log WRITE; coordinator C
+/// then overwrites key 1 (so W -rw-> C's write) and reads key 0 alone, with its key
+/// declared or not. Returns C's read and the history.
+fn lone_read_of_a_pending_write(variant: FordVariant, declared: bool) -> (Result<Acct, Abort>, History) {
+    let env = Env::new(
+        2,
+        100,
+        8,
+        4,
+        FordConfig {
+            variant,
+            ..FordConfig::default()
+        },
+    );
     let w0 = env.worker(0);
     let mut c = env.coord(&w0, 0);
     let h = recorded(&mut c);
@@ -117,12 +118,25 @@ fn a_single_object_read_can_miss_a_validated_writers_commit() {
     };
     stall.wait_stalled();
     bump(&mut c, 1, 5).unwrap();
-    assert_eq!(read_one(&mut c, 0).unwrap().balance, 100, "the old value");
+    let read = match declared {
+        true => read_one_declared(&mut c, 0),
+        false => read_one(&mut c, 0),
+    };
     stall.release();
     let (res, wh) = writer.join().unwrap();
     res.unwrap();
     let mut history = take(c, h);
     history.append(wh);
+    (read, history)
+}
+
+/// FORD's published rule (a lone read from a backup, never validated) returns the old
+/// value, and the checker finds the cycle W -rw-> C's write -so-> C's read -rw-> W
+/// with sessions on (none with sessions off: the history is serializable).
+#[test]
+fn the_papers_unvalidated_lone_read_breaks_session_order_and_is_caught() {
+    let (read, history) = lone_read_of_a_pending_write(FordVariant::UnvalidatedSingleRead, true);
+    assert_eq!(read.unwrap().balance, 100, "the old value");
     let with = check(&history);
     assert!(with.findings.iter().any(|f| f.kind == FindingKind::Session), "{with}");
     let without = dmtx_check::check(
@@ -133,6 +147,20 @@ fn a_single_object_read_can_miss_a_validated_writers_commit() {
         },
     );
     assert!(without.is_clean(), "{without}");
+}
+
+/// dmtx's FORD: the declared lone read goes to the primary, finds W's lock and is
+/// validated; an undeclared one read from a backup is validated too. Either way it
+/// aborts while W is pending, and the history is clean with sessions on.
+#[test]
+fn a_lone_read_of_a_pending_write_is_validated_and_aborts() {
+    for declared in [true, false] {
+        let (read, history) = lone_read_of_a_pending_write(FordVariant::Fixed, declared);
+        let abort = read.expect_err("W's lock is held");
+        assert_eq!(abort.reason, AbortReason::Validation, "declared {declared}");
+        let report = check(&history);
+        assert!(report.is_clean(), "declared {declared}: {report}");
+    }
 }
 
 /// Write skew: each of two transactions withdraws 100 from its own account if the two

@@ -12,7 +12,6 @@ fn ford_on_sim_is_deterministic_serializable_and_conserves_money() {
         compute_nodes: 2,
         keys: 64,
         capacity: 160,
-        sessions: false,
         ..Setup::new(2, 40)
     };
     let seed = contended::seed_or_env(0x5eed);

@@ -32,9 +32,6 @@ fn ford_passes_the_suite() {
     let opts = Options {
         knob_sets: vec![Knobs::default(), Knobs::parse(["backup_read=false"]).unwrap()],
         rtt_budget: common::FORD_BUDGET.to_vec(),
-        // FORD is serializable but does not keep session order: see
-        // `ford_isolation.rs::a_single_object_read_can_miss_a_validated_writers_commit`.
-        sessions: false,
         faults: Some(FORD_FAULTS),
         ..Options::default()
     };
@@ -46,10 +43,7 @@ fn ford_passes_the_suite() {
 /// stalls ops, so its clean verdict on FORD means something.
 #[test]
 fn the_contended_case_conflicts_tears_and_commits() {
-    let setup = Setup {
-        sessions: false,
-        ..Setup::new(2, 44)
-    };
+    let setup = Setup::new(2, 44);
     let env = dmtx_suite::Env::bank(make(&Knobs::default()), setup.clone());
     let out = contended::run(&env, Transport::Mem, contended::seed_or_env(3), None);
     out.assert_clean(&env, "mem, 2 replicas", 3);

@@ -15,7 +15,7 @@
 //! one and the previous old one is dropped; a hit in the old one moves the entry back
 //! to the young one. What was used within the last `capacity` insertions stays.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex};
 
 use rustc_hash::FxHashMap;
@@ -142,11 +142,51 @@ impl SharedAddrCache {
     }
 }
 
+/// What a thread's lookups found ([`AddrCache::stats`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Lookups answered by the thread's own level.
+    pub hits_local: u64,
+    /// Lookups answered by the CN-wide level (another thread had learned the address).
+    pub hits_shared: u64,
+    /// Lookups that found no address: the protocol read the bucket chain.
+    pub misses: u64,
+    /// Cached addresses a protocol found stale (the slot held another key) and evicted.
+    pub evictions: u64,
+}
+
+impl CacheStats {
+    /// Lookups answered, at either level.
+    pub fn hits(&self) -> u64 {
+        self.hits_local + self.hits_shared
+    }
+
+    /// Add `other` into `self`.
+    pub fn add(&mut self, other: &CacheStats) {
+        self.hits_local += other.hits_local;
+        self.hits_shared += other.hits_shared;
+        self.misses += other.misses;
+        self.evictions += other.evictions;
+    }
+}
+
 /// One worker thread's view of the address cache.
 #[derive(Debug)]
 pub struct AddrCache {
     local: RefCell<Generations>,
     shared: Arc<SharedAddrCache>,
+    /// Counted in `Cell`s, one per counter so a lookup adds to one word: the thread's
+    /// coordinators share the cache and never hold a borrow of it across an await; an
+    /// add, no atomic.
+    hits_local: Cell<u64>,
+    hits_shared: Cell<u64>,
+    misses: Cell<u64>,
+    evictions: Cell<u64>,
+}
+
+#[inline]
+fn bump(c: &Cell<u64>) {
+    c.set(c.get() + 1);
 }
 
 impl AddrCache {
@@ -155,6 +195,28 @@ impl AddrCache {
         Self {
             local: RefCell::new(Generations::new(shared.capacity)),
             shared,
+            hits_local: Cell::new(0),
+            hits_shared: Cell::new(0),
+            misses: Cell::new(0),
+            evictions: Cell::new(0),
+        }
+    }
+
+    /// What this thread's lookups found since it was made or last
+    /// [reset](Self::reset_stats).
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            hits_local: self.hits_local.get(),
+            hits_shared: self.hits_shared.get(),
+            misses: self.misses.get(),
+            evictions: self.evictions.get(),
+        }
+    }
+
+    /// Start counting afresh (at the end of a warm-up).
+    pub fn reset_stats(&self) {
+        for c in [&self.hits_local, &self.hits_shared, &self.misses, &self.evictions] {
+            c.set(0);
         }
     }
 
@@ -162,9 +224,14 @@ impl AddrCache {
     #[inline]
     pub fn get(&self, table: u32, key: u64) -> Option<u64> {
         if let Some(rel) = self.local.borrow_mut().get((table, key)) {
+            bump(&self.hits_local);
             return Some(rel);
         }
-        let rel = self.shared.shard(key).lock().unwrap().get((table, key))?;
+        let Some(rel) = self.shared.shard(key).lock().unwrap().get((table, key)) else {
+            bump(&self.misses);
+            return None;
+        };
+        bump(&self.hits_shared);
         self.local.borrow_mut().insert((table, key), rel);
         Some(rel)
     }
@@ -195,6 +262,7 @@ impl AddrCache {
     /// Forget `key` if it is still cached at `stale_rel` (another thread may already
     /// have cached the new address).
     pub fn evict(&self, table: u32, key: u64, stale_rel: u64) {
+        bump(&self.evictions);
         self.local.borrow_mut().evict((table, key), stale_rel);
         self.shared.shard(key).lock().unwrap().evict((table, key), stale_rel);
     }
@@ -217,6 +285,29 @@ mod tests {
         assert_eq!(b.get(1, 42), None);
         assert_eq!(shared.len(), 0);
         assert_eq!(a.get(2, 42), None, "tables are separate");
+    }
+
+    #[test]
+    fn lookups_count_hits_per_level_misses_and_evictions() {
+        let shared = Arc::new(SharedAddrCache::new());
+        let a = AddrCache::new(Arc::clone(&shared));
+        let b = AddrCache::new(Arc::clone(&shared));
+        assert_eq!(a.get(1, 7), None);
+        a.put(1, 7, 64);
+        assert_eq!(a.get(1, 7), Some(64));
+        assert_eq!(b.get(1, 7), Some(64), "from the CN level");
+        assert_eq!(b.get(1, 7), Some(64), "now from its own level");
+        b.evict(1, 7, 64);
+        let sa = a.stats();
+        assert_eq!((sa.hits_local, sa.hits_shared, sa.misses, sa.evictions), (1, 0, 1, 0));
+        let sb = b.stats();
+        assert_eq!((sb.hits_local, sb.hits_shared, sb.misses, sb.evictions), (1, 1, 0, 1));
+        let mut all = sa;
+        all.add(&sb);
+        assert_eq!((all.hits(), all.misses), (3, 1));
+        b.reset_stats();
+        assert_eq!(b.stats(), CacheStats::default());
+        assert_eq!(shared.len(), 0);
     }
 
     #[test]

@@ -8,8 +8,10 @@ use dmtx_memnode::Control;
 use dmtx_store::Catalog;
 use dmtx_verbs::{MnCounters, Post, PostCounters, Submitted, Ticket, Transport, VerbError};
 
-use crate::rpc::Rpc;
-use crate::{yield_now, AddrCache, Clock, Probe};
+use dmtx_verbs::msg::WorkerAddr;
+
+use crate::rpc::{Rpc, RpcError};
+use crate::{yield_now, AddrCache, Clock, MetricSum, Probe};
 
 /// A coordinator's id: unique in the cluster, never 0 when used as a lock owner.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -92,6 +94,8 @@ pub struct CoordCtx {
     pub control: Option<Arc<dyn Control>>,
     /// The worker thread's probe (the simulator's CPU model and fault points).
     pub probe: Option<Rc<dyn Probe>>,
+    /// The protocol's own figures (`Protocol::METRICS`), by index; grown on first use.
+    pub metrics: Vec<MetricSum>,
     /// [`Transport::restarts`] when this context last refreshed.
     seen_restarts: u64,
     /// Deferred posts in flight, with the buffers the transport fills.
@@ -124,6 +128,7 @@ impl CoordCtx {
             rpc: None,
             control: None,
             probe: None,
+            metrics: Vec::new(),
             seen_restarts: 0,
             deferred: Vec::new(),
             deferred_spare: Vec::new(),
@@ -136,6 +141,52 @@ impl CoordCtx {
         if let Some(p) = &self.probe {
             p.step(name, n);
         }
+    }
+
+    /// Add `value` to the protocol's figure `index` (its entry in `Protocol::METRICS`):
+    /// an array add. Results sum it over coordinators after the warm-up.
+    #[inline]
+    pub fn metric(&mut self, index: usize, value: u64) {
+        match self.metrics.get_mut(index) {
+            Some(m) => m.add(value),
+            None => self.metric_grow(index, value),
+        }
+    }
+
+    #[cold]
+    fn metric_grow(&mut self, index: usize, value: u64) {
+        assert!(
+            index < crate::metric::PROTOCOL_METRICS_MAX,
+            "metric index {index} is beyond PROTOCOL_METRICS_MAX ({}): the protocol's METRICS table has no such entry",
+            crate::metric::PROTOCOL_METRICS_MAX
+        );
+        self.metrics.resize(index + 1, MetricSum::default());
+        self.metrics[index].add(value);
+    }
+
+    /// Call `to` over CN↔CN messaging and wait for its reply: one message round trip
+    /// of the attempt, counted in `txn_counters.msg_rtts` (never in `rtts`). The
+    /// protocol must have messaging on (`Protocol::messaging`).
+    pub async fn call(&mut self, to: WorkerAddr, req: &[u8]) -> Result<Vec<u8>, RpcError> {
+        let rpc = Rc::clone(
+            self.rpc
+                .as_ref()
+                .expect("CoordCtx::call without messaging: the protocol's `messaging()` must return true"),
+        );
+        self.txn_counters.msg_rtts += 1;
+        rpc.call(to, req).await
+    }
+
+    /// Call every `(to, req)` at once and wait for all ([`Rpc::call_many`]): one message
+    /// round trip, however many peers, counted in `txn_counters.msg_rtts`.
+    pub async fn call_many(&mut self, reqs: &[(WorkerAddr, &[u8])]) -> Vec<Result<Vec<u8>, RpcError>> {
+        let rpc = Rc::clone(
+            self.rpc
+                .as_ref()
+                .expect("CoordCtx::call_many without messaging: the protocol's `messaging()` must return true"),
+        );
+        self.txn_counters.msg_rtts += u64::from(!reqs.is_empty());
+        rpc.call_many(reqs).await
     }
 
     /// An attempt of transaction type `txn_type` ended (the driver calls it; see

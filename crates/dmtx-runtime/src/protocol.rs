@@ -5,7 +5,7 @@ use std::future::Future;
 use dmtx_memnode::Control;
 use dmtx_store::SlotLayout;
 
-use crate::{Abort, CoordCtx, Coordinator, KnobError, KnobSpec, Knobs, Result, Txn};
+use crate::{Abort, AbortReasonSpec, CoordCtx, Coordinator, KnobError, KnobSpec, Knobs, MetricSpec, Result, Txn};
 
 /// The isolation level a protocol claims; histories of its runs are checked against it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -59,6 +59,21 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     const ABOUT: &'static str;
     /// Knobs accepted with `--set`.
     const KNOBS: &'static [KnobSpec];
+
+    // ---- What the protocol counts and costs, beyond the shared counters ----
+
+    /// Abort reasons of the protocol's own, beyond [`crate::AbortReason`]'s shared ones:
+    /// it aborts with `AbortReason::Protocol(i)` for entry `i`, results name it, and the
+    /// driver retries it when the entry says `retryable`. At most
+    /// [`crate::PROTOCOL_ABORT_REASONS_MAX`], names unique (checked before a run).
+    const ABORT_REASONS: &'static [AbortReasonSpec] = &[];
+    /// Figures of the protocol's own ([`crate::metric`]): it adds to entry `i` with
+    /// `ctx.metric(i, value)`; results show them under `protocol_metrics`.
+    const METRICS: &'static [MetricSpec] = &[];
+    /// The CPU steps its code declares with `ctx.step(name, n)` and their default cost
+    /// in ns of the simulator's calibration host (`dmtx_sim::cpu`): the simulator
+    /// charges a profile's `[cpu.steps]` entry where it has one, else this.
+    const CPU_STEPS: &'static [(&'static str, u64)] = &[];
 
     /// Build from `--set` values (unknown keys are refused before this is called).
     fn from_knobs(knobs: &Knobs) -> std::result::Result<Self, KnobError>;

@@ -17,7 +17,11 @@
 //! - **Named steps** ([`dmtx_runtime::Probe`]): protocol and workload code declares the
 //!   work it does (`ford.validate`, `txn.add`, `tatp.txn`, ...); each costs its entry
 //!   in [`CpuModel::steps`], or [`CpuModel::step_default_ns`] (a workload's per-attempt
-//!   step `<workload>.txn` not listed costs what `workload.txn` does).
+//!   step `<workload>.txn` not listed costs what `workload.txn` does). The model's own
+//!   defaults cover the runtime's and the workloads' steps; a protocol declares its steps
+//!   and their default costs (`Protocol::CPU_STEPS`), which the driver adds with
+//!   [`CpuModel::add_protocol_steps`] before a run: a profile's `[cpu.steps]` entry for the
+//!   same name wins.
 //!
 //! All costs are nanoseconds of the calibration host times [`CpuModel::scale`].
 //! [`CpuMode::Off`] makes compute free (the NIC alone limits throughput);
@@ -76,13 +80,10 @@ pub struct CpuModel {
 /// Named steps of the default model: fitted by `dmtx sim calibrate --duration 3s` on
 /// the project's 2-vCPU build machine (2026-11-24; FORD on KVS, SmallBank, TATP, TPC-C
 /// and YCSB, 22 transaction types; each workload's mean attempt within 3% but TATP,
-/// −11%, and YCSB, −8%). A zero is a step the fit finds nothing beyond: `ford.execute`
-/// and `ford.commit` always come with a `txn.add` and polls, which carry the cost.
-/// `workload.txn` prices a workload that names no step of its own (the 2026-11-23 fit).
-const CALIBRATED_STEPS: [(&str, u64); 10] = [
-    ("ford.commit", 0),
-    ("ford.execute", 0),
-    ("ford.validate", 72),
+/// −11%, and YCSB, −8%). FORD's own steps, fitted in the same run, are FORD's
+/// declaration (`dmtx_protocols::ford::CPU_STEPS`). `workload.txn` prices a workload
+/// that names no step of its own (the 2026-11-23 fit).
+const CALIBRATED_STEPS: [(&str, u64); 7] = [
     ("txn.add", 98),
     ("kvs.txn", 0),
     ("smallbank.txn", 9),
@@ -194,6 +195,18 @@ impl Sim {
         (c.cn, c.cursor)
     }
 
+    /// Note that step `name` was charged without a price of its own (the model lists
+    /// neither it nor, for a `.txn` step, the generic one): it cost `step_default_ns`.
+    pub(crate) fn note_unpriced_step(&self, name: &'static str) {
+        self.lock().unpriced_steps.insert(name);
+    }
+
+    /// Step names charged so far at `step_default_ns` because neither the profile nor the
+    /// protocol's `CPU_STEPS` lists them: a protocol's undeclared step, or a typo.
+    pub fn unpriced_steps(&self) -> Vec<&'static str> {
+        self.lock().unpriced_steps.iter().copied().collect()
+    }
+
     /// Virtual ns of work charged to each CPU so far, by [`CpuId`] index, with its
     /// compute node and worker thread.
     pub fn cpu_busy(&self) -> Vec<CpuBusy> {
@@ -213,9 +226,24 @@ impl Sim {
 }
 
 impl CpuModel {
+    /// Add a protocol's declared steps and their default costs (`Protocol::CPU_STEPS`):
+    /// each name this model does not list yet gets the protocol's cost; one it lists (a
+    /// profile's `[cpu.steps]`, a calibration) keeps its own.
+    pub fn add_protocol_steps(&mut self, steps: &[(&str, u64)]) {
+        for &(name, ns) in steps {
+            self.steps.entry(name.to_string()).or_insert(ns);
+        }
+    }
+
     /// The cost of one named step, scaled.
     pub fn step_ns(&self, name: &str) -> u64 {
         self.scaled(self.unscaled_step_ns(name))
+    }
+
+    /// Whether the model prices step `name` itself (its entry, or the generic
+    /// `workload.txn` for a `.txn` step) rather than at [`CpuModel::step_default_ns`].
+    pub fn prices_step(&self, name: &str) -> bool {
+        self.steps.contains_key(name) || (name.ends_with(".txn") && self.steps.contains_key(GENERIC_TXN_STEP))
     }
 
     /// The cost of one named step on the calibration host: its entry in
@@ -291,5 +319,24 @@ mod tests {
             ..model
         };
         assert_eq!(bare.unscaled_step_ns("tatp.txn"), 20);
+    }
+
+    /// Goal: a protocol's declared step costs its declared default, unless the model
+    /// already lists the name (a profile's or a calibration's value wins); an undeclared
+    /// step costs `step_default_ns`.
+    #[test]
+    fn protocol_steps_fill_in_what_the_profile_does_not_list() {
+        let mut model = CpuModel::default();
+        model.steps.insert("p.commit".into(), 5);
+        assert_eq!(model.unscaled_step_ns("p.validate"), model.step_default_ns);
+        assert!(!model.prices_step("p.validate"));
+        model.add_protocol_steps(&[("p.validate", 72), ("p.commit", 40)]);
+        assert!(model.prices_step("p.validate") && model.prices_step("kvs.txn"));
+        assert_eq!(model.unscaled_step_ns("p.validate"), 72);
+        assert_eq!(model.unscaled_step_ns("p.commit"), 5, "the profile's value wins");
+        assert!(
+            !CpuModel::default().steps.keys().any(|k| k.starts_with("ford.")),
+            "no protocol's steps are built into the model"
+        );
     }
 }

@@ -164,6 +164,9 @@ pub(crate) struct State {
     /// Worker threads' virtual CPUs, and who they belong to.
     pub cpus: Vec<crate::cpu::CpuState>,
     pub cpu_ids: std::collections::BTreeMap<(u32, u16), u32>,
+    /// Step names charged that the CPU model does not list (priced at
+    /// `step_default_ns`), each noted once ([`Sim::unpriced_steps`]).
+    pub unpriced_steps: std::collections::BTreeSet<&'static str>,
     /// The fault script, node clocks' faults, CN durable areas, membership.
     pub faults: crate::faults::Faults,
 }
@@ -213,6 +216,7 @@ impl Sim {
                     load: Default::default(),
                     cpus: Vec::new(),
                     cpu_ids: Default::default(),
+                    unpriced_steps: Default::default(),
                     faults: Default::default(),
                 }),
                 flags: Default::default(),

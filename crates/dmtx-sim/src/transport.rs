@@ -118,7 +118,11 @@ impl SimProbe {
             Some(p) => p.2,
             None => {
                 // A name seen twice at two addresses gets two entries of one price.
-                let ns = self.sim.config().cpu.step_ns(name);
+                let cpu = &self.sim.config().cpu;
+                let ns = cpu.step_ns(name);
+                if !cpu.prices_step(name) {
+                    self.sim.note_unpriced_step(name);
+                }
                 prices.push((key.0, key.1, ns));
                 ns
             }

@@ -16,7 +16,7 @@
 //! of all accounts saw that sum; no committed transaction read a value that fails
 //! [`decode`].
 
-use dmtx_runtime::{Abort, Coordinator, Protocol, Table};
+use dmtx_runtime::{Abort, Coordinator, Protocol, Table, TxnHints};
 
 /// The bank table's id.
 pub const TABLE: Table<[u8]> = Table::new(0);
@@ -97,7 +97,7 @@ pub async fn transfer<P: Protocol>(
 ) -> Result<(), Abort> {
     let mut intact = true;
     let res = async {
-        let mut t = c.begin();
+        let mut t = c.begin_with(TxnHints::DECLARED);
         let x = t.add_rw(TABLE, a);
         let y = t.add_rw(TABLE, b);
         t.execute().await?;
@@ -118,7 +118,7 @@ pub async fn read_one<P: Protocol>(c: &mut Coordinator<P>, a: u64, seen: &mut Se
     let mut intact = true;
     let mut balance = 0;
     let res = async {
-        let mut t = c.begin();
+        let mut t = c.begin_with(TxnHints::READ_ONLY_DECLARED);
         let x = t.add_ro(TABLE, a);
         t.execute().await?;
         balance = read(&t, a, x, &mut intact).0;
@@ -134,7 +134,7 @@ pub async fn audit<P: Protocol>(c: &mut Coordinator<P>, keys: u64, seen: &mut Se
     let mut intact = true;
     let mut sum = 0;
     let res = async {
-        let mut t = c.begin();
+        let mut t = c.begin_with(TxnHints::READ_ONLY_DECLARED);
         let objs: Vec<_> = (0..keys).map(|k| t.add_ro(TABLE, k)).collect();
         t.execute().await?;
         for (k, &o) in objs.iter().enumerate() {
@@ -163,7 +163,7 @@ pub async fn read_then_write<P: Protocol>(
 ) -> Result<(), Abort> {
     let mut intact = true;
     let res = async {
-        let mut t = c.begin();
+        let mut t = c.begin_with(TxnHints::DECLARED);
         let x = t.add_ro(TABLE, a);
         let y = t.add_rw(TABLE, b);
         t.execute().await?;

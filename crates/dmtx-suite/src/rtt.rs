@@ -7,7 +7,7 @@
 //! [`Protocol::cleanup`](dmtx_runtime::Protocol::cleanup)), and `background` (posts never
 //! waited for, such as a release).
 
-use dmtx_runtime::{block_on, Coordinator, Protocol, Worker};
+use dmtx_runtime::{block_on, Coordinator, Protocol, TxnHints, Worker};
 use dmtx_verbs::PostCounters;
 
 use crate::bank;
@@ -28,6 +28,17 @@ pub enum TxnKind {
     Insert,
     /// Delete a record.
     Delete,
+}
+
+impl TxnKind {
+    /// What its transaction promises at begin: every kind adds its keys up front, and
+    /// the read-only kinds write nothing.
+    pub fn hints(self) -> TxnHints {
+        match self {
+            TxnKind::ReadOnlyOne | TxnKind::ReadOnlyMany => TxnHints::READ_ONLY_DECLARED,
+            _ => TxnHints::DECLARED,
+        }
+    }
 }
 
 /// The address cache before the measured transaction.
@@ -110,7 +121,7 @@ pub const INSERT_KEY: u64 = 1000;
 pub fn measure_one<P: Protocol>(c: &mut Coordinator<P>, kind: TxnKind, insert_key: u64) -> Measured {
     let mut m = Measured::default();
     block_on(async {
-        let mut t = c.begin();
+        let mut t = c.begin_with(kind.hints());
         match kind {
             TxnKind::ReadOnlyOne => {
                 t.add_ro(bank::TABLE, RO[0]);

@@ -89,7 +89,9 @@ async fn coordinator_loop<P: Protocol, W: Workload>(
                 Ok(TxnOutcome::RolledBack) => d.rolled_back += 1,
                 Err(a) => {
                     *d.aborts.entry(a.reason).or_default() += 1;
-                    if retryable(a.reason) {
+                    // The driver's rule: as the reason's spec says (shared or the
+                    // protocol's own `ABORT_REASONS`).
+                    if a.reason.retryable(P::ABORT_REASONS) {
                         continue;
                     }
                 }
@@ -102,21 +104,6 @@ async fn coordinator_loop<P: Protocol, W: Workload>(
     c.drain().await;
     d.local = Some(local);
     d
-}
-
-/// Whether an attempt that aborted for `reason` is run again with the same inputs (the
-/// driver's rule): not the workload's own decision (`user`: SmallBank's insufficient
-/// funds), a lost node or a full table, which the same inputs would meet again.
-fn retryable(reason: AbortReason) -> bool {
-    matches!(
-        reason,
-        AbortReason::LockConflict
-            | AbortReason::Validation
-            | AbortReason::Invisible
-            | AbortReason::Torn
-            | AbortReason::NotFound
-            | AbortReason::Duplicate
-    )
 }
 
 /// Largest exponent of the backoff before a retry.

@@ -24,6 +24,9 @@ pub struct PostCounters {
     /// Of those, the ones the coordinator waited a round trip for (an RPC to the oracle's
     /// host, or the FAA on a memory-node counter); not in `rtts`.
     pub ts_rtts: u64,
+    /// CN↔CN message round trips the coordinator waited for (`dmtx_runtime`'s
+    /// `CoordCtx::call`): lock RPCs, lease requests; not in `rtts`.
+    pub msg_rtts: u64,
 }
 
 impl PostCounters {
@@ -65,6 +68,7 @@ impl PostCounters {
         self.bytes_in += other.bytes_in;
         self.ts_requests += other.ts_requests;
         self.ts_rtts += other.ts_rtts;
+        self.msg_rtts += other.msg_rtts;
     }
 }
 

@@ -534,6 +534,8 @@ pub fn calibrate(
     repeat: usize,
 ) -> Result<(String, String), RunError> {
     let mut profile = dmtx_sim::Profile::load(base).map_err(|e| RunError::Unsupported(e.to_string()))?;
+    // The runs are FORD's: its declared step costs are the fit's prior, as in a run.
+    profile.cpu.add_protocol_steps(dmtx_protocols::ford::CPU_STEPS);
     let mem = measure_mem_cost();
     // Rounds over all workloads, so that a noisy stretch of the host hits each about
     // equally.

@@ -43,8 +43,8 @@ use dmtx_check::recorder::Recorder;
 use dmtx_check::{check as check_history, check_options};
 use dmtx_memnode::{Control, ControlError, LocalCluster, TableMeta};
 use dmtx_runtime::{
-    block_on, scan_table, AbortReason, AddrCache, Clock, Cn, CoordCtx, CoordId, Coordinator, KnobError, KnobSpec,
-    Knobs, Protocol, RealClock, SharedAddrCache,
+    block_on, scan_table, AbortReason, AbortReasonSpec, AddrCache, CacheStats, Clock, Cn, CoordCtx, CoordId,
+    Coordinator, KnobError, KnobSpec, Knobs, MetricSum, Protocol, RealClock, SharedAddrCache,
 };
 use dmtx_sim::{NodeClock, Sim, SimConfig, SimExecutor, SimFabric};
 use dmtx_store::{create_table, Catalog, TableBuilder, TableSpec};
@@ -419,6 +419,10 @@ pub fn run<P: Protocol, W: Workload>(
     };
     let mn_count = cfg.memory_nodes as usize;
     let proto = Arc::new(proto);
+    // The protocol's own tables index fixed arrays of results: refused before anything
+    // is built when they do not fit.
+    dmtx_runtime::check_abort_reasons(P::NAME, P::ABORT_REASONS).map_err(RunError::Unsupported)?;
+    dmtx_runtime::metric::check_metrics(P::NAME, P::METRICS).map_err(RunError::Unsupported)?;
 
     // 1. The plan: what the run needs, from the table specs alone. A run that cannot fit
     // `--mn-bytes` or this host is refused here, before anything is built.
@@ -479,10 +483,15 @@ pub fn run<P: Protocol, W: Workload>(
     // 3. The compute node and its threads.
     hooks.monitor.phase("starting coordinators");
     // `--transport sim`: the same regions, reached through the NIC model on virtual time.
-    let sim = cfg
-        .sim
+    // The profile's CPU model, with the protocol's declared steps where it lists none.
+    let sim_profile = cfg.sim.as_ref().map(|setup| {
+        let mut profile = setup.profile.clone();
+        profile.cpu.add_protocol_steps(P::CPU_STEPS);
+        profile
+    });
+    let sim = sim_profile
         .as_ref()
-        .map(|setup| Sim::new(SimConfig::from_profile(cfg.seed, &setup.profile), pool.regions.clone()));
+        .map(|profile| Sim::new(SimConfig::from_profile(cfg.seed, profile), pool.regions.clone()));
     let direct = Arc::clone(&pool.fabric);
     let control = pool.control;
     let (clock, mut cns): (Arc<dyn Clock>, Vec<Cn>) = match &sim {
@@ -730,8 +739,14 @@ pub fn run<P: Protocol, W: Workload>(
     let mut last_fault = None;
     let mut history = shared.record_history.then(History::new);
     let mut series: Vec<u64> = Vec::new();
+    let mut protocol_metrics = vec![MetricSum::default(); P::METRICS.len()];
+    let mut cache_stats = CacheStats::default();
     for outcome in outcomes {
         let o = outcome?;
+        for (a, b) in protocol_metrics.iter_mut().zip(&o.metrics) {
+            a.merge(b);
+        }
+        cache_stats.add(&o.cache);
         if series.len() < o.series.len() {
             series.resize(o.series.len(), 0);
         }
@@ -879,7 +894,12 @@ pub fn run<P: Protocol, W: Workload>(
             crate::results::Clock::Real
         },
     ));
+    let cache_entries: u64 = cns.iter().map(|cn| cn.cache.len() as u64).sum();
     let mut result = BenchResult::from_run(RawRun {
+        abort_reasons: P::ABORT_REASONS,
+        protocol_metrics: P::METRICS.iter().copied().zip(protocol_metrics).collect(),
+        addr_cache: Some((cache_stats, cache_entries)),
+        memory: Some(crate::results::MemoryResult::of(&plan)),
         metrics,
         timeseries,
         cfg,
@@ -899,8 +919,8 @@ pub fn run<P: Protocol, W: Workload>(
         load,
         records_loaded,
         real,
-        sim: match (&sim, &cfg.sim) {
-            (Some(sim), Some(setup)) => {
+        sim: match (&sim, &sim_profile) {
+            (Some(sim), Some(profile)) => {
                 // The fabric's and CPUs' counters over the window: at the deadline (or the
                 // end) less those at the end of the warm-up.
                 let (mut load, mut cpus, mut stats) = match sim_window.1.take() {
@@ -915,8 +935,8 @@ pub fn run<P: Protocol, W: Workload>(
                     stats = stats.since(s0);
                 }
                 Some(SimRaw {
-                    profile: setup.profile.clone(),
-                    cpu_mode: setup.profile.cpu.mode,
+                    profile: profile.clone(),
+                    cpu_mode: profile.cpu.mode,
                     compute_nodes: cfg.compute_nodes,
                     load,
                     cpus,
@@ -929,6 +949,7 @@ pub fn run<P: Protocol, W: Workload>(
                         .collect(),
                     tears: sim.tear_stats(),
                     stranded,
+                    unpriced_steps: sim.unpriced_steps().into_iter().map(String::from).collect(),
                     simulated_ns: sim.now().saturating_sub(start_ns - warmup_ns),
                 })
             }
@@ -1182,6 +1203,10 @@ struct ThreadOutcome<L> {
     history: Option<History>,
     /// Commits per bucket of the series.
     series: Vec<u64>,
+    /// The protocol's figures, summed over the thread's coordinators.
+    metrics: Vec<MetricSum>,
+    /// The thread's address-cache lookups.
+    cache: CacheStats,
 }
 
 /// Sets the stop flag if the thread unwinds, so the others end too.
@@ -1252,6 +1277,8 @@ fn thread_ctx<'a, P: Protocol, W: Workload>(t: u16, shared: &'a Shared<'a, P, W>
         retries: shared.retries,
         measure_from_ns: &shared.measure_from_ns,
         measure_until_ns: &shared.measure_until_ns,
+        cache_measuring: Cell::new(false),
+        abort_reasons: P::ABORT_REASONS,
     }
 }
 
@@ -1265,8 +1292,14 @@ fn finish_thread<P: Protocol, L>(
     let (_worker, coords, locals, history) = setup;
     let mut per_mn = vec![MnCounters::default(); memory_nodes];
     let mut last_fault = None;
+    let mut metrics = vec![MetricSum::default(); P::METRICS.len()];
+    // The thread's coordinators share one cache, and so its counters.
+    let cache = coords.first().map(|c| c.ctx.cache.stats()).unwrap_or_default();
     for c in &coords {
         add_mn_counters(&mut per_mn, &c.ctx.per_mn);
+        for (a, b) in metrics.iter_mut().zip(&c.ctx.metrics) {
+            a.merge(b);
+        }
         if let Some(f) = &c.ctx.last_fault {
             last_fault = Some(f.to_string());
         }
@@ -1275,6 +1308,8 @@ fn finish_thread<P: Protocol, L>(
     let history = history.map(|h| Rc::try_unwrap(h).expect("coordinators dropped").into_inner());
     // A budget handed out but not used (the run was interrupted) is simply dropped.
     ThreadOutcome {
+        metrics,
+        cache,
         history,
         series: th.series.into_inner(),
         stats: th.stats.into_inner(),
@@ -1452,6 +1487,11 @@ struct ThreadCtx<'a> {
     measure_from_ns: &'a AtomicU64,
     /// When measuring ends (clock ns).
     measure_until_ns: &'a AtomicU64,
+    /// Set by the thread's first coordinator past the warm-up, which restarts the
+    /// shared address cache's counters.
+    cache_measuring: Cell<bool>,
+    /// The protocol's own abort reasons, whose specs say which are retried.
+    abort_reasons: &'static [AbortReasonSpec],
 }
 
 impl ThreadCtx<'_> {
@@ -1543,22 +1583,14 @@ impl ThreadCtx<'_> {
     }
 }
 
-/// Whether an abort for `reason` is retried: the concurrency aborts, whose next
-/// attempt may well commit. Not the workload's own decision (`user`: SmallBank's
-/// insufficient funds), a lost node (`fault`) or a full table (`table_full`), which the
-/// same inputs would meet again.
-pub fn retryable(reason: AbortReason) -> bool {
-    matches!(
-        reason,
-        AbortReason::LockConflict
-            | AbortReason::Validation
-            | AbortReason::Invisible
-            | AbortReason::Torn
-            // Escapes a workload only where a concurrent commit explains it (TPC-C
-            // StockLevel's ORDER not inserted yet; TATP's not-found is an outcome).
-            | AbortReason::NotFound
-            | AbortReason::Duplicate
-    )
+/// Whether an abort for `reason` is retried, as its spec says ([`AbortReason::SHARED`]
+/// for the shared reasons, `protocol` (the protocol's `ABORT_REASONS`) for its own):
+/// the concurrency aborts, whose next attempt may well commit. Not the workload's own
+/// decision (`user`: SmallBank's insufficient funds), a lost node (`fault`) or a full
+/// table (`table_full`), which the same inputs would meet again.
+#[inline]
+pub fn retryable(reason: AbortReason, protocol: &'static [AbortReasonSpec]) -> bool {
+    reason.retryable(protocol)
 }
 
 /// One coordinator's loop: draw a transaction, run it until it commits or may not be
@@ -1597,6 +1629,10 @@ async fn drive<P: Protocol, W: Workload>(
                 // The warm-up is over: count this coordinator's load from here.
                 measuring = true;
                 coord.ctx.per_mn.iter_mut().for_each(|m| *m = MnCounters::default());
+                coord.ctx.metrics.iter_mut().for_each(|m| *m = MetricSum::default());
+                if !th.cache_measuring.replace(true) {
+                    coord.ctx.cache.reset_stats();
+                }
             }
             if attempts > 0 {
                 coord.ctx.step(W::TXN_STEP, 1);
@@ -1640,7 +1676,10 @@ async fn drive<P: Protocol, W: Workload>(
                         th.stats.borrow_mut().abort(ty, abort.reason, &counters);
                     }
                     th.stop_on(abort.reason, coord);
-                    if retryable(abort.reason) && th.retries.allows(attempts - 1) && !th.stop.load(Ordering::Relaxed) {
+                    if retryable(abort.reason, th.abort_reasons)
+                        && th.retries.allows(attempts - 1)
+                        && !th.stop.load(Ordering::Relaxed)
+                    {
                         backoff(&mut backoff_rng, attempts).await;
                         start_ns = coord.ctx.clock.now_ns();
                         continue;
@@ -1808,15 +1847,21 @@ mod tests {
         assert!(!Retries::AtMost(0).allows(0));
         assert!(Retries::AtMost(2).allows(1) && !Retries::AtMost(2).allows(2));
         assert!(Retries::Unbounded.allows(u32::MAX));
-        assert!(retryable(AbortReason::LockConflict) && retryable(AbortReason::Validation));
+        assert!(retryable(AbortReason::LockConflict, &[]) && retryable(AbortReason::Validation, &[]));
         for no in [
             AbortReason::User,
             AbortReason::Fault,
             AbortReason::TableFull,
             AbortReason::LogFull,
         ] {
-            assert!(!retryable(no), "{no}");
+            assert!(!retryable(no, &[]), "{no}");
         }
+        const MINE: &[AbortReasonSpec] = &[
+            AbortReasonSpec::new("lease_expired", true, ""),
+            AbortReasonSpec::new("too_old", false, ""),
+        ];
+        assert!(retryable(AbortReason::Protocol(0), MINE), "the protocol's spec says so");
+        assert!(!retryable(AbortReason::Protocol(1), MINE));
     }
 
     #[test]
@@ -1855,6 +1900,8 @@ mod tests {
             retries: Retries::Unbounded,
             measure_from_ns: &measure_from,
             measure_until_ns: &measure_until,
+            cache_measuring: Cell::new(false),
+            abort_reasons: &[],
         };
         let (mut committed, mut aborted) = (0, 0);
         while th.take_credit() {

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::registry::{PROTOCOLS, WORKLOADS};
+use crate::registry::{DRIVER, PROTOCOLS, WORKLOADS};
 use crate::results::{BenchResult, Bytes, Counters, Latency, Ops, StopReason, TxnTypeResult};
 
 /// Why a report could not be made. The cause is each variant's `source`, not part of
@@ -159,6 +159,8 @@ pub fn non_default_knobs(r: &BenchResult) -> Vec<String> {
         .iter()
         .filter(|e| e.name == r.protocol)
         .chain(WORKLOADS.iter().filter(|e| e.name == r.workload))
+        // Every run records the driver's knobs too (`retry_aborts`, `addr_cache_entries`).
+        .chain(std::iter::once(&DRIVER))
         .flat_map(|e| e.knobs.iter().map(|k| (k.name, k.default)))
         .collect();
     r.config
@@ -340,6 +342,7 @@ fn add_counters(a: &mut Counters, b: &Counters) {
     a.bytes_in += b.bytes_in;
     a.ts_requests += b.ts_requests;
     a.ts_rtts += b.ts_rtts;
+    a.msg_rtts += b.msg_rtts;
 }
 
 /// One transaction type over several CNs: sums, and per-commit figures of the sums.
@@ -357,6 +360,7 @@ fn merge_type(parts: &[&TxnTypeResult]) -> TxnTypeResult {
         abort_rate: 0.0,
         abort_reasons: BTreeMap::new(),
         rtt_per_commit: None,
+        msg_rtts_per_commit: None,
         ops_per_commit: None,
         bytes_per_commit: None,
         background_posts_per_commit: None,
@@ -394,6 +398,7 @@ fn merge_type(parts: &[&TxnTypeResult]) -> TxnTypeResult {
     let per = |x: u64| (n > 0).then(|| round3(x as f64 / n as f64));
     let c = m.committed_counters;
     m.rtt_per_commit = per(c.rtts);
+    m.msg_rtts_per_commit = per(c.msg_rtts);
     m.ops_per_commit = (n > 0).then(|| Ops {
         read: per(c.ops.read).unwrap_or_default(),
         write: per(c.ops.write).unwrap_or_default(),
@@ -509,6 +514,16 @@ fn merge_records(parts: &[&BenchResult]) -> BenchResult {
     // Workload metrics (TPC-C's tpmC, its warehouse count) do not all add up: they are
     // left out of the totals rather than guessed.
     m.metrics = BTreeMap::new();
+    // The protocol's figures and the CNs' address caches add up.
+    for r in &parts[1..] {
+        crate::results::merge_protocol_metrics(&mut m.protocol_metrics, &r.protocol_metrics);
+        if let (Some(a), Some(b)) = (m.addr_cache.as_mut(), &r.addr_cache) {
+            a.merge(b);
+        }
+    }
+    for p in m.protocol_metrics.values_mut() {
+        p.derive(m.committed);
+    }
     if let Some(c) = m.cn.as_mut() {
         c.id = parts
             .iter()

@@ -3,7 +3,9 @@
 //! # JSON schema, version 2
 //!
 //! Version 2 moved `load_s` into `run_info` (with everything else a simulated run cannot
-//! repeat bit for bit) and added `sim`.
+//! repeat bit for bit) and added `sim`. Fields added since (`protocol_metrics`,
+//! `addr_cache`, `memory`, `msg_rtts_per_commit`, `msg_rtts`) are absent from older
+//! records and read as empty, `null` or 0.
 //!
 //! One object per run. Times are seconds (`_s`) or microseconds (`_us`); rates are per
 //! second of the measured run (from the start barrier to the last thread's stop);
@@ -24,7 +26,7 @@
 //! | `rolled_back` | int | attempts the workload rolled back on purpose (TPC-C NewOrder's 1%): neither commits nor aborts |
 //! | `committed_tps`, `attempted_tps` | float | per second of `elapsed_s` |
 //! | `abort_rate` | float | `aborted / attempted`, 0 to 1 |
-//! | `abort_reasons` | object | every abort reason (`lock_conflict`, `validation`, `invisible`, `torn`, `not_found`, `duplicate`, `user`, `fault`, `table_full`) → count, zeros included |
+//! | `abort_reasons` | object | every abort reason → count, zeros included: the shared ones (`lock_conflict`, `validation`, `invisible`, `torn`, `not_found`, `duplicate`, `user`, `fault`, `table_full`, `log_full`) and those the protocol declares (`Protocol::ABORT_REASONS`, each with its own name); `other` only if a protocol aborted with an index it did not declare |
 //! | `latency_us` | object or null | committed transactions, from the first attempt's start to the commit (below), HDR histogram (3 significant figures): `p50`, `p90`, `p99`, `p999`, `max`, `mean` |
 //! | `total` | txn-type object | all types together (below) |
 //! | `per_txn_type` | object | type name → txn-type object |
@@ -33,9 +35,12 @@
 //! | `isolation` | string | the level the protocol claims for the run: `serializable`, `strict serializable`, `snapshot isolation`, or `unchecked` (an unsafe upper bound: no check applies) |
 //! | `check` | object or null | with `--check` (and a checked level): `level` checked, `txns`, `committed`, `clean` (bool), `summary` (one line), `findings` (each anomaly with its smallest cycle) |
 //! | `last_fault` | string or null | the last verb error a coordinator saw, if any |
-//! | `sim` | object or null | `--transport sim` only: `note` (the numbers are simulated), `profile` (its name), `profile_source` (`built-in cx5` or the file), `profile_fingerprint` (a hash of every parameter), `profile_params` (every parameter), `cpu_mode`, `compute_nodes`, `verbs` (completed), `events`, `nics` (per node `node` (`mn0`, `cn0`, ...), `ops` {…}, `tx_bytes`, `rx_bytes` (wire bytes, headers included), `link_utilisation` (busier direction's share of the run)), `waits_us` (per op kind: `ops`, `admission_mean` (waiting for the connection's outstanding-READ bound), `responder_mean` (queued at the responder NIC), `latency_mean` (doorbell to reply)), `cpus` (per worker thread `cn`, `thread`, `utilisation` of its virtual CPU), `timeseries_ms` (commits per 1 ms of virtual time), `faults` (each fault fired by `--faults`, with its virtual time), `tears` (`overlaps`: READ/WRITE pairs in service together on common words; `torn`: READs that saw old and new words), `stranded` (coordinators still in a transaction a grace after an interrupt or 1 s of virtual time after the deadline, dropped there: their locks and writes stay) |
+//! | `sim` | object or null | `--transport sim` only: `note` (the numbers are simulated), `profile` (its name), `profile_source` (`built-in cx5` or the file), `profile_fingerprint` (a hash of every parameter), `profile_params` (every parameter), `cpu_mode`, `compute_nodes`, `verbs` (completed), `events`, `nics` (per node `node` (`mn0`, `cn0`, ...), `ops` {…}, `tx_bytes`, `rx_bytes` (wire bytes, headers included), `link_utilisation` (busier direction's share of the run)), `waits_us` (per op kind: `ops`, `admission_mean` (waiting for the connection's outstanding-READ bound), `responder_mean` (queued at the responder NIC), `latency_mean` (doorbell to reply)), `cpus` (per worker thread `cn`, `thread`, `utilisation` of its virtual CPU), `timeseries_ms` (commits per 1 ms of virtual time), `faults` (each fault fired by `--faults`, with its virtual time), `tears` (`overlaps`: READ/WRITE pairs in service together on common words; `torn`: READs that saw old and new words), `stranded` (coordinators still in a transaction a grace after an interrupt or 1 s of virtual time after the deadline, dropped there: their locks and writes stay), `unpriced_steps` (absent when empty: CPU step names charged at the profile's `step_default_ns` because neither its `[cpu.steps]` nor the protocol's `CPU_STEPS` prices them) |
 //! | `timeseries` | object or null | commits per bucket of time over the measured window, on every transport: `bucket_s` (1.0 on `mem`/`tcp`, 0.001 on `sim`), `clock` (`real` or `virtual`), `committed` (commits that ended in each bucket, from the end of the warm-up; `ceil(elapsed_s / bucket_s)` buckets, a commit ending at the deadline counted in the last, so they sum to `committed`) |
 //! | `metrics` | object, absent when empty | the workload's headline figures beyond txn/s, name → {`value`, `about`}: TPC-C's `tpmc` (NewOrders, rolled back ones included, per minute of `elapsed_s`) and `warehouses` |
+//! | `protocol_metrics` | object, absent when the protocol declares none | the protocol's own figures (`Protocol::METRICS`), name → {`kind` (`counter`: events, read `sum` and `per_commit`; `value`: observations, read `count`, `mean`, `max`), `count` (values added), `sum`, `mean` (`sum / count`), `max`, `per_commit` (`sum / committed`, null when nothing committed), `about`}; summed over every coordinator from the end of the warm-up. FORD: `rereads` (re-reads of a record a lock-free read found torn or invisible) |
+//! | `addr_cache` | object | the address cache over the measured window (counting restarts when a thread's first coordinator leaves the warm-up), every worker thread summed: `hits` (lookups answered), `hits_shared` (of those, by the compute node's level: another thread had learned the address), `misses` (the protocol walked the bucket chain), `hit_rate` (`hits / (hits + misses)`), `evictions` (cached addresses found stale and dropped), `entries` (addresses cached at the end, summed over compute nodes) |
+//! | `memory` | object | the memory plan the run was sized by: `tables` (per table `name`, `capacity` (records it has room for), `nodes` (memory nodes of its replicas, primary first), per replica `reserved_bytes` (region bytes), `loaded_bytes` (resident once loaded), `full_bytes` (resident if the run fills its room)), `per_mn` (per memory node `mn`, `tables_bytes`, `loaded_bytes`, `full_bytes` (its table replicas), `coordinators_bytes` (coordinator areas: logs), `need_bytes` (the region size it needs at least)) |
 //! | `cn` | object, absent unless `--cn` | this compute node of a multi-process run: `id`, `compute_nodes` (in the run), `run_id` (shared by the run's CNs), `latency_ns` (the committed-latency histogram as `[ns, count]` pairs, for `dmtx report` to merge); with more than one CN, `invariant` says it was not checked and `check` is null (check the CNs' histories together with `dmtx check`) |
 //! | `run_info` | object | what no two runs repeat: `host`, `started_at` (RFC 3339, UTC), `started_at_unix_s`, `dmtx_version`, `cpus`, `load_s` (building and loading the tables, real time), `load_records` (records loaded, one copy each), `load_records_per_s`, `real_s` (the measured run's real time), `real_s_per_sim_s` (`sim` only: real seconds per simulated second, over all the virtual time the run simulated, warm-up and drain included) |
 //!
@@ -46,6 +51,7 @@
 //! | `committed`, `aborted`, `abort_rate`, `successful`, `rolled_back` | as above, for this type |
 //! | `abort_reasons` | reason → count, non-zero reasons only |
 //! | `rtt_per_commit` | round trips (posts waited for) of committed attempts / committed |
+//! | `msg_rtts_per_commit` | CN↔CN message round trips (`CoordCtx::call`, `call_many`) of committed attempts / committed; never in `rtt_per_commit`; 0 for protocols without messaging |
 //! | `ops_per_commit` | {`read`,`write`,`cas`,`faa`,`flush`}: verbs of committed attempts / committed |
 //! | `bytes_per_commit` | {`out` (to memory nodes), `in` (from them)} / committed |
 //! | `background_posts_per_commit` | posts never waited for (background release) / committed |
@@ -54,7 +60,7 @@
 //! | `cleanup_rtts_per_commit` | round trips of the protocol's per-attempt cleanup (releases, restores, log truncation awaited after an attempt, committed or aborted, before the next) / committed; never in `rtt_per_commit` or `wasted_rtts_per_commit`; 0 for protocols without one (FORD) |
 //! | `attempts_per_commit` | attempts of the committed transactions (the commit and the aborted attempts retried before it) / committed; 1 when nothing was retried |
 //! | `latency_us` | as above, for this type, or null |
-//! | `committed_counters`, `aborted_counters` | raw sums: `rtts`, `background_posts`, `ops` {…}, `bytes_out`, `bytes_in`, `ts_requests`, `ts_rtts` (for re-aggregating runs) |
+//! | `committed_counters`, `aborted_counters` | raw sums: `rtts`, `background_posts`, `ops` {…}, `bytes_out`, `bytes_in`, `ts_requests`, `ts_rtts`, `msg_rtts` (for re-aggregating runs) |
 //! | `cleanup_counters` | the same raw sums over the per-attempt cleanups of every attempt (absent from older records: zeros) |
 //!
 //! An attempt aborted by a conflict is retried with the same inputs as `--set
@@ -73,7 +79,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use dmtx_runtime::AbortReason;
+use dmtx_runtime::{AbortReason, AbortReasonSpec, CacheStats, MetricKind, MetricSpec, MetricSum};
 use dmtx_verbs::{MnCounters, OpKind, PostCounters};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -174,6 +180,16 @@ pub struct BenchResult {
     /// name; empty for most workloads.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metrics: BTreeMap<String, MetricResult>,
+    /// The protocol's own figures (`Protocol::METRICS`), by name; empty when it declares
+    /// none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub protocol_metrics: BTreeMap<String, ProtocolMetricResult>,
+    /// The address cache's lookups over the measured window (absent from older records).
+    #[serde(default)]
+    pub addr_cache: Option<AddrCacheResult>,
+    /// The memory plan: per table and per memory node (absent from older records).
+    #[serde(default)]
+    pub memory: Option<MemoryResult>,
     /// Where and when.
     pub run_info: RunInfo,
     /// `--cn` runs only: this compute node's place in the run (`dmtx report` merges
@@ -210,6 +226,205 @@ pub struct MetricResult {
     pub value: f64,
     /// What it counts.
     pub about: String,
+}
+
+/// One figure of the protocol's own ([`dmtx_runtime::metric`]), summed over every
+/// coordinator after the warm-up.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProtocolMetricResult {
+    /// `counter` (events: read `sum`, `per_commit`) or `value` (observations: read
+    /// `count`, `mean`, `max`).
+    pub kind: String,
+    /// Values added.
+    pub count: u64,
+    /// Their sum.
+    pub sum: u64,
+    /// `sum / count` (0 when nothing was added).
+    pub mean: f64,
+    /// The largest value added.
+    pub max: u64,
+    /// `sum / committed`, or `null` when nothing committed.
+    pub per_commit: Option<f64>,
+    /// What it counts, as the protocol says.
+    pub about: String,
+}
+
+impl ProtocolMetricResult {
+    /// The figure `spec` gathered as `sum`, over `committed` commits.
+    pub fn of(spec: &MetricSpec, sum: &MetricSum, committed: u64) -> Self {
+        Self {
+            kind: spec.kind.name().to_string(),
+            count: sum.count,
+            sum: sum.sum,
+            mean: if sum.count == 0 {
+                0.0
+            } else {
+                round(sum.sum as f64 / sum.count as f64, 3)
+            },
+            max: sum.max,
+            per_commit: (committed > 0).then(|| round(sum.sum as f64 / committed as f64, 3)),
+            about: spec.about.to_string(),
+        }
+    }
+
+    /// Add another compute node's sums (`count`, `sum`, `max`); then [`Self::derive`].
+    pub fn merge(&mut self, other: &ProtocolMetricResult) {
+        self.count += other.count;
+        self.sum = self.sum.saturating_add(other.sum);
+        self.max = self.max.max(other.max);
+    }
+
+    /// Recompute `mean` and `per_commit` from the sums, over `committed` commits.
+    pub fn derive(&mut self, committed: u64) {
+        self.mean = if self.count == 0 {
+            0.0
+        } else {
+            round(self.sum as f64 / self.count as f64, 3)
+        };
+        self.per_commit = (committed > 0).then(|| round(self.sum as f64 / committed as f64, 3));
+    }
+
+    /// One summary line's figures.
+    fn line(&self) -> String {
+        let per = self.per_commit.map_or_else(|| "-".to_string(), |p| format!("{p:.3}"));
+        if self.kind == MetricKind::Counter.name() {
+            format!("{} ({per} per commit)", self.sum)
+        } else {
+            format!("mean {:.1}, max {} over {} values", self.mean, self.max, self.count)
+        }
+    }
+}
+
+/// The address cache's lookups (`addr_cache` in the JSON): every worker thread's, over
+/// the measured window.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AddrCacheResult {
+    /// Lookups answered (by the thread's level or the compute node's).
+    pub hits: u64,
+    /// Of those, answered by the compute node's level (another thread had learned it).
+    pub hits_shared: u64,
+    /// Lookups that found nothing: the protocol read the bucket chain.
+    pub misses: u64,
+    /// `hits / (hits + misses)`, 0 to 1 (0 when nothing was looked up).
+    pub hit_rate: f64,
+    /// Cached addresses found stale (the slot held another key) and dropped.
+    pub evictions: u64,
+    /// Addresses cached at the end, summed over compute nodes.
+    pub entries: u64,
+}
+
+/// Add `other`'s figures into `into` by name (a name only `other` has is taken as it is);
+/// `derive` each afterwards.
+pub fn merge_protocol_metrics(
+    into: &mut BTreeMap<String, ProtocolMetricResult>,
+    other: &BTreeMap<String, ProtocolMetricResult>,
+) {
+    for (name, b) in other {
+        match into.get_mut(name) {
+            Some(a) => a.merge(b),
+            None => {
+                into.insert(name.clone(), b.clone());
+            }
+        }
+    }
+}
+
+impl AddrCacheResult {
+    /// Add another compute node's lookups and entries.
+    pub fn merge(&mut self, other: &AddrCacheResult) {
+        self.hits += other.hits;
+        self.hits_shared += other.hits_shared;
+        self.misses += other.misses;
+        self.evictions += other.evictions;
+        self.entries += other.entries;
+        self.hit_rate = ratio(self.hits, self.hits + self.misses);
+    }
+
+    /// From the threads' stats summed and the entries left.
+    pub fn of(s: &CacheStats, entries: u64) -> Self {
+        Self {
+            hits: s.hits(),
+            hits_shared: s.hits_shared,
+            misses: s.misses,
+            hit_rate: ratio(s.hits(), s.hits() + s.misses),
+            evictions: s.evictions,
+            entries,
+        }
+    }
+}
+
+/// Where the run's memory went, as planned before loading (`memory` in the JSON).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemoryResult {
+    /// Per table.
+    pub tables: Vec<TableMemory>,
+    /// Per memory node.
+    pub per_mn: Vec<MnMemory>,
+}
+
+/// One table's footprint, per replica.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TableMemory {
+    /// Table name.
+    pub name: String,
+    /// Records it has room for.
+    pub capacity: u64,
+    /// Memory nodes holding a replica, primary first.
+    pub nodes: Vec<u16>,
+    /// Region bytes one replica reserves.
+    pub reserved_bytes: u64,
+    /// Resident bytes of one replica once loaded.
+    pub loaded_bytes: u64,
+    /// Resident bytes of one replica if the run fills its room.
+    pub full_bytes: u64,
+}
+
+/// One memory node's footprint.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MnMemory {
+    /// Node index.
+    pub mn: u16,
+    /// Region bytes its table replicas reserve.
+    pub tables_bytes: u64,
+    /// Resident bytes of its table replicas once loaded.
+    pub loaded_bytes: u64,
+    /// Resident bytes of its table replicas if every table fills.
+    pub full_bytes: u64,
+    /// Bytes of coordinator areas (logs) on it.
+    pub coordinators_bytes: u64,
+    /// Region bytes it needs at least (tables, coordinator areas, header).
+    pub need_bytes: u64,
+}
+
+impl MemoryResult {
+    /// From the run's plan.
+    pub fn of(plan: &crate::plan::MemoryPlan) -> Self {
+        let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
+        Self {
+            tables: plan
+                .tables
+                .iter()
+                .map(|t| TableMemory {
+                    name: t.name.clone(),
+                    capacity: t.capacity,
+                    nodes: t.nodes.iter().map(|m| m.index() as u16).collect(),
+                    reserved_bytes: t.replica_bytes,
+                    loaded_bytes: t.loaded_bytes,
+                    full_bytes: t.full_bytes,
+                })
+                .collect(),
+            per_mn: (0..plan.need_per_mn.len())
+                .map(|i| MnMemory {
+                    mn: i as u16,
+                    tables_bytes: at(&plan.tables_per_mn, i),
+                    loaded_bytes: at(&plan.loaded_per_mn, i),
+                    full_bytes: at(&plan.full_per_mn, i),
+                    coordinators_bytes: at(&plan.coordinators_per_mn, i),
+                    need_bytes: plan.need_per_mn[i],
+                })
+                .collect(),
+        }
+    }
 }
 
 /// The settings of a run, as recorded.
@@ -336,6 +551,9 @@ pub struct Counters {
     /// Of those, the ones waited a round trip for.
     #[serde(default)]
     pub ts_rtts: u64,
+    /// CN↔CN message round trips waited for (absent from older records: 0).
+    #[serde(default)]
+    pub msg_rtts: u64,
 }
 
 impl From<&PostCounters> for Counters {
@@ -348,6 +566,7 @@ impl From<&PostCounters> for Counters {
             bytes_in: c.bytes_in,
             ts_requests: c.ts_requests,
             ts_rtts: c.ts_rtts,
+            msg_rtts: c.msg_rtts,
         }
     }
 }
@@ -371,6 +590,10 @@ pub struct TxnTypeResult {
     pub abort_reasons: BTreeMap<String, u64>,
     /// Round trips per commit.
     pub rtt_per_commit: Option<f64>,
+    /// CN↔CN message round trips of committed attempts per commit (absent from older
+    /// records: `null`).
+    #[serde(default)]
+    pub msg_rtts_per_commit: Option<f64>,
     /// Verbs per commit, by kind.
     pub ops_per_commit: Option<Ops<f64>>,
     /// Bytes per commit.
@@ -405,8 +628,9 @@ pub struct TxnTypeResult {
 }
 
 impl TxnTypeResult {
-    /// Derive the per-commit figures of `t`.
-    pub fn of(t: &TypeStats) -> Self {
+    /// Derive the per-commit figures of `t`; `reasons` names the protocol's own abort
+    /// reasons (`Protocol::ABORT_REASONS`).
+    pub fn of(t: &TypeStats, reasons: &[AbortReasonSpec]) -> Self {
         let c = &t.committed_counters;
         let per = |x: u64| (t.committed > 0).then(|| round(x as f64 / t.committed as f64, 3));
         Self {
@@ -417,9 +641,10 @@ impl TxnTypeResult {
             abort_rate: ratio(t.aborted, t.attempted()),
             abort_reasons: (0..REASON_SLOTS)
                 .filter(|&s| t.abort_reasons[s] > 0)
-                .map(|s| (slot_name(s).to_string(), t.abort_reasons[s]))
+                .map(|s| (slot_name(s, reasons).to_string(), t.abort_reasons[s]))
                 .collect(),
             rtt_per_commit: per(c.rtts),
+            msg_rtts_per_commit: per(c.msg_rtts),
             ops_per_commit: (t.committed > 0).then(|| {
                 let mut a = [0.0; OpKind::COUNT];
                 for k in OpKind::ALL {
@@ -568,6 +793,10 @@ pub struct SimResult {
     /// or a peer that never answers held them. Their locks and writes stay.
     #[serde(default)]
     pub stranded: u64,
+    /// Step names the run charged at the profile's `step_default_ns` because neither the
+    /// profile nor the protocol's `CPU_STEPS` prices them (an undeclared step, a typo).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unpriced_steps: Vec<String>,
 }
 
 /// Tears the simulator produced.
@@ -643,6 +872,8 @@ pub struct SimRaw {
     /// Virtual time the real time simulated: the warm-up, the window and what ran after
     /// the deadline.
     pub simulated_ns: u64,
+    /// Step names charged at the default cost ([`dmtx_sim::Sim::unpriced_steps`]).
+    pub unpriced_steps: Vec<String>,
 }
 
 impl SimResult {
@@ -730,6 +961,7 @@ impl SimResult {
                 torn: raw.tears.torn,
             },
             stranded: raw.stranded,
+            unpriced_steps: raw.unpriced_steps,
         }
     }
 }
@@ -776,6 +1008,14 @@ pub struct RawRun<'a> {
     pub timeseries: Option<TimeSeries>,
     /// The workload's headline figures.
     pub metrics: Vec<dmtx_workloads::Metric>,
+    /// The protocol's own abort reasons (`Protocol::ABORT_REASONS`), to name them.
+    pub abort_reasons: &'static [AbortReasonSpec],
+    /// The protocol's own figures (`Protocol::METRICS`) and what each gathered.
+    pub protocol_metrics: Vec<(MetricSpec, MetricSum)>,
+    /// The address cache's lookups and the entries left.
+    pub addr_cache: Option<(CacheStats, u64)>,
+    /// The memory plan.
+    pub memory: Option<MemoryResult>,
 }
 
 impl BenchResult {
@@ -783,7 +1023,7 @@ impl BenchResult {
     pub fn from_run(raw: RawRun<'_>) -> Self {
         let cfg = raw.cfg;
         let total_stats = raw.stats.total();
-        let total = TxnTypeResult::of(&total_stats);
+        let total = TxnTypeResult::of(&total_stats, raw.abort_reasons);
         let elapsed_s = raw.elapsed.as_secs_f64();
         let per_s = |n: u64| {
             if elapsed_s > 0.0 {
@@ -792,8 +1032,12 @@ impl BenchResult {
                 0.0
             }
         };
-        let mut abort_reasons: BTreeMap<String, u64> =
-            AbortReason::ALL.iter().map(|r| (r.name().to_string(), 0)).collect();
+        let mut abort_reasons: BTreeMap<String, u64> = AbortReason::ALL
+            .iter()
+            .map(|r| r.name())
+            .chain(raw.abort_reasons.iter().map(|s| s.name))
+            .map(|name| (name.to_string(), 0))
+            .collect();
         for (name, n) in &total.abort_reasons {
             *abort_reasons.entry(name.clone()).or_default() += n;
         }
@@ -801,9 +1045,22 @@ impl BenchResult {
             .txn_types
             .iter()
             .zip(&raw.stats.types)
-            .map(|(name, t)| (name.to_string(), TxnTypeResult::of(t)))
+            .map(|(name, t)| (name.to_string(), TxnTypeResult::of(t, raw.abort_reasons)))
+            .collect();
+        let protocol_metrics = raw
+            .protocol_metrics
+            .iter()
+            .map(|(spec, sum)| {
+                (
+                    spec.name.to_string(),
+                    ProtocolMetricResult::of(spec, sum, total.committed),
+                )
+            })
             .collect();
         Self {
+            protocol_metrics,
+            addr_cache: raw.addr_cache.map(|(s, entries)| AddrCacheResult::of(&s, entries)),
+            memory: raw.memory,
             schema_version: SCHEMA_VERSION,
             protocol: cfg.protocol.clone(),
             workload: cfg.workload.clone(),
@@ -945,6 +1202,13 @@ impl BenchResult {
             "  waits us    {}   (admission+responder queueing / latency, per op)",
             waits.join(", ")
         );
+        if !sim.unpriced_steps.is_empty() {
+            let _ = writeln!(
+                o,
+                "  cpu steps   {} charged at the default cost: neither the profile's [cpu.steps] nor the protocol's CPU_STEPS prices them",
+                sim.unpriced_steps.join(", ")
+            );
+        }
         if sim.stranded > 0 {
             let _ = writeln!(
                 o,
@@ -1100,6 +1364,59 @@ impl BenchResult {
                 o,
                 "  cleanup     {n:.2} round trips per commit after the attempts (not in rtt/c)"
             );
+        }
+        if let Some(n) = self.total.msg_rtts_per_commit.filter(|&n| n > 0.0) {
+            let per_type: Vec<String> = self
+                .per_txn_type
+                .iter()
+                .filter_map(|(name, t)| t.msg_rtts_per_commit.map(|m| format!("{name} {m:.2}")))
+                .collect();
+            let _ = writeln!(
+                o,
+                "  messages    {n:.2} CN-to-CN round trips per commit (not in rtt/c): {}",
+                per_type.join(", ")
+            );
+        }
+        if let Some(c) = &self.addr_cache {
+            let _ = writeln!(
+                o,
+                "  addr cache  {:.1}% hits ({} hits, {} of them from another thread, {} misses), {} stale evicted, {} entries",
+                c.hit_rate * 100.0,
+                c.hits,
+                c.hits_shared,
+                c.misses,
+                c.evictions,
+                c.entries
+            );
+        }
+        for (name, m) in &self.protocol_metrics {
+            let _ = writeln!(o, "  {:<11} {}   ({}: {})", name, m.line(), self.protocol, m.about);
+        }
+        if let Some(m) = &self.memory {
+            let tables: Vec<String> = m
+                .tables
+                .iter()
+                .map(|t| {
+                    format!(
+                        "{} {}/{}/{}",
+                        t.name,
+                        crate::units::bytes(t.reserved_bytes),
+                        crate::units::bytes(t.loaded_bytes),
+                        crate::units::bytes(t.full_bytes)
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                o,
+                "  memory      per replica reserved/loaded/full: {}",
+                tables.join(", ")
+            );
+            let mns: Vec<String> = m
+                .per_mn
+                .iter()
+                .map(|n| format!("mn{} {}", n.mn, crate::units::bytes(n.need_bytes)))
+                .collect();
+            let _ = writeln!(o, "  mn need     {}", mns.join(", "));
         }
         let _ = writeln!(
             o,
@@ -1277,7 +1594,7 @@ mod tests {
                 ..Default::default()
             },
         );
-        let t = TxnTypeResult::of(&s.types[0]);
+        let t = TxnTypeResult::of(&s.types[0], &[]);
         assert_eq!(t.rtt_per_commit, Some(3.0));
         assert_eq!(
             t.cleanup_rtts_per_commit,
@@ -1295,7 +1612,7 @@ mod tests {
         assert_eq!(t.abort_reasons["lock_conflict"], 1);
         let l = t.latency_us.unwrap();
         assert!((4.99..=5.01).contains(&l.p50), "{l:?}");
-        let empty = TxnTypeResult::of(&TypeStats::default());
+        let empty = TxnTypeResult::of(&TypeStats::default(), &[]);
         assert_eq!(empty.rtt_per_commit, None);
         assert_eq!(empty.latency_us, None);
         let v = serde_json::to_value(&t).unwrap();
@@ -1308,9 +1625,55 @@ mod tests {
         o.remove("ts_rtts_per_commit");
         o.remove("cleanup_rtts_per_commit");
         o.remove("cleanup_counters");
+        o.remove("msg_rtts_per_commit");
         o["committed_counters"].as_object_mut().unwrap().remove("ts_requests");
+        o["committed_counters"].as_object_mut().unwrap().remove("msg_rtts");
         let back: TxnTypeResult = serde_json::from_value(old).unwrap();
         assert_eq!((back.ts_per_commit, back.committed_counters.ts_requests), (None, 0));
         assert_eq!((back.cleanup_rtts_per_commit, back.cleanup_counters.rtts), (None, 0));
+        assert_eq!((back.msg_rtts_per_commit, back.committed_counters.msg_rtts), (None, 0));
+    }
+
+    #[test]
+    fn test_protocol_figures_and_caches_merge_over_compute_nodes() {
+        let spec = MetricSpec::new("hold_ns", MetricKind::Value, "lock hold time");
+        let of = |values: &[u64], committed| {
+            let mut sum = MetricSum::default();
+            values.iter().for_each(|&v| sum.add(v));
+            ProtocolMetricResult::of(&spec, &sum, committed)
+        };
+        let a = of(&[10, 30], 2);
+        assert_eq!(
+            (a.kind.as_str(), a.count, a.sum, a.mean, a.max),
+            ("value", 2, 40, 20.0, 30)
+        );
+        assert_eq!(a.per_commit, Some(20.0));
+        assert_eq!(of(&[], 0).per_commit, None);
+        let mut into = BTreeMap::from([("hold_ns".to_string(), a)]);
+        let other = BTreeMap::from([
+            ("hold_ns".to_string(), of(&[50], 1)),
+            ("only_there".to_string(), of(&[1], 1)),
+        ]);
+        merge_protocol_metrics(&mut into, &other);
+        into.values_mut().for_each(|m| m.derive(3));
+        let m = &into["hold_ns"];
+        assert_eq!((m.count, m.sum, m.max, m.mean), (3, 90, 50, 30.0));
+        assert_eq!(m.per_commit, Some(30.0));
+        assert_eq!(into["only_there"].sum, 1);
+
+        let stats = |hits_local, misses| CacheStats {
+            hits_local,
+            hits_shared: 1,
+            misses,
+            evictions: 2,
+        };
+        let mut c = AddrCacheResult::of(&stats(9, 0), 5);
+        assert_eq!((c.hits, c.hit_rate), (10, 1.0));
+        c.merge(&AddrCacheResult::of(&stats(4, 10), 7));
+        assert_eq!(
+            (c.hits, c.hits_shared, c.misses, c.evictions, c.entries),
+            (15, 2, 10, 4, 12)
+        );
+        assert_eq!(c.hit_rate, 0.6);
     }
 }

@@ -5,7 +5,7 @@
 //! recording a transaction takes no lock, no atomic and no allocation. Threads' stats
 //! are merged once, after they are joined.
 
-use dmtx_runtime::AbortReason;
+use dmtx_runtime::{AbortReason, AbortReasonSpec, PROTOCOL_ABORT_REASONS_MAX};
 use dmtx_verbs::PostCounters;
 use hdrhistogram::Histogram;
 
@@ -13,21 +13,25 @@ use hdrhistogram::Histogram;
 pub const LATENCY_NS_MAX: u64 = 100_000_000_000;
 /// Significant figures kept by the latency histograms.
 pub const LATENCY_SIGFIGS: u8 = 3;
-/// Abort reason slots: one per [`AbortReason::ALL`], plus one for a reason it lacks.
-pub const REASON_SLOTS: usize = AbortReason::ALL.len() + 1;
+/// Abort reason slots: one per shared reason ([`AbortReason::ALL`]), one per reason a
+/// protocol may declare, and one for an index beyond those.
+pub const REASON_SLOTS: usize = AbortReason::ALL.len() + PROTOCOL_ABORT_REASONS_MAX + 1;
 
-/// The slot of `reason` in per-reason arrays (the last slot is "other").
+/// The slot of `reason` in per-reason arrays ([`AbortReason::slot`]; the last slot is
+/// "other").
 #[inline]
 pub fn reason_slot(reason: AbortReason) -> usize {
-    AbortReason::ALL
-        .iter()
-        .position(|r| *r == reason)
-        .unwrap_or(REASON_SLOTS - 1)
+    reason.slot().min(REASON_SLOTS - 1)
 }
 
-/// The result name of a reason slot.
-pub fn slot_name(slot: usize) -> &'static str {
-    AbortReason::ALL.get(slot).map_or("other", |r| r.name())
+/// The result name of a reason slot, with `protocol` the run's protocol's
+/// `ABORT_REASONS`: a shared reason's name, the protocol's entry's, else `other`.
+pub fn slot_name(slot: usize, protocol: &[AbortReasonSpec]) -> &'static str {
+    let shared = AbortReason::ALL.len();
+    match AbortReason::ALL.get(slot) {
+        Some(r) => r.name(),
+        None => protocol.get(slot - shared).map_or("other", |s| s.name),
+    }
 }
 
 /// A fresh latency histogram, in nanoseconds.
@@ -223,8 +227,12 @@ mod tests {
         assert_eq!(b.types[1].cleanup_counters.rtts, 2);
         assert_eq!(all.latency_ns.len(), 3);
         assert_eq!(all.latency_ns.max(), 3_001, "3 significant figures");
-        assert_eq!(slot_name(reason_slot(AbortReason::LockConflict)), "lock_conflict");
-        assert_eq!(slot_name(REASON_SLOTS - 1), "other");
+        assert_eq!(slot_name(reason_slot(AbortReason::LockConflict), &[]), "lock_conflict");
+        assert_eq!(slot_name(REASON_SLOTS - 1, &[]), "other");
+        let mine = [AbortReasonSpec::new("lease_expired", true, "")];
+        assert_eq!(slot_name(reason_slot(AbortReason::Protocol(0)), &mine), "lease_expired");
+        assert_eq!(slot_name(reason_slot(AbortReason::Protocol(1)), &mine), "other");
+        assert_eq!(reason_slot(AbortReason::Protocol(200)), REASON_SLOTS - 1);
     }
 
     #[test]

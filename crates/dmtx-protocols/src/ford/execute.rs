@@ -46,7 +46,12 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
     if start == 0 {
         c.state.undo.clear();
     }
-    let backup_read = c.proto.config().backup_read;
+    // A declared lone read goes to the primary, whose lock word tells whether it may
+    // skip validation (`validate.rs`).
+    let hints = c.set.hints;
+    let lone_read =
+        start == 0 && n == 1 && hints.read_only && hints.keys_declared && !c.proto.config().variant.papers_lone_read();
+    let backup_read = c.proto.config().backup_read && !lone_read;
     let spread = c.ctx.id.thread as usize + c.ctx.id.coroutine as usize;
     for o in &mut c.set.objs[start..n] {
         let info = c.ctx.catalog.get(o.table).expect("table checked at add");
@@ -228,6 +233,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                                 let v = SlotView(slot);
                                 if let Seen::Ok = check_unlocked_read(v, value_len, variant) {
                                     p.version = v.version();
+                                    p.read_unlocked = p.replica == 0 && v.vlock() == 0;
                                     p.stage = Stage::Done;
                                     copy_from = Some(v.value(value_len));
                                 }
@@ -295,11 +301,13 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                         match check_unlocked_read(v, value_len, variant) {
                             Seen::Ok => {
                                 p.version = v.version();
+                                p.read_unlocked = p.replica == 0 && v.vlock() == 0;
                                 p.stage = Stage::Done;
                                 copy_from = Some(v.value(value_len));
                             }
                             seen => {
                                 p.rereads += 1;
+                                c.ctx.metric(super::METRIC_REREADS, 1);
                                 if p.rereads > reread_max {
                                     result = Err(abort(match seen {
                                         Seen::Invisible => AbortReason::Invisible,

@@ -8,8 +8,13 @@ use super::{Ford, FordVariant};
 /// One 16-byte READ (`vlock` + `version`) of the primary per read-only object, all in
 /// one round trip. Fails if a version changed **or the record is locked**.
 ///
-/// Skipped when the transaction writes nothing and read one object: a single read of a
-/// visible, intact record needs no second look.
+/// Skipped when the transaction writes nothing and read one object from the primary
+/// with its lock word clear: that READ saw the latest committed value with no writer
+/// pending, so it serializes at the READ, after everything this coordinator did before.
+/// FORD also skips it for a lone read from a backup (or of a locked primary), which can
+/// return the old value of a record whose validated writer has not committed yet: after
+/// this coordinator saw a write that writer serializes before, that breaks its session
+/// order (kept as [`FordVariant::UnvalidatedSingleRead`]).
 ///
 /// Why the lock matters, for both kinds of transaction (found by the isolation checker
 /// on FORD's published rule, which compares versions only and reads them from the
@@ -28,7 +33,15 @@ pub(super) async fn validate(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
     let c = &mut *txn.coord;
     let writes = c.set.objs.iter().any(|o| o.access.writes());
     let reads = c.set.objs.iter().filter(|o| o.access == Access::ReadOnly).count();
-    if reads == 0 || (!writes && reads == 1) || c.proto.config().variant == FordVariant::SkipRoValidation {
+    let variant = c.proto.config().variant;
+    let lone_read_settled = !writes
+        && reads == 1
+        && (variant.papers_lone_read()
+            || c.set
+                .objs
+                .iter()
+                .any(|o| o.access == Access::ReadOnly && o.proto.read_unlocked));
+    if reads == 0 || lone_read_settled || variant == FordVariant::SkipRoValidation {
         return Ok(());
     }
     let papers_rule = c.proto.config().variant == FordVariant::VersionOnlyValidation;

@@ -143,6 +143,18 @@ pub fn read_one(c: &mut Coordinator<Ford>, key: u64) -> Result<Acct, dmtx_runtim
     })
 }
 
+/// Read one account in a transaction begun read-only with its key declared.
+pub fn read_one_declared(c: &mut Coordinator<Ford>, key: u64) -> Result<Acct, dmtx_runtime::Abort> {
+    block_on(async {
+        let mut t = c.begin_with(dmtx_runtime::TxnHints::READ_ONLY_DECLARED);
+        let a = t.add_ro(ACCTS, key);
+        t.execute().await?;
+        let v = *t.get(a);
+        t.commit().await?;
+        Ok(v)
+    })
+}
+
 /// Add `delta` to one account.
 pub fn bump(c: &mut Coordinator<Ford>, key: u64, delta: i64) -> Result<(), dmtx_runtime::Abort> {
     block_on(async {
