@@ -94,7 +94,14 @@
 //! A coordinator's transactions are a session, which the checker holds (on by default):
 //! a snapshot older than the coordinator's last commit would miss its own write. So a
 //! snapshot is at least the coordinator's last snapshot, and `execute` sleeps until the
-//! watermark reaches the coordinator's last commit timestamp ([`SESSION_WAITS_MAX`]).
+//! watermark reaches the coordinator's last commit timestamp ([`SESSION_WAITS_MAX`],
+//! then abort `session_lag`).
+//!
+//! # Results
+//!
+//! Abort reasons of its own: `version_gone` (the snapshot's version was overwritten out
+//! of the cells) and `session_lag`; figures (`protocol_metrics`): `older_version_reads`,
+//! `torn_rereads`, `session_wait_ns`.
 
 mod common;
 
@@ -108,8 +115,8 @@ use dmtx::{BenchArgs, BenchConfig, OutTarget};
 use dmtx_memnode::Control;
 use dmtx_runtime::timestamp::{FaaTimestamps, OracleTimestamps, TimestampService, Timestamps, TsError, TsKind};
 use dmtx_runtime::{
-    named, Abort, AbortReason, Access, CoordCtx, CoordId, Coordinator, Isolation, KnobError, KnobSpec, Knobs, Obj,
-    Protocol, Table, Txn, TxnHints,
+    named, Abort, AbortReason, AbortReasonSpec, Access, CoordCtx, CoordId, Coordinator, Isolation, KnobError, KnobSpec,
+    Knobs, MetricKind, MetricSpec, Obj, Protocol, Table, Txn, TxnHints,
 };
 use dmtx_store::{SlotLayout, StoreError, TableSpec, BUCKET_NEXT_OFFSET, OVERFLOW_CURSOR_OFFSET};
 use dmtx_verbs::{AtomicId, MnId, Post, ReadId};
@@ -145,6 +152,13 @@ const SESSION_WAIT_NS: u64 = 1_000;
 const POST_TRIES_MAX: u32 = 100;
 /// Wait between two such posts.
 const RETRY_WAIT_NS: u64 = 10_000;
+/// `MvToy::ABORT_REASONS` entries.
+const R_VERSION_GONE: u8 = 0;
+const R_SESSION_LAG: u8 = 1;
+/// `MvToy::METRICS` entries.
+const M_OLDER_READS: usize = 0;
+const M_TORN_REREADS: usize = 1;
+const M_SESSION_WAIT_NS: usize = 2;
 /// Where the `faa` timestamp area is published.
 const TS_AREA: &str = "test/mv-watermark/timestamps";
 
@@ -511,14 +525,18 @@ impl MvToy {
             Start::LastGranted => st.ts.next(ctx).await.map_err(ts_fault)? - 1,
             Start::Watermark | Start::WatermarkNoSession => {
                 let mut waits = 0;
+                let began = clock.now_ns();
                 loop {
                     let w = st.ts.watermark(ctx).await.map_err(ts_fault)?;
                     if w >= st.last_commit || proto.start == Start::WatermarkNoSession {
+                        if waits > 0 {
+                            ctx.metric(M_SESSION_WAIT_NS, clock.now_ns() - began);
+                        }
                         break w;
                     }
                     waits += 1;
                     if waits > SESSION_WAITS_MAX {
-                        return Err(abort(AbortReason::Invisible));
+                        return Err(abort(AbortReason::Protocol(R_SESSION_LAG)));
                     }
                     proto.marks.session_waits.fetch_add(1, Ordering::Relaxed);
                     dmtx_runtime::sleep(&*clock, SESSION_WAIT_NS).await;
@@ -537,6 +555,35 @@ impl Protocol for MvToy {
     const NAME: &'static str = "test-mv-watermark";
     const ABOUT: &'static str = "test-only snapshot isolation reading at the timestamp watermark";
     const KNOBS: &'static [KnobSpec] = &[];
+    const ABORT_REASONS: &'static [AbortReasonSpec] = &[
+        AbortReasonSpec::new(
+            "version_gone",
+            true,
+            "the version the snapshot holds was overwritten out of the record's cells",
+        ),
+        AbortReasonSpec::new(
+            "session_lag",
+            true,
+            "the watermark did not reach the coordinator's last commit in time",
+        ),
+    ];
+    const METRICS: &'static [MetricSpec] = &[
+        MetricSpec::new(
+            "older_version_reads",
+            MetricKind::Counter,
+            "reads that took a version older than the newest in the record's cells",
+        ),
+        MetricSpec::new(
+            "torn_rereads",
+            MetricKind::Counter,
+            "slot READs that found a torn cell and read again",
+        ),
+        MetricSpec::new(
+            "session_wait_ns",
+            MetricKind::Value,
+            "time a snapshot waited for the watermark to pass the coordinator's last commit",
+        ),
+    ];
 
     fn from_knobs(_: &Knobs) -> Result<Self, KnobError> {
         Ok(Self::new(TsKind::Faa, Start::Watermark, 0, &Marks::default()))
@@ -713,6 +760,7 @@ impl Protocol for MvToy {
                 let o = &mut coord.set.objs[i];
                 let Cells::Seen(seen) = cells(slot, o.value_len) else {
                     marks.torn_rereads.fetch_add(1, Ordering::Relaxed);
+                    coord.ctx.metric(M_TORN_REREADS, 1);
                     o.proto.step = Step::Slot;
                     continue;
                 };
@@ -720,7 +768,7 @@ impl Protocol for MvToy {
                 let v = match (picked, access) {
                     (Pick::Gone, _) => {
                         marks.overwritten.fetch_add(1, Ordering::Relaxed);
-                        return Err(abort(AbortReason::Invisible));
+                        return Err(abort(AbortReason::Protocol(R_VERSION_GONE)));
                     }
                     (Pick::Live(_), Access::Insert) => return Err(abort(AbortReason::Duplicate)),
                     (Pick::Absent(t), Access::Insert) => {
@@ -733,6 +781,7 @@ impl Protocol for MvToy {
                 if let Some(v) = v {
                     if seen.iter().any(|s| s.ts > v.ts) {
                         marks.older_reads.fetch_add(1, Ordering::Relaxed);
+                        coord.ctx.metric(M_OLDER_READS, 1);
                     }
                     o.version_read = Some(v.writer);
                 }
@@ -1218,6 +1267,14 @@ fn assert_clean_si(r: &BenchResult, bank: &Bank, marks: &Marks) {
         marks.locks_left.load(Ordering::Relaxed),
         0,
         "{what}: every lock released"
+    );
+    let older = &r.protocol_metrics["older_version_reads"];
+    assert!(older.sum > 0, "{what}: {older:?}");
+    assert!(
+        r.per_txn_type
+            .values()
+            .all(|t| !t.abort_reasons.contains_key("invisible")),
+        "{what}: the protocol's own reasons name its aborts"
     );
     // Each of those abandoned its commit timestamp; one left unresolved would hold the
     // watermark back and stall every session behind it.
