@@ -38,6 +38,8 @@ struct Counter {
 impl Protocol for Counter {
     type CoordState = RemotePtr;
     type ObjState = ();
+    type CnState = ();
+    type ThreadState = ();
     const NAME: &'static str = "test-counter";
     const ABOUT: &'static str = "a cluster-wide FAA counter (test only)";
     const KNOBS: &'static [KnobSpec] = &[];

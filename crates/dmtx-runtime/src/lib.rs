@@ -37,6 +37,7 @@ mod probe;
 mod protocol;
 pub mod rpc;
 mod scan;
+pub mod service;
 pub mod timer;
 pub mod timestamp;
 mod txn;
@@ -51,9 +52,10 @@ pub use executor::{block_on, yield_now, LocalExecutor};
 pub use knobs::{did_you_mean, KnobError, KnobSpec, Knobs};
 pub use metric::{MetricKind, MetricSpec, MetricSum};
 pub use probe::{Probe, ProbeSource, GENERIC_TXN_STEP};
-pub use protocol::{Isolation, Protocol};
+pub use protocol::{Isolation, Protocol, Route};
 pub use rpc::{Handled, Request, Rpc, RpcConfig, RpcError};
 pub use scan::scan_table;
+pub use service::{ServiceStop, ServiceTask};
 pub use timer::{sleep, sleep_until, Sleep};
 pub use timestamp::{
     CommitTs, FaaTimestamps, HybridTimestamps, OracleTimestamps, RpcTimestamps, TimestampService, Timestamps, TsError,

@@ -1,11 +1,16 @@
 //! The protocol abstraction: what a concurrency-control protocol plugs into.
 
 use std::future::Future;
+use std::rc::Rc;
+use std::sync::Arc;
 
 use dmtx_memnode::Control;
 use dmtx_store::SlotLayout;
 
-use crate::{Abort, AbortReasonSpec, CoordCtx, Coordinator, KnobError, KnobSpec, Knobs, MetricSpec, Result, Txn};
+use crate::{
+    Abort, AbortReasonSpec, Cn, CoordCtx, Coordinator, KnobError, KnobSpec, Knobs, MetricSpec, Result, ServiceStop,
+    ServiceTask, Txn, Worker,
+};
 
 /// The isolation level a protocol claims; histories of its runs are checked against it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -39,6 +44,22 @@ impl Isolation {
     }
 }
 
+/// A drawn transaction, as [`Protocol::route`] sees it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// The compute node whose coordinator drew it.
+    pub from: u16,
+    /// Compute nodes of the run in this process (ids `0..nodes`).
+    pub nodes: u16,
+    /// Its type, an index into the workload's transaction types.
+    pub ty: usize,
+    /// The key the workload places it by (a shard's key), if it names one.
+    pub key: Option<u64>,
+    /// A uniformly random number, fresh for every drawn transaction and replayed by the
+    /// run's seed: LOTUS sends a read-only transaction to a random node.
+    pub random: u64,
+}
+
 /// A distributed transaction protocol over one-sided verbs.
 ///
 /// A protocol owns its record layout ([`SlotLayout`]) and its per-transaction state
@@ -52,6 +73,17 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     type CoordState: 'static;
     /// Per-object scratch state (addresses, lock state).
     type ObjState: Default + 'static;
+    /// State of one compute node, shared by its worker threads (FORD-LV's Vcache, LOTUS's
+    /// lock tables and version-table cache, OOCC's lease words): built once per CN by
+    /// [`cn_state`](Protocol::cn_state), reached as `coord.cn_state`. `()` when none.
+    /// `Default` is what a coordinator built outside a compute node gets
+    /// ([`Coordinator::new`]), and what the default hook builds.
+    type CnState: Default + Send + Sync + 'static;
+    /// State of one worker thread, shared by its coordinators and services, never by
+    /// other threads (LOTUS serves the i-th coordinator's locks on the i-th thread): built
+    /// by [`thread_state`](Protocol::thread_state), reached as `coord.thread_state`. `()`
+    /// when none.
+    type ThreadState: Default + 'static;
 
     /// Name used on the command line.
     const NAME: &'static str;
@@ -90,11 +122,67 @@ pub trait Protocol: Send + Sync + Sized + 'static {
         false
     }
 
+    /// Whether [`route`](Protocol::route) may send a transaction to another compute node.
+    /// Only then does a run of several nodes in one process route: the driver sets up
+    /// the nodes' inboxes and consults `route` for every drawn transaction. The default
+    /// is `false`: every transaction runs where it was drawn, at no cost.
+    fn routes(&self) -> bool {
+        false
+    }
+
+    /// The compute node that runs a transaction a coordinator of node `txn.from` drew
+    /// (`--compute-nodes` above 1, in one process, when [`routes`](Protocol::routes)):
+    /// the driver hands it to a coordinator of that node. LOTUS runs read-write
+    /// transactions on the node that owns their shard, read-only ones on a random node.
+    /// Called once per drawn transaction, not per attempt. The default keeps it where it
+    /// was drawn.
+    fn route(&self, txn: &Route) -> u16 {
+        txn.from
+    }
+
     /// How records look in a slot; tables are created with it.
     fn layout(&self) -> &dyn SlotLayout;
 
     /// Set up one coordinator (allocate its log areas through `control`, ...).
     fn coord_state(&self, ctx: &CoordCtx, control: &dyn Control) -> Result<Self::CoordState>;
+
+    // ---- State per compute node and per worker thread, and service tasks ----
+    //
+    // Built once, when the node's (the thread's) first coordinator is set up
+    // ([`Worker::coordinator`]); a coordinator holds an `Arc` (an `Rc`) of each, cloned at
+    // its setup, so a transaction reaches them at no cost beyond a field access.
+
+    /// Build the state of compute node `cn` (once per CN and run). The default is
+    /// `CnState::default()`.
+    fn cn_state(&self, cn: &Cn) -> Result<Self::CnState> {
+        let _ = cn;
+        Ok(Self::CnState::default())
+    }
+
+    /// Build the state of worker thread `worker` of the node whose state is `cn` (once
+    /// per thread). A protocol that serves CN↔CN requests installs the thread's handler
+    /// here (`worker.rpc()`, [`crate::Rpc::set_handler`] or [`crate::Rpc::add_service`]),
+    /// capturing `cn`. The default is `ThreadState::default()`.
+    fn thread_state(&self, cn: &Arc<Self::CnState>, worker: &Worker) -> Result<Self::ThreadState> {
+        let _ = (cn, worker);
+        Ok(Self::ThreadState::default())
+    }
+
+    /// The service tasks of worker thread `worker` ([`crate::service`]): futures the
+    /// driver spawns on the thread's executor beside its coordinators, after they are
+    /// set up. Each must end once `stop` is raised, which the driver does after every
+    /// coordinator of the run finished; a service waits for time with
+    /// [`ServiceStop::sleep_until`]. The default has none.
+    fn services(
+        &self,
+        cn: &Arc<Self::CnState>,
+        thread: &Rc<Self::ThreadState>,
+        worker: &Worker,
+        stop: &ServiceStop,
+    ) -> Vec<ServiceTask> {
+        let _ = (cn, thread, worker, stop);
+        Vec::new()
+    }
 
     // Run-wide setup: areas the whole run shares, found by name.
 

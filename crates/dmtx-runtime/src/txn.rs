@@ -1,6 +1,7 @@
 //! The Txn API (FORD §5.2 FLib: TxBegin / AddRO / AddRW / TxExecute / TxCommit).
 
 use std::marker::PhantomData;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use bytemuck::Pod;
@@ -293,6 +294,12 @@ pub struct Coordinator<P: Protocol> {
     pub proto: Arc<P>,
     /// Protocol resources of this coordinator.
     pub state: P::CoordState,
+    /// The compute node's protocol state ([`Protocol::cn_state`]), shared with the
+    /// node's other coordinators.
+    pub cn_state: Arc<P::CnState>,
+    /// The worker thread's protocol state ([`Protocol::thread_state`]), shared with the
+    /// thread's other coordinators and its services.
+    pub thread_state: Rc<P::ThreadState>,
     /// The current transaction.
     pub set: TxnSet<P::ObjState>,
     observer: Option<Box<dyn TxnObserver>>,
@@ -303,12 +310,16 @@ pub struct Coordinator<P: Protocol> {
 }
 
 impl<P: Protocol> Coordinator<P> {
-    /// A coordinator with its protocol state.
+    /// A coordinator with its protocol state. Its node and thread state are fresh
+    /// defaults, its own; [`crate::Worker::coordinator`] gives it those of its node and
+    /// thread.
     pub fn new(ctx: CoordCtx, proto: Arc<P>, state: P::CoordState) -> Self {
         Self {
             ctx,
             proto,
             state,
+            cn_state: Arc::default(),
+            thread_state: Rc::default(),
             set: TxnSet::default(),
             observer: None,
             start_ns: 0,
@@ -655,6 +666,8 @@ mod tests {
     impl Protocol for OddStamps {
         type CoordState = ();
         type ObjState = ();
+        type CnState = ();
+        type ThreadState = ();
         const NAME: &'static str = "odd-stamps";
         const ABOUT: &'static str = "test protocol";
         const KNOBS: &'static [KnobSpec] = &[];
@@ -894,6 +907,8 @@ mod tests {
     impl Protocol for NeedsKeys {
         type CoordState = ();
         type ObjState = ();
+        type CnState = ();
+        type ThreadState = ();
         const NAME: &'static str = "needs-keys";
         const ABOUT: &'static str = "test protocol";
         const KNOBS: &'static [KnobSpec] = &[];
@@ -965,6 +980,8 @@ mod tests {
     impl Protocol for Cleans {
         type CoordState = ();
         type ObjState = ();
+        type CnState = ();
+        type ThreadState = ();
         const NAME: &'static str = "cleans";
         const ABOUT: &'static str = "test protocol";
         const KNOBS: &'static [KnobSpec] = &[];

@@ -30,8 +30,9 @@ pub trait Workload: Send + Sync + Sized + 'static {
     /// Per-coordinator state: RNG, and whatever the invariants need (committed deltas).
     type Local: Send + 'static;
     /// One transaction's type and random inputs, drawn by [`Workload::draw`] and reused
-    /// by every attempt of it.
-    type Input;
+    /// by every attempt of it. `Send`: a transaction drawn on one compute node may run on
+    /// another's thread ([`Workload::route_key`]).
+    type Input: Send;
 
     /// Name used on the command line.
     const NAME: &'static str;
@@ -89,6 +90,15 @@ pub trait Workload: Send + Sync + Sized + 'static {
     /// retry an aborted transaction with the same inputs (TPC-C §5.2.5, BenchBase,
     /// OLTPBench).
     fn draw(&self, local: &mut Self::Local) -> (usize, Self::Input);
+
+    /// The key that places transaction `input` for a protocol that routes transactions
+    /// to compute nodes ([`dmtx_runtime::Protocol::route`]: LOTUS runs a read-write
+    /// transaction on the node that owns its shard). `None`, the default, gives the
+    /// protocol no key.
+    fn route_key(&self, input: &Self::Input) -> Option<u64> {
+        let _ = input;
+        None
+    }
 
     /// Run one attempt of the transaction `input` describes. Whatever `local` records
     /// about committed effects (deltas, counts the invariants use) is updated only when

@@ -134,8 +134,9 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = TransportKind::Mem)]
     pub transport: TransportKind,
 
-    /// Compute nodes, each with --threads worker threads (`--transport sim` only; a real
-    /// run has one compute node per process) [default: 1].
+    /// Compute nodes in this process, each with --threads worker threads, its own caches
+    /// and protocol state (`mem` and `sim`; a --cluster run has one per process)
+    /// [default: 1].
     #[arg(long = "compute-nodes", value_name = "N")]
     pub compute_nodes: Option<u32>,
 
@@ -473,9 +474,15 @@ impl BenchConfig {
                 fix: "the simulator models its own memory nodes in-process; drop one",
             });
         }
+        if args.cluster.is_some() && args.compute_nodes.is_some_and(|n| n != 1) {
+            return Err(ConfigError::Conflict {
+                first: "--compute-nodes".into(),
+                second: "--cluster".into(),
+                fix: "a --cluster run is one compute node per process; drop --compute-nodes",
+            });
+        }
         if args.transport != TransportKind::Sim {
             for (given, flag) in [
-                (args.compute_nodes.is_some_and(|n| n != 1), "--compute-nodes"),
                 (args.nic.is_some(), "--nic"),
                 (args.cpu.is_some(), "--cpu"),
                 (args.faults.is_some(), "--faults"),

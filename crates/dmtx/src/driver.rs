@@ -44,7 +44,8 @@ use dmtx_check::{check as check_history, check_options};
 use dmtx_memnode::{Control, ControlError, LocalCluster, TableMeta};
 use dmtx_runtime::{
     block_on, scan_table, AbortReason, AbortReasonSpec, AddrCache, CacheStats, Clock, Cn, CoordCtx, CoordId,
-    Coordinator, KnobError, KnobSpec, Knobs, MetricSum, Protocol, RealClock, SharedAddrCache,
+    Coordinator, KnobError, KnobSpec, Knobs, MetricSum, Protocol, RealClock, Route, ServiceStop, ServiceTask,
+    SharedAddrCache,
 };
 use dmtx_sim::{NodeClock, Sim, SimConfig, SimExecutor, SimFabric};
 use dmtx_store::{create_table, Catalog, TableBuilder, TableSpec};
@@ -516,13 +517,26 @@ pub fn run<P: Protocol, W: Workload>(
             (clock, cns)
         }
         None => {
+            // `--compute-nodes N` in one process: N nodes on the same memory pool, each
+            // with its own threads, caches, protocol state and mailboxes.
             let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
-            let id = join.as_ref().map_or(0, |j| j.role().id);
-            let mut cn = Cn::connect(id, pool.fabric, Arc::clone(&control), Arc::clone(&clock))?;
-            if let Some(p) = &hooks.probes {
-                cn = cn.with_probes(Arc::clone(p));
-            }
-            (clock, vec![cn])
+            // With --cluster, this process is the one node --cn names.
+            let first = join.as_ref().map_or(0, |j| j.role().id);
+            let cns = (0..cfg.compute_nodes)
+                .map(|i| {
+                    let mut cn = Cn::connect(
+                        first + i,
+                        Arc::clone(&pool.fabric),
+                        Arc::clone(&control),
+                        Arc::clone(&clock),
+                    )?;
+                    if let Some(p) = &hooks.probes {
+                        cn = cn.with_probes(Arc::clone(p));
+                    }
+                    Ok(cn)
+                })
+                .collect::<Result<_, RunError>>()?;
+            (clock, cns)
         }
     };
     let cache_entries = addr_cache_entries(&cfg.knobs)?;
@@ -530,28 +544,34 @@ pub fn run<P: Protocol, W: Workload>(
         cn.cache = Arc::new(dmtx_runtime::SharedAddrCache::with_capacity(cache_entries));
     }
     let transport_name = cns[0].fabric.name();
-    if proto.messaging() && sim.is_some() {
-        return Err(RunError::Unsupported(format!(
-            "protocol `{}` messages other compute nodes, and the simulator has no messaging yet; \
-             run it without --transport sim",
-            P::NAME
-        )));
-    }
+    // CN↔CN messaging: one mailbox per worker thread of every node, on the simulator's
+    // network model (virtual time) or in memory.
+    let mut sim_net = None;
     if proto.messaging() {
-        let fabric: Arc<dyn dmtx_verbs::msg::MsgFabric> = match (&join, &cfg.cluster) {
-            (Some(j), Some(view)) => Arc::new(j.messaging(view, cfg.threads)?),
-            (None, Some(_)) => {
+        let nodes = cns.len() as u16;
+        let fabrics: Vec<Arc<dyn dmtx_verbs::msg::MsgFabric>> = match (&sim, &join, &cfg.cluster) {
+            (Some(sim), _, _) => {
+                let net = dmtx_sim::SimMsgNet::new(sim, nodes, cfg.threads);
+                let f = (0..nodes).map(|i| Arc::new(net.fabric(i)) as Arc<_>).collect();
+                sim_net = Some(net);
+                f
+            }
+            (None, Some(j), Some(view)) => vec![Arc::new(j.messaging(view, cfg.threads)?)],
+            (None, None, Some(_)) => {
                 return Err(RunError::Unsupported(format!(
                     "protocol `{}` messages other compute nodes, and a `--cluster` run without --cn has no \
                      compute-node address to message from; add --cn ID (a `[[compute_nodes]]` id)",
                     P::NAME
                 )));
             }
-            _ => Arc::new(dmtx_verbs::msg::MemMsgNet::new(1, cfg.threads).fabric(0)),
+            (None, _, None) => {
+                let net = dmtx_verbs::msg::MemMsgNet::new(nodes, cfg.threads);
+                (0..nodes).map(|i| Arc::new(net.fabric(i)) as Arc<_>).collect()
+            }
         };
-        cns[0] = cns[0]
-            .clone()
-            .with_messaging(fabric, dmtx_runtime::RpcConfig::default());
+        for (cn, fabric) in cns.iter_mut().zip(fabrics) {
+            *cn = cn.clone().with_messaging(fabric, dmtx_runtime::RpcConfig::default());
+        }
     }
     let types = workload.txn_types();
 
@@ -604,6 +624,8 @@ pub fn run<P: Protocol, W: Workload>(
         retries: Retries::from_knobs(&cfg.knobs)?,
         series_bucket_ns,
         series_origin_ns: AtomicU64::new(0),
+        live: AtomicUsize::new(cfg.coordinators()),
+        routes: (cns.len() > 1 && proto.routes()).then(|| Routes::new(cns.len(), cfg.coordinators() / cns.len())),
     };
     let warmup_ns = cfg.warmup.as_nanos() as u64;
     // The measured window: from the end of the warm-up to the deadline.
@@ -636,14 +658,14 @@ pub fn run<P: Protocol, W: Workload>(
         hooks.monitor.phase("simulating");
         hooks.monitor.running(cfg.stop);
         real_started = std::time::Instant::now();
-        let run = run_simulated(&shared, sim, start_ns, hooks)?;
+        let run = run_simulated(&shared, sim, sim_net.as_ref(), start_ns, hooks)?;
         stop_reason = run.reason;
         sim_window = (run.baseline, run.window_end);
         stranded = run.stranded;
         run.outcomes
     } else {
         std::thread::scope(|s| {
-            let handles: Vec<_> = (0..cfg.threads)
+            let handles: Vec<_> = (0..cfg.worker_threads() as u16)
                 .map(|t| {
                     let shared = &shared;
                     std::thread::Builder::new()
@@ -653,7 +675,7 @@ pub fn run<P: Protocol, W: Workload>(
                 })
                 .collect();
             // Start everyone at once, unless a thread already failed or panicked.
-            while shared.ready.load(Ordering::Acquire) < cfg.threads as usize {
+            while shared.ready.load(Ordering::Acquire) < cfg.worker_threads() {
                 if handles.iter().any(|h| h.is_finished()) || hooks.stop.load(Ordering::Relaxed) {
                     shared.stop.store(true, Ordering::Relaxed);
                     break;
@@ -818,11 +840,12 @@ pub fn run<P: Protocol, W: Workload>(
     // virtual time forward outside the executor.
     let scan_cn = match &sim {
         Some(_) => Cn::connect(0, direct, Arc::clone(&control), Arc::new(RealClock::new()))?,
-        // The scanner is one thread more than messaging knows of: it sends nothing.
-        None => Cn {
-            msg: None,
-            ..cns[0].clone()
-        },
+        None => {
+            // The scanner is one thread more than messaging knows of: it sends nothing.
+            let mut cn = cns[0].clone();
+            cn.msg = None;
+            cn
+        }
     };
     let scanner = scan_cn.worker(cfg.threads)?;
     let mut ctx = scanner.ctx(0);
@@ -1132,7 +1155,7 @@ impl MemoryGuard {
 struct Shared<'a, P: Protocol, W: Workload> {
     /// Record every transaction (`--check`, on a protocol whose level can be checked).
     record_history: bool,
-    /// The compute nodes (one, except on the simulator).
+    /// The compute nodes (`--compute-nodes`; one per process over `--cluster`).
     cns: &'a [Cn],
     proto: &'a Arc<P>,
     workload: &'a W,
@@ -1171,6 +1194,11 @@ struct Shared<'a, P: Protocol, W: Workload> {
     /// Clock time of the series' first bucket: the end of the warm-up (on the
     /// simulator, rounded down to its bucket, so buckets are whole ms of virtual time).
     series_origin_ns: AtomicU64,
+    /// Coordinators of the run not finished yet (on every node): the protocol's services
+    /// and CN↔CN request handlers serve until it is 0.
+    live: AtomicUsize,
+    /// Transactions routed between the process's compute nodes, when it has several.
+    routes: Option<Routes<W::Input>>,
 }
 
 impl<P: Protocol, W: Workload> Shared<'_, P, W> {
@@ -1220,12 +1248,14 @@ impl Drop for StopOnPanic<'_> {
     }
 }
 
-/// One worker thread's coordinators, their workload state and their history.
+/// One worker thread's coordinators, their workload state, its history, and the
+/// protocol's service tasks of the thread with their stop signal.
 type ThreadSetup<P, L> = (
     dmtx_runtime::Worker,
     Vec<Coordinator<P>>,
     Vec<L>,
     Option<Rc<RefCell<History>>>,
+    (ServiceStop, Vec<ServiceTask>),
 );
 
 /// Set up worker thread `g` of the run (thread `g % threads` of compute node
@@ -1252,7 +1282,9 @@ fn setup_thread<P: Protocol, W: Workload>(
         );
         coords.push(coord);
     }
-    Ok((worker, coords, locals, history))
+    let stop = ServiceStop::new();
+    let services = worker.services(shared.proto.as_ref(), &stop)?;
+    Ok((worker, coords, locals, history, (stop, services)))
 }
 
 /// The per-thread counters and limits of thread `t`.
@@ -1289,7 +1321,7 @@ fn finish_thread<P: Protocol, L>(
     memory_nodes: usize,
     end_ns: u64,
 ) -> ThreadOutcome<L> {
-    let (_worker, coords, locals, history) = setup;
+    let (_worker, coords, locals, history, _services) = setup;
     let mut per_mn = vec![MnCounters::default(); memory_nodes];
     let mut last_fault = None;
     let mut metrics = vec![MetricSum::default(); P::METRICS.len()];
@@ -1325,6 +1357,9 @@ fn worker_thread<P: Protocol, W: Workload>(
     shared: &Shared<'_, P, W>,
 ) -> Result<ThreadOutcome<W::Local>, RunError> {
     let _guard = StopOnPanic(&shared.stop);
+    // This thread's share of `live`, given back as each coordinator ends, or here if the
+    // thread fails before they run, so other threads' services do not wait for them.
+    let mut live: Vec<Live<'_>> = (0..shared.cfg.coroutines).map(|_| Live(&shared.live)).collect();
     let mut setup = match setup_thread(t, shared) {
         Ok(s) => s,
         Err(e) => {
@@ -1339,15 +1374,56 @@ fn worker_thread<P: Protocol, W: Workload>(
     }
     let th = thread_ctx(t, shared);
     {
-        let (worker, coords, locals, _) = &mut setup;
+        let (worker, coords, locals, _, (stop, services)) = &mut setup;
         let mut ex = worker.executor();
+        // Services, and the thread's CN↔CN request handler (driven by the executor while
+        // any task is left), run until every coordinator of the run is done.
+        let serving = !services.is_empty() || worker.rpc().is_some();
         for (coord, local) in coords.iter_mut().zip(locals.iter_mut()) {
-            ex.spawn(drive(shared.workload, coord, local, &th));
+            let (th, routes) = (&th, shared.routes.as_ref());
+            if serving || routes.is_some() {
+                // Each coordinator gives its share back as it ends.
+                let live = live.pop();
+                ex.spawn(async move {
+                    drive(shared.workload, coord, local, th, routes).await;
+                    drop(live);
+                });
+            } else {
+                // Nobody waits for this thread's coordinators: their shares go back with
+                // the thread's, after the run (or as it unwinds).
+                ex.spawn(drive(shared.workload, coord, local, th, routes));
+            }
+        }
+        if serving {
+            for s in services.drain(..) {
+                ex.spawn(s);
+            }
+            let (clock, stop, live) = (Arc::clone(&worker.cn().clock), stop.clone(), &shared.live);
+            ex.spawn(async move {
+                while live.load(Ordering::Acquire) > 0 {
+                    dmtx_runtime::sleep(clock.as_ref(), SERVICE_STOP_POLL_NS).await;
+                }
+                stop.raise();
+            });
         }
         ex.run(worker.transport().as_ref());
     }
     let end_ns = setup.0.cn().clock.now_ns();
     Ok(finish_thread(setup, th, shared.cfg.memory_nodes as usize, end_ns))
+}
+
+/// How often a real-time worker thread whose coordinators are done looks whether every
+/// coordinator of the run is ([`Shared::live`]), to stop its services.
+const SERVICE_STOP_POLL_NS: u64 = 100_000;
+
+/// One coordinator's share of [`Shared::live`], given back when dropped (the coordinator
+/// finished, or its thread failed or unwound).
+struct Live<'a>(&'a AtomicUsize);
+
+impl Drop for Live<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// `--transport sim`: every thread's coordinators on one deterministic executor, on
@@ -1358,6 +1434,7 @@ fn worker_thread<P: Protocol, W: Workload>(
 fn run_simulated<P: Protocol, W: Workload>(
     shared: &Shared<'_, P, W>,
     sim: &Sim,
+    net: Option<&Arc<dmtx_sim::SimMsgNet>>,
     start_ns: u64,
     hooks: &RunHooks<'_>,
 ) -> Result<SimRun<W::Local>, RunError> {
@@ -1373,6 +1450,14 @@ fn run_simulated<P: Protocol, W: Workload>(
     let counters = |s: &Sim| (s.load(), s.cpu_busy(), s.stats());
     // Timer tasks not yet done (an interrupt can drop them with the coordinators).
     let timers = Cell::new(0usize);
+    // Service and request-serving tasks not yet done (dropped with the coordinators at
+    // a deadline), and what stops them once every coordinator is done.
+    let serving = Cell::new(0usize);
+    let live = SimLive {
+        left: Cell::new(shared.cfg.coordinators()),
+        stops: RefCell::new(Vec::new()),
+        serve: dmtx_sim::ServeStop::new(),
+    };
     let report = {
         let mut ex = SimExecutor::new(sim);
         // The executor looks at the flag whenever it moves time, so a simulation whose
@@ -1389,10 +1474,31 @@ fn run_simulated<P: Protocol, W: Workload>(
                 shared.stop.store(true, Ordering::Relaxed);
             }
         });
-        for ((worker, coords, locals, _), th) in threads.iter_mut().zip(&ths) {
+        for ((worker, coords, locals, _, (stop, services)), th) in threads.iter_mut().zip(&ths) {
             let cpu = sim.cpu_of(worker.cn().id as u32, worker.thread());
             for (coord, local) in coords.iter_mut().zip(locals.iter_mut()) {
-                ex.spawn_on(cpu, drive(shared.workload, coord, local, th));
+                let (live, routes) = (&live, shared.routes.as_ref());
+                ex.spawn_on(cpu, async move {
+                    drive(shared.workload, coord, local, th, routes).await;
+                    live.done_one();
+                });
+            }
+            live.stops.borrow_mut().push(stop.clone());
+            for s in services.drain(..) {
+                serving.set(serving.get() + 1);
+                let serving = &serving;
+                ex.spawn_on(cpu, async move {
+                    s.await;
+                    serving.set(serving.get() - 1);
+                });
+            }
+            if let (Some(net), Some(rpc)) = (net, worker.rpc()) {
+                serving.set(serving.get() + 1);
+                let (task, serving) = (dmtx_sim::serve(net, Rc::clone(rpc), live.serve.clone()), &serving);
+                ex.spawn_on(cpu, async move {
+                    task.await;
+                    serving.set(serving.get() - 1);
+                });
             }
         }
         let mut until = u64::MAX;
@@ -1441,8 +1547,29 @@ fn run_simulated<P: Protocol, W: Workload>(
         reason,
         baseline: baseline.into_inner(),
         window_end: window_end.into_inner(),
-        stranded: (report.pending - timers.get()) as u64,
+        stranded: (report.pending - timers.get() - serving.get()) as u64,
     })
+}
+
+/// The coordinators of a simulated run not finished yet, and the stops of the services
+/// and request handlers that serve them: raised when the last one finishes.
+struct SimLive {
+    left: Cell<usize>,
+    stops: RefCell<Vec<ServiceStop>>,
+    serve: dmtx_sim::ServeStop,
+}
+
+impl SimLive {
+    fn done_one(&self) {
+        let left = self.left.get() - 1;
+        self.left.set(left);
+        if left == 0 {
+            for s in self.stops.borrow().iter() {
+                s.raise();
+            }
+            self.serve.stop();
+        }
+    }
 }
 
 /// The simulator's counters at one instant: fabric load, CPU busy times, event counts.
@@ -1593,6 +1720,92 @@ pub fn retryable(reason: AbortReason, protocol: &'static [AbortReasonSpec]) -> b
     reason.retryable(protocol)
 }
 
+/// Run transaction `$input` (a reference) of type `$ty`, drawn at `$first_ns`, until it
+/// commits or may not be retried ([`drive`]). A macro, not an `async fn`, so the loop of
+/// a one-node run has no nested future to poll at every post.
+macro_rules! run_txn {
+    ($workload:expr, $coord:expr, $local:expr, $th:expr, $state:expr, $ty:expr, $input:expr, $first_ns:expr) => {{
+        let (workload, coord, local, th, state, ty, input, first_ns) = (
+            $workload,
+            &mut *$coord,
+            &mut *$local,
+            $th,
+            &mut *$state,
+            $ty,
+            $input,
+            $first_ns,
+        );
+        let mut start_ns = first_ns;
+        let mut attempts: u32 = 0;
+        'attempt: loop {
+            if !state.measuring && start_ns >= th.measure_from_ns.load(Ordering::Relaxed) {
+                // The warm-up is over: count this coordinator's load from here.
+                state.measuring = true;
+                coord.ctx.per_mn.iter_mut().for_each(|m| *m = MnCounters::default());
+                coord.ctx.metrics.iter_mut().for_each(|m| *m = MetricSum::default());
+                if !th.cache_measuring.replace(true) {
+                    coord.ctx.cache.reset_stats();
+                }
+            }
+            if attempts > 0 {
+                coord.ctx.step(W::TXN_STEP, 1);
+            }
+            attempts = attempts.saturating_add(1);
+            let outcome = workload.run(local, input, coord).await;
+            coord.ctx.attempt_end(ty);
+            let end_ns = coord.ctx.clock.now_ns();
+            let counters = coord.ctx.txn_counters;
+            // Before the next attempt or retry (a retry must not meet this attempt's own
+            // locks), counted apart from the attempt and outside its latency.
+            let cleanup = coord.cleanup().await;
+            // Attempts of the warm-up, and those that end after the deadline (the
+            // transactions in hand when it came), are run, not counted.
+            let counted = state.measuring && end_ns <= th.measure_until_ns.load(Ordering::Relaxed);
+            let committed = matches!(outcome, Ok(Outcome::Committed | Outcome::Unsuccessful));
+            // From the draw, on whichever node it was drawn (one clock per process).
+            let latency_ns = end_ns.saturating_sub(first_ns);
+            th.publish(committed, latency_ns);
+            if counted {
+                th.stats.borrow_mut().cleanup(ty, &cleanup);
+            }
+            match outcome {
+                Ok(o @ (Outcome::Committed | Outcome::Unsuccessful)) => {
+                    if counted {
+                        th.record_series(end_ns);
+                        th.stats
+                            .borrow_mut()
+                            .commit(ty, &counters, latency_ns, o == Outcome::Committed, attempts);
+                    }
+                    break 'attempt;
+                }
+                Ok(Outcome::RolledBack) => {
+                    if counted {
+                        th.stats.borrow_mut().rolled_back(ty, &counters);
+                    }
+                    th.return_credit();
+                    break 'attempt;
+                }
+                Err(abort) => {
+                    if counted {
+                        th.stats.borrow_mut().abort(ty, abort.reason, &counters);
+                    }
+                    th.stop_on(abort.reason, coord);
+                    if retryable(abort.reason, th.abort_reasons)
+                        && th.retries.allows(attempts - 1)
+                        && !th.stop.load(Ordering::Relaxed)
+                    {
+                        backoff(&mut state.backoff_rng, attempts).await;
+                        start_ns = coord.ctx.clock.now_ns();
+                        continue 'attempt;
+                    }
+                    th.return_credit();
+                    break 'attempt;
+                }
+            }
+        }
+    }};
+}
+
 /// One coordinator's loop: draw a transaction, run it until it commits or may not be
 /// retried ([`Retries`], [`retryable`]), then the next, until stopped; every attempt is
 /// counted. After every attempt the protocol's cleanup is awaited
@@ -1608,10 +1821,18 @@ async fn drive<P: Protocol, W: Workload>(
     coord: &mut Coordinator<P>,
     local: &mut W::Local,
     th: &ThreadCtx<'_>,
+    routes: Option<&Routes<W::Input>>,
 ) {
-    let mut measuring = false;
-    let mut backoff_rng = splitmix64(coord.ctx.id.global());
-    'txns: loop {
+    let mut state = DriveState {
+        measuring: false,
+        backoff_rng: splitmix64(coord.ctx.id.global()),
+    };
+    if let Some(routes) = routes {
+        // Boxed: its state (a held job, the inbox) is no part of a one-node run's future.
+        return Box::pin(drive_routed(workload, coord, local, th, routes, state)).await;
+    }
+    // One node (or a protocol that does not route): every transaction runs where it is drawn.
+    loop {
         if th.stop.load(Ordering::Relaxed) || !th.take_credit() {
             // The run ends with no protocol work in flight: the last attempt's cleanup
             // ran after it; what the protocol left running is finished here. Its posts load
@@ -1620,75 +1841,205 @@ async fn drive<P: Protocol, W: Workload>(
             return;
         }
         let first_ns = coord.ctx.clock.now_ns();
-        let mut start_ns = first_ns;
         coord.ctx.step(W::TXN_STEP, 1);
         let (ty, input) = workload.draw(local);
-        let mut attempts: u32 = 0;
-        loop {
-            if !measuring && start_ns >= th.measure_from_ns.load(Ordering::Relaxed) {
-                // The warm-up is over: count this coordinator's load from here.
-                measuring = true;
-                coord.ctx.per_mn.iter_mut().for_each(|m| *m = MnCounters::default());
-                coord.ctx.metrics.iter_mut().for_each(|m| *m = MetricSum::default());
-                if !th.cache_measuring.replace(true) {
-                    coord.ctx.cache.reset_stats();
-                }
-            }
-            if attempts > 0 {
-                coord.ctx.step(W::TXN_STEP, 1);
-            }
-            attempts = attempts.saturating_add(1);
-            let outcome = workload.run(local, &input, coord).await;
-            coord.ctx.attempt_end(ty);
-            let end_ns = coord.ctx.clock.now_ns();
-            let counters = coord.ctx.txn_counters;
-            // Before the next attempt or retry (a retry must not meet this attempt's own
-            // locks), counted apart from the attempt and outside its latency.
-            let cleanup = coord.cleanup().await;
-            // Attempts of the warm-up, and those that end after the deadline (the
-            // transactions in hand when it came), are run, not counted.
-            let counted = measuring && end_ns <= th.measure_until_ns.load(Ordering::Relaxed);
-            let committed = matches!(outcome, Ok(Outcome::Committed | Outcome::Unsuccessful));
-            let latency_ns = end_ns.saturating_sub(first_ns);
-            th.publish(committed, latency_ns);
-            if counted {
-                th.stats.borrow_mut().cleanup(ty, &cleanup);
-            }
-            match outcome {
-                Ok(o @ (Outcome::Committed | Outcome::Unsuccessful)) => {
-                    if counted {
-                        th.record_series(end_ns);
-                        th.stats
-                            .borrow_mut()
-                            .commit(ty, &counters, latency_ns, o == Outcome::Committed, attempts);
-                    }
-                    continue 'txns;
-                }
-                Ok(Outcome::RolledBack) => {
-                    if counted {
-                        th.stats.borrow_mut().rolled_back(ty, &counters);
-                    }
-                    th.return_credit();
-                    continue 'txns;
-                }
-                Err(abort) => {
-                    if counted {
-                        th.stats.borrow_mut().abort(ty, abort.reason, &counters);
-                    }
-                    th.stop_on(abort.reason, coord);
-                    if retryable(abort.reason, th.abort_reasons)
-                        && th.retries.allows(attempts - 1)
-                        && !th.stop.load(Ordering::Relaxed)
-                    {
-                        backoff(&mut backoff_rng, attempts).await;
-                        start_ns = coord.ctx.clock.now_ns();
+        run_txn!(workload, coord, local, th, &mut state, ty, &input, first_ns);
+    }
+}
+
+/// [`drive`] for a protocol that routes transactions among the process's nodes.
+async fn drive_routed<P: Protocol, W: Workload>(
+    workload: &W,
+    coord: &mut Coordinator<P>,
+    local: &mut W::Local,
+    th: &ThreadCtx<'_>,
+    routes: &Routes<W::Input>,
+    mut state: DriveState,
+) {
+    let me = coord.ctx.id.cn;
+    let inbox = &routes.inboxes[me as usize];
+    // Apart from the workload's draws, so routing leaves them unchanged.
+    let mut route_rng = splitmix64(coord.ctx.id.global() ^ coord.ctx.id.global().rotate_left(32) ^ 0x726f_7574);
+    // Drawn here, routed to a node whose inbox was full: pushed again next round.
+    let mut held: Option<Job<W::Input>> = None;
+    // Counted in `routes.drawing`.
+    let mut drawing = true;
+    loop {
+        // What other nodes routed here runs first; the budget was taken where it was drawn.
+        if let Some(Job { ty, input, first_ns }) = inbox.pop() {
+            run_txn!(workload, coord, local, th, &mut state, ty, &input, first_ns);
+            continue;
+        }
+        let job = match held.take() {
+            Some(job) => job,
+            None => {
+                let draws = !th.stop.load(Ordering::Relaxed) && th.take_credit();
+                // Counted among the coordinators that may route here while it draws
+                // (again, after a budget came back).
+                match (drawing, draws) {
+                    (false, true) => routes.drawing.fetch_add(1, Ordering::AcqRel),
+                    (true, false) => routes.drawing.fetch_sub(1, Ordering::AcqRel),
+                    _ => 0,
+                };
+                drawing = draws;
+                if !draws {
+                    // Out of budget (`--txns`), a coordinator stays while others may still
+                    // route here; once the run is stopped nobody draws again. A node's last
+                    // coordinator leaves only with its inbox empty.
+                    let others_draw = !th.stop.load(Ordering::Relaxed) && routes.drawing.load(Ordering::Acquire) > 0;
+                    if others_draw || !inbox.leave() {
+                        dmtx_runtime::yield_now().await;
                         continue;
                     }
-                    th.return_credit();
-                    continue 'txns;
+                    coord.drain().await;
+                    return;
                 }
+                let first_ns = coord.ctx.clock.now_ns();
+                coord.ctx.step(W::TXN_STEP, 1);
+                let (ty, input) = workload.draw(local);
+                Job { ty, input, first_ns }
             }
+        };
+        route_rng = splitmix64(route_rng);
+        let to = coord.proto.route(&Route {
+            from: me,
+            nodes: routes.inboxes.len() as u16,
+            ty: job.ty,
+            key: workload.route_key(&job.input),
+            random: route_rng,
+        });
+        assert!(
+            (to as usize) < routes.inboxes.len(),
+            "`{}` routed a transaction to compute node {to} of {}",
+            P::NAME,
+            routes.inboxes.len()
+        );
+        let job = if to == me {
+            job
+        } else {
+            match routes.inboxes[to as usize].push(job, routes.jobs_max) {
+                Push::Queued => continue,
+                Push::Full(job) => {
+                    // Serve this node's inbox meanwhile: two full nodes waiting on each
+                    // other would never drain.
+                    held = Some(job);
+                    dmtx_runtime::yield_now().await;
+                    continue;
+                }
+                // Every coordinator there has stopped (a budget handed back late).
+                Push::Closed(job) => job,
+            }
+        };
+        run_txn!(workload, coord, local, th, &mut state, job.ty, &job.input, job.first_ns);
+    }
+}
+
+/// What a coordinator's loop keeps from one transaction to the next.
+struct DriveState {
+    /// The warm-up is over for this coordinator.
+    measuring: bool,
+    backoff_rng: u64,
+}
+
+/// Transactions routed from one compute node to another of this process
+/// ([`Protocol::route`]): one inbox per node, shared by the node's coordinators, which
+/// run what it holds before drawing their own. A run of one node, or of a protocol that
+/// does not route ([`Protocol::routes`]), has none.
+struct Routes<I> {
+    inboxes: Vec<Inbox<I>>,
+    /// Coordinators (of every node) that may still draw, and so route: until it is 0 (or
+    /// the run is stopped), a coordinator out of budget stays to run what is routed to
+    /// its node.
+    drawing: AtomicUsize,
+    /// Jobs one inbox holds at most: a coordinator whose target is full serves its own
+    /// node's inbox until there is room.
+    jobs_max: usize,
+}
+
+impl<I> Routes<I> {
+    /// Inboxes for `nodes` nodes of `coordinators` coordinators each.
+    fn new(nodes: usize, coordinators: usize) -> Self {
+        Self {
+            drawing: AtomicUsize::new(nodes * coordinators),
+            inboxes: (0..nodes)
+                .map(|_| Inbox {
+                    state: Mutex::new(InboxState {
+                        jobs: std::collections::VecDeque::new(),
+                        active: coordinators,
+                    }),
+                    queued: AtomicUsize::new(0),
+                })
+                .collect(),
+            jobs_max: 2 * coordinators,
         }
+    }
+}
+
+/// A drawn transaction: its type, inputs, and when it was drawn (its latency's start).
+struct Job<I> {
+    ty: usize,
+    input: I,
+    first_ns: u64,
+}
+
+/// One node's routed transactions.
+struct Inbox<I> {
+    state: Mutex<InboxState<I>>,
+    /// Jobs queued: read without the lock before every draw.
+    queued: AtomicUsize,
+}
+
+struct InboxState<I> {
+    jobs: std::collections::VecDeque<Job<I>>,
+    /// The node's coordinators still running; at 0 the inbox takes no more jobs.
+    active: usize,
+}
+
+/// What [`Inbox::push`] did.
+enum Push<I> {
+    Queued,
+    Full(Job<I>),
+    Closed(Job<I>),
+}
+
+impl<I> Inbox<I> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, InboxState<I>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    #[inline]
+    fn pop(&self) -> Option<Job<I>> {
+        if self.queued.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let mut st = self.lock();
+        let job = st.jobs.pop_front();
+        self.queued.store(st.jobs.len(), Ordering::Release);
+        job
+    }
+
+    fn push(&self, job: Job<I>, jobs_max: usize) -> Push<I> {
+        let mut st = self.lock();
+        if st.active == 0 {
+            return Push::Closed(job);
+        }
+        if st.jobs.len() >= jobs_max {
+            return Push::Full(job);
+        }
+        st.jobs.push_back(job);
+        self.queued.store(st.jobs.len(), Ordering::Release);
+        Push::Queued
+    }
+
+    /// A coordinator of the node stops, unless jobs are queued (then it must run them:
+    /// `false`). The last one to stop closes the inbox, so no job is left behind.
+    fn leave(&self) -> bool {
+        let mut st = self.lock();
+        if !st.jobs.is_empty() {
+            return false;
+        }
+        st.active -= 1;
+        true
     }
 }
 

@@ -151,6 +151,8 @@ fn fault(_: dmtx_verbs::VerbError) -> Abort {
 impl Protocol for Toy2pl {
     type CoordState = ();
     type ObjState = LockObj;
+    type CnState = ();
+    type ThreadState = ();
     const NAME: &'static str = "toy-2pl";
     const ABOUT: &'static str = "test-only 2PL No-Wait releasing in the cleanup";
     const KNOBS: &'static [KnobSpec] = &[];

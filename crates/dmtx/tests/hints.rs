@@ -87,6 +87,8 @@ fn fault(_: dmtx_verbs::VerbError) -> Abort {
 impl Protocol for Declared {
     type CoordState = ();
     type ObjState = Located;
+    type CnState = ();
+    type ThreadState = ();
     const NAME: &'static str = "toy-declared";
     const ABOUT: &'static str = "test-only: requires every key declared before the first execute";
     const KNOBS: &'static [KnobSpec] = &[];

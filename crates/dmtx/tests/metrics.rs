@@ -95,6 +95,8 @@ impl Protocol for Coin {
     /// Commit attempts so far.
     type CoordState = u64;
     type ObjState = CoinObj;
+    type CnState = ();
+    type ThreadState = ();
     const NAME: &'static str = "toy-coin";
     const ABOUT: &'static str = "test-only: declares an abort reason, figures and messages";
     const KNOBS: &'static [KnobSpec] = &[];

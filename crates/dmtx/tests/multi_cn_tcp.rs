@@ -444,6 +444,8 @@ mod global_lock {
     impl Protocol for GlobalLock {
         type CoordState = Coord;
         type ObjState = Obj;
+        type CnState = ();
+        type ThreadState = ();
         const NAME: &'static str = "test-global-lock";
         const ABOUT: &'static str = "test-only: one lock served over CN messaging";
         const KNOBS: &'static [KnobSpec] = &[];

@@ -27,6 +27,8 @@ struct RunCounter {
 impl Protocol for RunCounter {
     type CoordState = RemotePtr;
     type ObjState = ();
+    type CnState = ();
+    type ThreadState = ();
     const NAME: &'static str = "test-run-counter";
     const ABOUT: &'static str = "a run-wide FAA counter (test only)";
     const KNOBS: &'static [KnobSpec] = &[];

@@ -317,6 +317,8 @@ pub struct FordCoord {
 impl Protocol for Ford {
     type CoordState = FordCoord;
     type ObjState = FordObj;
+    type CnState = ();
+    type ThreadState = ();
 
     const NAME: &'static str = "ford";
     const ABOUT: &'static str =
