@@ -1,19 +1,24 @@
 //! A multi-version protocol on the timestamp service's completed-commit watermark, under
-//! the real driver, on `mem`, `sim` and `tcp`.
+//! the real driver with 3 compute nodes on `mem`, `sim` and `tcp`, and through the
+//! protocol suite.
 //!
-//! Goal: the kit's timestamp hooks carry a snapshot-isolation protocol end to end: its
-//! snapshots read at [`TimestampService::watermark`], it takes commit timestamps with
+//! Goal: the kit's hooks carry a snapshot-isolation protocol end to end: its snapshots
+//! read at [`TimestampService::watermark`], it takes commit timestamps with
 //! `next_commit` and resolves them with `complete`/`abandon`, its FAA timestamp area is
 //! set up once per run (`Protocol::setup_run`) and found by name on every compute node
-//! (`dmtx_runtime::named`), it waits with the timer hook (`dmtx_runtime::sleep`) and
-//! releases its locks in the awaited cleanup; the history records what it read and
-//! installed with its start and commit timestamps, and the checker's snapshot check (with
-//! session edges) passes at snapshot isolation. A broken variant whose snapshot is the
-//! last commit timestamp granted, not the watermark, misses commits still being written,
-//! and the checker's snapshot check catches it. Method: [`MvToy`], a test-only protocol
+//! (`dmtx_runtime::named`), it waits with the timer hook (`dmtx_runtime::sleep`),
+//! releases its locks in the awaited cleanup, and names its own abort reasons and
+//! figures; the history records what it read (absent keys too) and installed with its
+//! start and commit timestamps, and the checker's snapshot check (with session edges)
+//! passes at snapshot isolation. Two broken variants are caught: a snapshot at the last
+//! commit timestamp granted, not the watermark, misses commits still being written (the
+//! snapshot check); a snapshot that does not wait for the coordinator's own last commit
+//! misses its session's write (a session cycle). Method: [`MvToy`], a test-only protocol
 //! with three versions per record, on transfers and read-only audits over a few hot
-//! accounts (the balances' sum is constant; every audit sees it whole); the protocol
-//! sleeps between taking its commit timestamp and installing, so the window is real.
+//! accounts (the balances' sum is constant; every audit sees it whole), on inserts and
+//! deletes of a tiny table, on every workload, and through `dmtx_suite::run_all`; the
+//! protocol can sleep between taking its commit timestamp and installing, so that the
+//! broken variants' window is real.
 //!
 //! [`MvToy`] is not registered in the CLI. Its record (8-byte words; every replica holds
 //! the same cells, the lock word is used on the primary only):
@@ -94,8 +99,8 @@
 //! A coordinator's transactions are a session, which the checker holds (on by default):
 //! a snapshot older than the coordinator's last commit would miss its own write. So a
 //! snapshot is at least the coordinator's last snapshot, and `execute` sleeps until the
-//! watermark reaches the coordinator's last commit timestamp ([`SESSION_WAITS_MAX`],
-//! then abort `session_lag`).
+//! watermark reaches the coordinator's last commit timestamp (at most
+//! [`SESSION_WAIT_MAX_NS`], then abort `session_lag`).
 //!
 //! # Results
 //!
@@ -142,9 +147,10 @@ const FIRST: u64 = 2;
 /// READ, FAA and CAS rounds of one execute: bucket-chain hops, overflow links and
 /// re-reads of torn slots.
 const READ_ROUNDS_MAX: u32 = 64;
-/// Sleeps of one execute waiting for the watermark to pass the coordinator's last
-/// commit (the session rule) before it aborts.
-const SESSION_WAITS_MAX: u32 = 100_000;
+/// Longest a snapshot waits for the watermark to pass the coordinator's last commit
+/// (the session rule) before it aborts `session_lag`: bounded in time, since a commit
+/// held up (a stalled install, an outage) holds the watermark back for as long.
+const SESSION_WAIT_MAX_NS: u64 = 1_000_000;
 /// How long one such sleep is.
 const SESSION_WAIT_NS: u64 = 1_000;
 /// Posts of an install or a release before it is given up (a fault that outlasts them
@@ -242,25 +248,32 @@ fn cell_count(slot: &[u8], value_bytes: u32) -> usize {
     (slot.len() - CELLS_AT) / cell_bytes(value_bytes)
 }
 
+/// Cell `c` of a slot: `None` when empty, `Some(Err(()))` when torn.
+fn cell_version(slot: &[u8], c: usize, value_bytes: u32) -> Option<Result<Version, ()>> {
+    let cell = cell_at(slot, c, value_bytes);
+    if cell.iter().all(|&b| b == 0) {
+        return None;
+    }
+    let v = Version {
+        cell: c,
+        ts: word(cell, C_TS),
+        writer: word(cell, C_WRITER),
+        prev: word(cell, C_PREV),
+        flags: word(cell, C_FLAGS),
+    };
+    let whole = word(cell, C_CHECK) == check_of([v.ts, v.writer, v.prev, v.flags], &cell[C_VALUE..]);
+    Some(if whole { Ok(v) } else { Err(()) })
+}
+
 fn cells(slot: &[u8], value_bytes: u32) -> Cells {
     let n = cell_count(slot, value_bytes);
     let mut seen = Vec::with_capacity(n);
     for c in 0..n {
-        let cell = cell_at(slot, c, value_bytes);
-        if cell.iter().all(|&b| b == 0) {
-            continue;
+        match cell_version(slot, c, value_bytes) {
+            None => {}
+            Some(Ok(v)) => seen.push(v),
+            Some(Err(())) => return Cells::Torn,
         }
-        let v = Version {
-            cell: c,
-            ts: word(cell, C_TS),
-            writer: word(cell, C_WRITER),
-            prev: word(cell, C_PREV),
-            flags: word(cell, C_FLAGS),
-        };
-        if word(cell, C_CHECK) != check_of([v.ts, v.writer, v.prev, v.flags], &cell[C_VALUE..]) {
-            return Cells::Torn;
-        }
-        seen.push(v);
     }
     Cells::Seen(seen)
 }
@@ -316,13 +329,19 @@ impl Default for MvLayout {
 }
 
 impl MvLayout {
-    /// The newest version of a quiesced slot (a READ that overlapped nothing).
+    /// The value size (rounded up to 8) of a slot of this layout.
+    fn value_bytes(&self, slot: &[u8]) -> u32 {
+        ((slot.len() - CELLS_AT) / self.cells - C_VALUE) as u32
+    }
+
+    /// The newest whole version of a slot. A quiesced table has no torn cell; a scan of
+    /// a live one (the suite's tear injector looks up where keys live while its workers
+    /// run) may meet one, and skips it.
     fn newest(&self, slot: &[u8]) -> Option<Version> {
-        let value_bytes = ((slot.len() - CELLS_AT) / self.cells - C_VALUE) as u32;
-        match cells(slot, value_bytes) {
-            Cells::Seen(seen) => seen.into_iter().max_by_key(|v| v.ts),
-            Cells::Torn => panic!("a torn record in a quiesced table"),
-        }
+        let value_bytes = self.value_bytes(slot);
+        (0..self.cells)
+            .filter_map(|c| cell_version(slot, c, value_bytes)?.ok())
+            .max_by_key(|v| v.ts)
     }
 }
 
@@ -341,17 +360,21 @@ impl SlotLayout for MvLayout {
     fn key(&self, slot: &[u8]) -> Option<u64> {
         let key = word(slot, KEY).checked_sub(1)?;
         match self.newest(slot) {
-            Some(v) if !v.tombstone() => Some(key),
-            _ => None,
+            Some(v) => (!v.tombstone()).then_some(key),
+            // Every cell torn (a scan of a live table): the key is there.
+            None if (0..self.cells).any(|c| cell_version(slot, c, self.value_bytes(slot)).is_some()) => Some(key),
+            // No version yet: an insert into a free slot being installed.
+            None => None,
         }
     }
-    /// The newest version's value.
+    /// The newest version's value (cell 0's when no cell is whole, which only a scan of
+    /// a live table can see).
     fn value<'a>(&self, slot: &'a [u8], value_bytes: u32) -> &'a [u8] {
         if word(slot, LOCK) != 0 {
             self.locks_left.fetch_add(1, Ordering::Relaxed);
         }
-        let newest = self.newest(slot).expect("a record has a version");
-        &cell_at(slot, newest.cell, value_bytes)[C_VALUE..C_VALUE + value_bytes as usize]
+        let cell = self.newest(slot).map_or(0, |v| v.cell);
+        &cell_at(slot, cell, value_bytes)[C_VALUE..C_VALUE + value_bytes as usize]
     }
 }
 
@@ -385,7 +408,8 @@ struct Marks {
     reposts: Arc<AtomicU64>,
     /// Locks a release gave up on (every retry failed).
     stranded_locks: Arc<AtomicU64>,
-    /// Lock words found taken by the driver's read-back after the run.
+    /// Lock words found taken by the driver's read-back after the run (and by any scan
+    /// of a live table: the suite's tear injector scans while its workers run).
     locks_left: Arc<AtomicU64>,
     /// Committed inserts into a free slot, over a tombstone, and deletes.
     fresh_inserts: Arc<AtomicU64>,
@@ -393,6 +417,8 @@ struct Marks {
     deletes: Arc<AtomicU64>,
     /// Overflow buckets an insert linked to a full chain.
     overflow_links: Arc<AtomicU64>,
+    /// Compute nodes whose coordinators were set up, one bit each.
+    cns: Arc<AtomicU64>,
 }
 
 /// Test-only snapshot isolation over three versions per record (module doc).
@@ -535,7 +561,7 @@ impl MvToy {
                         break w;
                     }
                     waits += 1;
-                    if waits > SESSION_WAITS_MAX {
+                    if clock.now_ns() - began > SESSION_WAIT_MAX_NS {
                         return Err(abort(AbortReason::Protocol(R_SESSION_LAG)));
                     }
                     proto.marks.session_waits.fetch_add(1, Ordering::Relaxed);
@@ -552,6 +578,8 @@ impl MvToy {
 impl Protocol for MvToy {
     type CoordState = MvCoord;
     type ObjState = MvObj;
+    type CnState = ();
+    type ThreadState = ();
     const NAME: &'static str = "test-mv-watermark";
     const ABOUT: &'static str = "test-only snapshot isolation reading at the timestamp watermark";
     const KNOBS: &'static [KnobSpec] = &[];
@@ -607,6 +635,7 @@ impl Protocol for MvToy {
             _ => Timestamps::Oracle(self.oracle.clone()),
         };
         ts.attach(ctx).expect("oracle and faa timestamps attach anywhere");
+        self.marks.cns.fetch_or(1 << ctx.id.cn, Ordering::Relaxed);
         Ok(MvCoord {
             ts,
             last_start: 0,
@@ -1070,6 +1099,15 @@ fn a_cell_that_mixes_two_writes_reads_as_torn() {
         assert_eq!(cells(&torn, vb), Cells::Torn, "word at {at}");
     }
     assert_ne!(check_of([0; 4], &[]), 0);
+    // A scan of a live table may meet a torn cell: the key stays, the value is the
+    // newest whole version's.
+    let mut torn = slot.clone();
+    let cb = cell_bytes(vb);
+    torn[CELLS_AT + cb..CELLS_AT + 2 * cb].copy_from_slice(&cell_image(4, 9, 0, 0, &[5; 12]));
+    torn[CELLS_AT + cb + C_VALUE] ^= 1;
+    assert_eq!((layout.key(&torn), layout.value(&torn, vb)), (Some(7), &[3u8; 12][..]));
+    torn[CELLS_AT + C_VALUE] ^= 1;
+    assert_eq!(layout.key(&torn), Some(7), "every cell torn");
     // A delete's tombstone as the newest version hides the key from scans.
     let tomb = cell_image(4, 9, 0, TOMBSTONE, &[0; 12]);
     slot[CELLS_AT + tomb.len()..CELLS_AT + 2 * tomb.len()].copy_from_slice(&tomb);
@@ -1289,8 +1327,9 @@ fn watermark_snapshots_are_clean_on_mem() {
     for ts in [TsKind::Oracle, TsKind::Faa] {
         let (marks, bank) = (Marks::default(), Bank::new());
         let proto = MvToy::new(ts, Start::Watermark, 20_000, &marks);
-        let r = run(proto, bank_clone(&bank), &config(TransportKind::Mem, 1, "300ms", 1));
+        let r = run(proto, bank_clone(&bank), &config(TransportKind::Mem, 3, "300ms", 1));
         assert_clean_si(&r, &bank, &marks);
+        assert_eq!(marks.cns.load(Ordering::Relaxed), 0b111, "three compute nodes ran");
     }
 }
 
@@ -1306,6 +1345,7 @@ fn watermark_snapshots_are_clean_on_sim_with_3_compute_nodes() {
         );
         assert_clean_si(&r, &bank, &marks);
         assert_eq!(r.sim.as_ref().unwrap().compute_nodes, 3);
+        assert_eq!(marks.cns.load(Ordering::Relaxed), 0b111, "three compute nodes ran");
     }
 }
 
@@ -1352,7 +1392,7 @@ fn bank_clone(b: &Bank) -> Bank {
 #[test]
 fn a_snapshot_at_the_last_grant_is_caught() {
     const SEEDS: u64 = 5;
-    for (transport, cns, duration) in [(TransportKind::Sim, 3, "5ms"), (TransportKind::Mem, 1, "300ms")] {
+    for (transport, cns, duration) in [(TransportKind::Sim, 3, "5ms"), (TransportKind::Mem, 3, "300ms")] {
         let caught = (1..=SEEDS).find(|&seed| {
             let (marks, bank) = (Marks::default(), Bank::new());
             let proto = MvToy::new(TsKind::Oracle, Start::LastGranted, 20_000, &marks);
@@ -1375,7 +1415,7 @@ fn a_snapshot_behind_the_sessions_own_commit_is_caught() {
     // On `sim` seed 4 is the first caught (a lagging watermark needs another CN's
     // smaller commit in its install window just as the session's next one starts).
     const SEEDS: u64 = 8;
-    for (transport, cns, duration) in [(TransportKind::Sim, 3, "5ms"), (TransportKind::Mem, 1, "300ms")] {
+    for (transport, cns, duration) in [(TransportKind::Sim, 3, "5ms"), (TransportKind::Mem, 3, "300ms")] {
         let caught = (1..=SEEDS).find(|&seed| {
             let (marks, bank) = (Marks::default(), Bank::new());
             let proto = MvToy::new(TsKind::Oracle, Start::WatermarkNoSession, 20_000, &marks);
@@ -1673,7 +1713,7 @@ impl Workload for Members {
 /// compute nodes and 2 replicas.
 #[test]
 fn inserts_and_deletes_come_and_go_over_tombstones_and_overflow() {
-    for (transport, cns) in [(TransportKind::Mem, 1), (TransportKind::Sim, 3)] {
+    for (transport, cns) in [(TransportKind::Mem, 3), (TransportKind::Sim, 3)] {
         let mut cfg = config_replicated(transport, cns, "5ms", 1, 2);
         cfg.workload = Members::NAME.into();
         if transport == TransportKind::Mem {
