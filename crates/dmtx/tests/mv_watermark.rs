@@ -509,7 +509,7 @@ struct MvObj {
     rel: Option<u64>,
     /// An insert's free slots of the chain, in chain order, while walking it.
     free: Vec<u64>,
-    /// An insert into a free slot: under the lock, the slot must still be free.
+    /// An insert into a free slot (installs the key word with its version).
     fresh: bool,
     /// The version the snapshot holds (a tombstone for an insert over a delete), as read.
     read: Option<Version>,
@@ -536,7 +536,7 @@ fn abort(reason: AbortReason) -> Abort {
 /// What one completed round trip of an object's walk says next.
 enum Next {
     Step(Step),
-    /// The slot at `rel` as read (from its bucket, or alone).
+    /// The object's slot is in the READ's bytes at this offset (its bucket's, or its own).
     Slot(u64),
 }
 
