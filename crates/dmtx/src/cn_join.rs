@@ -366,9 +366,24 @@ impl Join {
 
     /// Say this CN is ready and wait until every CN is.
     pub fn start_barrier(&self, stop: &AtomicBool) -> Result<(), JoinError> {
-        assert!(self.run_id != 0, "the run id is known before the start barrier");
+        self.barrier(&self.ready_prefix(), "did not join", stop)
+    }
+
+    /// Say this CN's coordinators are done and wait until every CN's are: until then its
+    /// worker threads keep serving the others' CN↔CN requests (a messaging protocol's
+    /// locks or leases live on the node that serves them).
+    pub fn end_barrier(&self, stop: &AtomicBool) -> Result<(), JoinError> {
+        self.barrier(
+            &format!("{RUN_NAME}/{:016x}/done/", self.run_id),
+            "did not finish",
+            stop,
+        )
+    }
+
+    /// Publish `{prefix}{cn}` and wait until every CN of the run has.
+    fn barrier(&self, prefix: &str, missing_why: &str, stop: &AtomicBool) -> Result<(), JoinError> {
+        assert!(self.run_id != 0, "the run id is known before a barrier");
         let cn = self.role.id;
-        let prefix = self.ready_prefix();
         self.control
             .put_named(META_MN, &format!("{prefix}{cn}"), &[1])
             .map_err(|e| self.control_err(e))?;
@@ -380,7 +395,7 @@ impl Join {
                 .ids
                 .iter()
                 .copied()
-                .filter(|id| !names.iter().any(|n| n.strip_prefix(&prefix) == Some(&id.to_string())))
+                .filter(|id| !names.iter().any(|n| n.strip_prefix(prefix) == Some(&id.to_string())))
                 .collect();
             if missing.is_empty() {
                 return Ok(());
@@ -392,7 +407,7 @@ impl Join {
                 let missing: Vec<String> = missing.iter().map(|m| format!("cn {m}")).collect();
                 return Err(JoinError::Timeout {
                     cn,
-                    waiting: format!("{} did not join", missing.join(", ")),
+                    waiting: format!("{} {missing_why}", missing.join(", ")),
                     after: READY_WAIT_MAX,
                 });
             }

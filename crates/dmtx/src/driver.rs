@@ -633,6 +633,9 @@ fn run_planned<P: Protocol>(
         series_bucket_ns,
         series_origin_ns: AtomicU64::new(0),
         live: AtomicUsize::new(cfg.coordinators()),
+        // Over `--cn`, a messaging protocol's nodes serve each other until every node's
+        // coordinators are done (`cn_join`'s end barrier).
+        peers_done: AtomicBool::new(join.is_none() || !proto.messaging()),
         routes: (cns.len() > 1 && proto.routes()).then(|| workload.routes(cns.len(), cfg.coordinators() / cns.len())),
     };
     let warmup_ns = cfg.warmup.as_nanos() as u64;
@@ -714,7 +717,10 @@ fn run_planned<P: Protocol>(
                     stop_reason = StopReason::Error;
                     break;
                 }
-                if handles.iter().all(|h| h.is_finished()) {
+                // Over `--cn` a thread serving other nodes ends only after the end barrier.
+                let coordinators_done =
+                    !shared.peers_done.load(Ordering::Relaxed) && shared.live.load(Ordering::Acquire) == 0;
+                if coordinators_done || handles.iter().all(|h| h.is_finished()) {
                     stop_reason = match cfg.stop {
                         StopRule::Txns(_) => StopReason::Txns,
                         // Threads end before the deadline only when one failed or panicked.
@@ -739,6 +745,19 @@ fn run_planned<P: Protocol>(
                 std::thread::sleep(wait);
             }
             shared.stop.store(true, Ordering::Relaxed);
+            if !shared.peers_done.load(Ordering::Relaxed) {
+                // This node's coordinators finish their transactions in hand (the other
+                // nodes still serve them), then the nodes wait for each other.
+                while shared.live.load(Ordering::Acquire) > 0 && !handles.iter().all(|h| h.is_finished()) {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                if let Some(j) = &join {
+                    if let Err(e) = j.end_barrier(hooks.stop) {
+                        join_failed.get_or_insert(e);
+                    }
+                }
+                shared.peers_done.store(true, Ordering::Release);
+            }
             handles
                 .into_iter()
                 .enumerate()
@@ -1205,6 +1224,9 @@ struct Shared<'a, P: Protocol> {
     /// Coordinators of the run not finished yet (on every node): the protocol's services
     /// and CN↔CN request handlers serve until it is 0.
     live: AtomicUsize,
+    /// Every other compute node of a `--cn` run is done too (true when there are none
+    /// to serve): with `live` at 0, services and request handlers stop.
+    peers_done: AtomicBool,
     /// Transactions routed between the process's compute nodes, when it has several.
     routes: Option<AnyRoutes>,
 }
@@ -1400,9 +1422,14 @@ fn worker_thread<P: Protocol>(t: u16, shared: &Shared<'_, P>) -> Result<ThreadOu
             for s in services.drain(..) {
                 ex.spawn(s);
             }
-            let (clock, stop, live) = (Arc::clone(&worker.cn().clock), stop.clone(), &shared.live);
+            let (clock, stop, live, peers_done) = (
+                Arc::clone(&worker.cn().clock),
+                stop.clone(),
+                &shared.live,
+                &shared.peers_done,
+            );
             ex.spawn(async move {
-                while live.load(Ordering::Acquire) > 0 {
+                while live.load(Ordering::Acquire) > 0 || !peers_done.load(Ordering::Acquire) {
                     dmtx_runtime::sleep(clock.as_ref(), SERVICE_STOP_POLL_NS).await;
                 }
                 stop.raise();

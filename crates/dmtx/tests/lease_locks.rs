@@ -9,8 +9,11 @@
 //! isolation checker. A variant that releases its locks before its writes land is caught
 //! within a few seeds. Locks that holders never release (a variant that forgets them
 //! after an abort, as a crashed holder would) are reclaimed by the lease manager once
-//! their lease lapses, and the run stays correct. Method: [`LeaseLocks`], a test-only
-//! No-Wait exclusive-lock protocol over the toy bank (`common/toy.rs`).
+//! their lease lapses, and the run stays correct. Over `tcp`, three compute-node runs
+//! (`--cn`, as three processes would) serve each other's locks until every node is done
+//! (the driver's end barrier), and their merged histories pass the checker. Method:
+//! [`LeaseLocks`], a test-only No-Wait exclusive-lock protocol over the toy bank
+//! (`common/toy.rs`).
 //!
 //! [`LeaseLocks`] is not registered in the CLI. Its record is `key + 1 | version |
 //! value` (8-byte words, one replica); no lock word is in memory. The lock of key `k`
@@ -28,6 +31,7 @@
 //! 3. Every node's clock is the run's clock (no offset or drift on `mem` and these `sim`
 //!    runs), so an expiry the owner computes is the holder's too.
 
+mod common;
 #[path = "common/toy.rs"]
 mod toy;
 
@@ -623,4 +627,60 @@ fn routed_transfers_run_on_the_owner_of_their_account() {
             "{transport:?}: unrouted, {home} at home and {away} away"
         );
     }
+}
+
+/// Goal: the lock table, its RPCs and the lease managers work between compute nodes
+/// that are separate runs over `tcp` (what `dmtx bench --cluster FILE --cn I` runs per
+/// host): every node serves the others' lock requests until all are done, so no node's
+/// transactions meet a peer that stopped serving, and the merged histories are
+/// serializable. Method: one memory node process, three `--cn` runs of the driver on
+/// threads of this test, each with its share of `--txns`.
+#[test]
+fn lease_locks_on_three_compute_nodes_over_tcp() {
+    const TXNS: u64 = 240;
+    let dir = common::scratch_dir("lease_locks_tcp");
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_dmtx"));
+    let nodes = dmtx::cluster::LocalNodes::start(exe, 1, 64 << 20, 1, &dir.join("cluster")).unwrap();
+    nodes.add_compute_nodes(3).unwrap();
+    let view = dmtx::cluster::ClusterView::load(&nodes.cluster_file).unwrap();
+    let marks = Marks::default();
+    let results: Vec<BenchResult> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..3u16)
+            .map(|cn| {
+                let mut cfg = toy::config(LeaseLocks::NAME, TransportKind::Mem, "1s", 1, 1);
+                cfg.threads = 1;
+                cfg.memory_nodes = 1;
+                cfg.stop = dmtx::config::StopRule::Txns(TXNS);
+                cfg.history = Some(dir.join(format!("cn{cn}.history")));
+                let mut v = view.clone();
+                v.select_cn(cn, &nodes.cluster_file).unwrap();
+                cfg.cluster = Some(v);
+                let proto = LeaseLocks::new(3, Variant::Correct, &marks).lease_ns(50_000_000);
+                s.spawn(move || toy::run(proto, bank(), &cfg))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(results.iter().map(|r| r.committed).sum::<u64>(), TXNS);
+    for (cn, r) in results.iter().enumerate() {
+        assert_eq!(r.cn.as_ref().unwrap().id, cn as u16);
+        assert_eq!(r.transport, "tcp");
+        assert_eq!(
+            r.abort_reasons.get("fault").copied().unwrap_or(0),
+            0,
+            "cn{cn}: no peer stopped serving early"
+        );
+    }
+    let paths: Vec<_> = (0..3).map(|cn| dir.join(format!("cn{cn}.history"))).collect();
+    let h = dmtx_check::format::read_histories(&paths).unwrap();
+    let report = dmtx_check::check(&h, &dmtx_check::check_options(Isolation::Serializable));
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.committed as u64, TXNS);
+    assert_eq!(marks.cn_states.load(Ordering::Relaxed), 3, "one lock table per node");
+    assert_eq!(marks.misrouted.load(Ordering::Relaxed), 0);
+    assert!(
+        marks.remote_grants.load(Ordering::Relaxed) > 0,
+        "locks served across nodes"
+    );
+    assert_eq!(marks.stopped.load(Ordering::Relaxed), 3, "every lease manager ended");
 }
