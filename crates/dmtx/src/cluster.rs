@@ -201,6 +201,19 @@ pub struct ClusterError {
 }
 
 impl ClusterView {
+    /// The TCP settings every connection of this cluster uses: its id, epoch, token
+    /// (read from the token file) and timeouts.
+    pub fn tcp_config(&self) -> Result<dmtx_net::TcpConfig, ClusterError> {
+        let token = match &self.token_file {
+            Some(path) => read_token(path)?,
+            None => Vec::new(),
+        };
+        let mut tcp = dmtx_net::TcpConfig::new(self.cluster_id, &token);
+        tcp.epoch = self.epoch;
+        self.timeouts.apply(&mut tcp);
+        Ok(tcp)
+    }
+
     /// Read and validate a cluster file.
     pub fn load(path: &Path) -> Result<Self, ClusterError> {
         let text = std::fs::read_to_string(path).map_err(|e| ClusterError {

@@ -454,13 +454,7 @@ impl Join {
         view: &crate::cluster::ClusterView,
         threads: u16,
     ) -> Result<dmtx_net::msg::TcpMsgFabric, crate::error::RunError> {
-        let token = match &view.token_file {
-            Some(path) => crate::cluster::read_token(path)?,
-            None => Vec::new(),
-        };
-        let mut tcp = dmtx_net::TcpConfig::new(view.cluster_id, &token);
-        tcp.epoch = view.epoch;
-        view.timeouts.apply(&mut tcp);
+        let tcp = view.tcp_config()?;
         let peers = view
             .compute_nodes
             .iter()

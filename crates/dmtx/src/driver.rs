@@ -1080,13 +1080,7 @@ fn build_tables<'l, P: Protocol>(
 
 /// The memory nodes of a cluster file, over `tcp`.
 fn remote_pool(view: &crate::cluster::ClusterView, need: &[u64]) -> Result<MemoryPool, RunError> {
-    let token = match &view.token_file {
-        Some(path) => crate::cluster::read_token(path)?,
-        None => Vec::new(),
-    };
-    let mut tcp = dmtx_net::TcpConfig::new(view.cluster_id, &token);
-    tcp.epoch = view.epoch;
-    view.timeouts.apply(&mut tcp);
+    let tcp = view.tcp_config()?;
     let nodes: Vec<(MnId, std::net::SocketAddr)> = view.memory_nodes.iter().map(|m| (MnId(m.id), m.address)).collect();
     let control = dmtx_net::RemoteControl::connect(nodes.clone(), &tcp)?;
     let fabric = dmtx_net::TcpFabric::connect(nodes, tcp)?;
