@@ -468,3 +468,39 @@ fn the_simulator_prices_declared_steps_and_names_undeclared_ones() {
     assert_eq!(r.total.msg_rtts_per_commit, Some(0.0), "no messaging on sim");
     assert!(r.abort_reasons["coin_flip"] > 0, "{:?}", r.abort_reasons);
 }
+
+/// Goal: an unsafe upper bound (`Isolation::Unchecked`) runs under `--check` and is
+/// marked as such: the record says `unchecked`, holds no check (no history was kept
+/// to check), and the summary says no isolation is promised. Method: [`Coin`], which
+/// claims `Unchecked`, through the driver with `--check`.
+#[test]
+fn an_unchecked_protocol_runs_under_check_and_is_marked_unsafe() {
+    let cfg = BenchConfig::from_args(&BenchArgs {
+        check: true,
+        ..kvs_args(TransportKind::Mem)
+    })
+    .unwrap();
+    let stop = AtomicBool::new(false);
+    let hooks = RunHooks {
+        stop: &stop,
+        monitor: &Silent,
+        probes: None,
+    };
+    let kvs = Kvs::from_knobs(&cfg.knobs).unwrap();
+    let coin = Coin {
+        layout: KeyLayout,
+        messaging: true,
+    };
+    let r = driver::run(coin, kvs, &cfg, &hooks).unwrap();
+    assert!(r.committed > 0);
+    assert_eq!(r.isolation, "unchecked");
+    assert!(r.check.is_none(), "no check applies to an upper bound");
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["isolation"], "unchecked");
+    assert!(json["check"].is_null(), "{}", json["check"]);
+    let summary = r.summary(None);
+    assert!(
+        summary.contains("UNCHECKED") && summary.contains("--check does not apply"),
+        "{summary}"
+    );
+}
