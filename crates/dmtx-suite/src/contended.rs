@@ -27,6 +27,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::bank::{self, Seen};
 use crate::env::{Env, Transport};
+use crate::serving::{serve_mem, MemLive, SimLive};
 
 /// What one run left behind.
 #[derive(Debug, Default)]
@@ -179,8 +180,16 @@ pub fn run<P: Protocol>(env: &Env<P>, transport: Transport, seed: u64, faults: O
 /// `tears`.
 pub fn run_mem<P: Protocol>(env: &Env<P>, seed: u64, tears: bool) -> Outcome {
     let s = &env.setup;
-    let cns: Vec<_> = (0..s.compute_nodes).map(|id| env.mem_cn(id)).collect();
+    let cns = env.mem_cns();
     let done = AtomicBool::new(false);
+    // A messaging protocol's workers serve each other until every coordinator is done.
+    let live = env
+        .proto
+        .messaging()
+        .then(|| MemLive::new(s.compute_nodes as usize * s.threads as usize * s.coroutines as usize));
+    // The injector's transactions run outside any executor, so nothing would drive a
+    // messaging protocol's calls: such a protocol runs without injected tears.
+    let tears = tears && live.is_none();
     let mut out = Outcome::default();
     std::thread::scope(|scope| {
         let injector = tears.then(|| {
@@ -201,9 +210,10 @@ pub fn run_mem<P: Protocol>(env: &Env<P>, seed: u64, tears: bool) -> Outcome {
             .iter()
             .flat_map(|cn| (0..s.threads).map(move |t| (cn, t)))
             .map(|(cn, t)| {
+                let live = live.as_ref();
                 scope.spawn(move || {
                     let w = cn.worker(t).expect("worker");
-                    run_thread(env, &w, seed)
+                    run_thread(env, &w, seed, live)
                 })
             })
             .collect();
@@ -228,7 +238,9 @@ pub fn run_mem<P: Protocol>(env: &Env<P>, seed: u64, tears: bool) -> Outcome {
     out
 }
 
-fn run_thread<P: Protocol>(env: &Env<P>, w: &Worker, seed: u64) -> (History, Vec<Tally>) {
+/// One worker thread's coordinators; with `live` (a messaging protocol), it serves until
+/// every coordinator of the run is done.
+fn run_thread<P: Protocol>(env: &Env<P>, w: &Worker, seed: u64, live: Option<&MemLive>) -> (History, Vec<Tally>) {
     let s = &env.setup;
     let history = Rc::new(RefCell::new(History::new()));
     let mut coords: Vec<_> = (0..s.coroutines)
@@ -243,10 +255,15 @@ fn run_thread<P: Protocol>(env: &Env<P>, w: &Worker, seed: u64) -> (History, Vec
     for c in coords.iter_mut() {
         let rng = SmallRng::seed_from_u64(coord_seed(seed, w.cn().id, w.thread(), c.ctx.id.coroutine));
         let tallies = &tallies;
+        let share = live.map(MemLive::share);
         ex.spawn(async move {
             let t = coordinator_loop(c, s, rng, &|| false).await;
             tallies.borrow_mut().push(t);
+            drop(share);
         });
+    }
+    if let Some(live) = live {
+        serve_mem(&mut ex, w, env.proto.as_ref(), live);
     }
     ex.run(w.transport().as_ref());
     drop(coords);
@@ -389,7 +406,7 @@ pub const SIM_DEADLINE_NS: u64 = 200_000_000;
 pub fn run_sim<P: Protocol>(env: &Env<P>, seed: u64, faults: Option<FaultScript>) -> Outcome {
     let s = &env.setup;
     let faulted = faults.is_some();
-    let (sim, cns) = env.sim(seed, faults);
+    let (sim, cns, net) = env.sim(seed, faults);
     let workers: Vec<Worker> = cns
         .iter()
         .flat_map(|cn| (0..s.threads).map(move |t| cn.worker(t).expect("worker")))
@@ -406,6 +423,7 @@ pub fn run_sim<P: Protocol>(env: &Env<P>, seed: u64, faults: Option<FaultScript>
         .collect();
     let tallies = RefCell::new(Vec::new());
     let stop = std::cell::Cell::new(false);
+    let live = SimLive::new(coords.len());
     let mut ex = SimExecutor::new(&sim);
     if faulted {
         let (sim1, stop) = (sim.clone(), &stop);
@@ -420,11 +438,17 @@ pub fn run_sim<P: Protocol>(env: &Env<P>, seed: u64, faults: Option<FaultScript>
     for c in coords.iter_mut() {
         let id = c.ctx.id;
         let rng = SmallRng::seed_from_u64(coord_seed(seed, id.cn, id.thread, id.coroutine));
-        let (tallies, stop) = (&tallies, &stop);
+        let (tallies, stop, live) = (&tallies, &stop, &live);
         ex.spawn(async move {
             let t = coordinator_loop(c, s, rng, &|| stop.get()).await;
             tallies.borrow_mut().push(t);
+            live.done_one();
         });
+    }
+    if let Some(net) = &net {
+        for w in &workers {
+            live.serve(&mut ex, net, w, env.proto.as_ref());
+        }
     }
     let res = if faulted {
         ex.run_until(SIM_DEADLINE_NS)

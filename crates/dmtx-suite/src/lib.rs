@@ -41,6 +41,7 @@ pub mod contended;
 pub mod env;
 pub mod faults;
 pub mod rtt;
+mod serving;
 pub mod workloads;
 
 use std::ops::Range;
