@@ -155,12 +155,19 @@ impl<P: Protocol> Env<P> {
     /// (`0..setup.threads`) on one in-memory network. A worker beyond those threads has
     /// no mailbox: take it from [`Env::mem_cn`].
     pub fn mem_cns(&self) -> Vec<Cn> {
+        self.mem_cns_with_mailboxes(self.setup.threads)
+    }
+
+    /// [`Env::mem_cns`] with `mailboxes` workers per node on the messaging network
+    /// (threads `0..mailboxes`; at least `setup.threads`).
+    pub fn mem_cns_with_mailboxes(&self, mailboxes: u16) -> Vec<Cn> {
+        assert!(mailboxes >= self.setup.threads, "every worker thread needs a mailbox");
         let nodes = self.setup.compute_nodes;
         let cns = (0..nodes).map(|id| self.mem_cn(id));
         if !self.proto.messaging() {
             return cns.collect();
         }
-        let net = MemMsgNet::new(nodes, self.setup.threads);
+        let net = MemMsgNet::new(nodes, mailboxes);
         cns.map(|cn| {
             let fabric = Arc::new(net.fabric(cn.id));
             cn.with_messaging(fabric, RpcConfig::default())

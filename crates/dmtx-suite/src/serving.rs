@@ -6,6 +6,7 @@
 //! Nothing here runs for a protocol that does not message: its runs stay as they were.
 
 use std::cell::{Cell, RefCell};
+use std::future::Future;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -23,6 +24,11 @@ pub(crate) struct MemLive(AtomicUsize);
 impl MemLive {
     pub(crate) fn new(coordinators: usize) -> Self {
         Self(AtomicUsize::new(coordinators))
+    }
+
+    /// True once every share was given back.
+    pub(crate) fn is_done(&self) -> bool {
+        self.0.load(Ordering::Acquire) == 0
     }
 
     /// One coordinator's share, given back when dropped (finished, or unwound by a
@@ -58,6 +64,31 @@ pub(crate) fn serve_mem<'a, P: Protocol>(ex: &mut LocalExecutor<'a>, w: &Worker,
         }
         stop.raise();
     });
+}
+
+/// Run `task` to its end on worker `w`: on `w`'s executor when `w` messages (so its
+/// calls are driven), else with `block_on` as before.
+pub(crate) fn run_on<T>(w: &Worker, task: impl Future<Output = T>) -> T {
+    if w.rpc().is_none() {
+        return dmtx_runtime::block_on(task);
+    }
+    let out = RefCell::new(None);
+    {
+        let mut ex = w.executor();
+        let out = &out;
+        ex.spawn(async move {
+            *out.borrow_mut() = Some(task.await);
+        });
+        ex.run(w.transport().as_ref());
+    }
+    out.into_inner().expect("the task ran to its end")
+}
+
+/// Serve requests to worker `w`, which runs no coordinator, until `live` reaches 0.
+pub(crate) fn serve_only<P: Protocol>(w: &Worker, proto: &P, live: &MemLive) {
+    let mut ex = w.executor();
+    serve_mem(&mut ex, w, proto, live);
+    ex.run(w.transport().as_ref());
 }
 
 /// Coordinators of a `sim` run not finished yet, and what stops the services and

@@ -748,3 +748,32 @@ fn the_suite_catches_releasing_before_the_write_lands() {
         5,
     );
 }
+
+/// Goal: on `mem`, the suite's tear injector runs against a messaging protocol too: it
+/// holds READs and WRITEs of hot records while its own transactions, and its reader's,
+/// lock through the nodes' lock tables; the run stays clean. Method: the suite's `mem`
+/// runner on 3 compute nodes; the injector caught ops, and transactions of its thread
+/// (`threads`) and its reader's (`threads + 1`) are in the checked history.
+#[test]
+fn the_suites_tear_injector_runs_against_lease_locks() {
+    let marks = Marks::default();
+    let setup = dmtx_suite::Setup {
+        compute_nodes: 3,
+        txns: 40,
+        ..dmtx_suite::Setup::new(1, 20)
+    };
+    let threads = setup.threads;
+    let env = dmtx_suite::Env::bank(
+        LeaseLocks::new(3, Variant::Correct, &marks).lease_ns(SUITE_LEASE_NS),
+        setup,
+    );
+    let out = dmtx_suite::contended::run_mem(&env, 1, true);
+    out.assert_clean(&env, "tears on mem", 1);
+    assert!(out.stalls > 0, "the injector caught no op: {out:?}");
+    for t in [threads, threads + 1] {
+        assert!(
+            out.history.txns.iter().any(|x| (x.coord >> 8) & 0xff == u32::from(t)),
+            "no transaction of thread {t} in the history"
+        );
+    }
+}
