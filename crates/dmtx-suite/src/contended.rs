@@ -27,6 +27,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::bank::{self, Seen};
 use crate::env::{Env, Transport};
+use crate::serving::{run_on, serve_mem, serve_only, MemLive, SimLive};
 
 /// What one run left behind.
 #[derive(Debug, Default)]
@@ -177,33 +178,62 @@ pub fn run<P: Protocol>(env: &Env<P>, transport: Transport, seed: u64, faults: O
 
 /// On `mem`: one OS thread per worker of every compute node, and the tear injector when
 /// `tears`.
+///
+/// For a protocol that messages other compute nodes, every worker serves requests until
+/// every coordinator of the run is done. The injector and its reader are workers
+/// `threads` and `threads + 1` of node 0, with mailboxes too; a protocol may call the
+/// same thread of another node, so those mailboxes of the other nodes are served by
+/// threads of their own. The injector's and the reader's own mailboxes are served while
+/// they run a transaction.
 pub fn run_mem<P: Protocol>(env: &Env<P>, seed: u64, tears: bool) -> Outcome {
     let s = &env.setup;
-    let cns: Vec<_> = (0..s.compute_nodes).map(|id| env.mem_cn(id)).collect();
+    let messaging = env.proto.messaging();
+    let extra: u16 = if tears { 2 } else { 0 };
+    let cns = env.mem_cns_with_mailboxes(s.threads + extra);
+    let coordinators = s.compute_nodes as usize * s.threads as usize * s.coroutines as usize;
+    // The workers' coordinators not finished yet: a messaging run's injector stops with
+    // the last (its threads wait for the injector, so `done` would come too late).
+    let left = messaging.then(|| MemLive::new(coordinators));
+    // Everything that may still call: those, the injector and its reader.
+    let live = messaging.then(|| MemLive::new(coordinators + extra as usize));
     let done = AtomicBool::new(false);
     let mut out = Outcome::default();
     std::thread::scope(|scope| {
         let injector = tears.then(|| {
-            let (cn, done) = (&cns[0], &done);
+            let (cn, done, live, left) = (&cns[0], &done, live.as_ref(), left.as_ref());
             let (to_reader, keys) = std::sync::mpsc::sync_channel(1);
             let (read_done, from_reader) = std::sync::mpsc::sync_channel(1);
             let reader = scope.spawn(move || {
+                let _share = live.map(MemLive::share);
                 let w = cn.worker(s.threads + 1).expect("the injector's reader");
                 injected_reader(env, &w, &keys, &read_done)
             });
             let injector = scope.spawn(move || {
+                let _share = live.map(MemLive::share);
                 let w = cn.worker(s.threads).expect("the injector's worker");
-                inject_tears(env, &w, &to_reader, &from_reader, seed, done)
+                let stop = || done.load(Ordering::Relaxed) || left.is_some_and(MemLive::is_done);
+                inject_tears(env, &w, &to_reader, &from_reader, seed, &stop)
             });
             (injector, reader)
         });
+        if let (Some(live), true) = (live.as_ref(), tears) {
+            for cn in &cns[1..] {
+                for t in s.threads..s.threads + extra {
+                    scope.spawn(move || {
+                        let w = cn.worker(t).expect("a serving worker");
+                        serve_only(&w, env.proto.as_ref(), live)
+                    });
+                }
+            }
+        }
         let handles: Vec<_> = cns
             .iter()
             .flat_map(|cn| (0..s.threads).map(move |t| (cn, t)))
             .map(|(cn, t)| {
+                let (live, left) = (live.as_ref(), left.as_ref());
                 scope.spawn(move || {
                     let w = cn.worker(t).expect("worker");
-                    run_thread(env, &w, seed)
+                    run_thread(env, &w, seed, live.zip(left))
                 })
             })
             .collect();
@@ -228,7 +258,14 @@ pub fn run_mem<P: Protocol>(env: &Env<P>, seed: u64, tears: bool) -> Outcome {
     out
 }
 
-fn run_thread<P: Protocol>(env: &Env<P>, w: &Worker, seed: u64) -> (History, Vec<Tally>) {
+/// One worker thread's coordinators; with `live` (a messaging protocol: everything that
+/// may still call, and the workers' coordinators), it serves until the first is done.
+fn run_thread<P: Protocol>(
+    env: &Env<P>,
+    w: &Worker,
+    seed: u64,
+    live: Option<(&MemLive, &MemLive)>,
+) -> (History, Vec<Tally>) {
     let s = &env.setup;
     let history = Rc::new(RefCell::new(History::new()));
     let mut coords: Vec<_> = (0..s.coroutines)
@@ -243,10 +280,15 @@ fn run_thread<P: Protocol>(env: &Env<P>, w: &Worker, seed: u64) -> (History, Vec
     for c in coords.iter_mut() {
         let rng = SmallRng::seed_from_u64(coord_seed(seed, w.cn().id, w.thread(), c.ctx.id.coroutine));
         let tallies = &tallies;
+        let share = live.map(|(live, left)| (live.share(), left.share()));
         ex.spawn(async move {
             let t = coordinator_loop(c, s, rng, &|| false).await;
             tallies.borrow_mut().push(t);
+            drop(share);
         });
+    }
+    if let Some((live, _)) = live {
+        serve_mem(&mut ex, w, env.proto.as_ref(), live);
     }
     ex.run(w.transport().as_ref());
     drop(coords);
@@ -273,7 +315,7 @@ fn inject_tears<P: Protocol>(
     reader: &std::sync::mpsc::SyncSender<Option<u64>>,
     read_done: &std::sync::mpsc::Receiver<()>,
     seed: u64,
-    done: &AtomicBool,
+    done: &dyn Fn() -> bool,
 ) -> (History, Tally, u64) {
     let catalog = env.catalog();
     let info = catalog.get(bank::TABLE.id()).expect("bank table");
@@ -295,7 +337,7 @@ fn inject_tears<P: Protocol>(
     let mut rng = SmallRng::seed_from_u64(seed ^ 0x7ea2);
     let mut tally = Tally::default();
     let mut caught = 0;
-    while !done.load(Ordering::Relaxed) {
+    while !done() {
         let (key, rel) = slots[rng.random_range(0..slots.len())];
         let ptr = info.ptr(rng.random_range(0..info.replica_count()), rel);
         let kind = if rng.random_range(0..4) < 3 {
@@ -315,13 +357,13 @@ fn inject_tears<P: Protocol>(
             reader.send(Some(key)).expect("the injector's reader");
         }
         let start = Instant::now();
-        while !gate.is_stalled() && start.elapsed() < STALL_REACH && !done.load(Ordering::Relaxed) {
+        while !gate.is_stalled() && start.elapsed() < STALL_REACH && !done() {
             std::thread::yield_now();
         }
         if gate.is_stalled() {
             caught += 1;
             for _ in 0..INJECT_TRIES_MAX {
-                let res = dmtx_runtime::block_on(async {
+                let res = run_on(w, async {
                     let res = match kind {
                         StallKind::Read => {
                             let other = (key + rng.random_range(1..keys)) % keys;
@@ -347,7 +389,7 @@ fn inject_tears<P: Protocol>(
         }
     }
     reader.send(None).expect("the injector's reader");
-    dmtx_runtime::block_on(c.drain());
+    run_on(w, c.drain());
     drop(c);
     let h = Rc::try_unwrap(history).expect("recorder dropped").into_inner();
     (h, tally, caught)
@@ -365,7 +407,7 @@ fn injected_reader<P: Protocol>(
     c.set_observer(Box::new(Recorder::new(history.clone())));
     let mut tally = Tally::default();
     while let Ok(Some(key)) = keys.recv() {
-        let res = dmtx_runtime::block_on(async {
+        let res = run_on(w, async {
             let res = bank::read_one(&mut c, key, &mut tally.seen).await;
             c.cleanup().await;
             res
@@ -376,7 +418,7 @@ fn injected_reader<P: Protocol>(
         }
         read_done.send(()).expect("the injector");
     }
-    dmtx_runtime::block_on(c.drain());
+    run_on(w, c.drain());
     drop(c);
     (Rc::try_unwrap(history).expect("recorder dropped").into_inner(), tally)
 }
@@ -389,7 +431,7 @@ pub const SIM_DEADLINE_NS: u64 = 200_000_000;
 pub fn run_sim<P: Protocol>(env: &Env<P>, seed: u64, faults: Option<FaultScript>) -> Outcome {
     let s = &env.setup;
     let faulted = faults.is_some();
-    let (sim, cns) = env.sim(seed, faults);
+    let (sim, cns, net) = env.sim(seed, faults);
     let workers: Vec<Worker> = cns
         .iter()
         .flat_map(|cn| (0..s.threads).map(move |t| cn.worker(t).expect("worker")))
@@ -406,6 +448,7 @@ pub fn run_sim<P: Protocol>(env: &Env<P>, seed: u64, faults: Option<FaultScript>
         .collect();
     let tallies = RefCell::new(Vec::new());
     let stop = std::cell::Cell::new(false);
+    let live = SimLive::new(coords.len());
     let mut ex = SimExecutor::new(&sim);
     if faulted {
         let (sim1, stop) = (sim.clone(), &stop);
@@ -420,11 +463,17 @@ pub fn run_sim<P: Protocol>(env: &Env<P>, seed: u64, faults: Option<FaultScript>
     for c in coords.iter_mut() {
         let id = c.ctx.id;
         let rng = SmallRng::seed_from_u64(coord_seed(seed, id.cn, id.thread, id.coroutine));
-        let (tallies, stop) = (&tallies, &stop);
+        let (tallies, stop, live) = (&tallies, &stop, &live);
         ex.spawn(async move {
             let t = coordinator_loop(c, s, rng, &|| stop.get()).await;
             tallies.borrow_mut().push(t);
+            live.done_one();
         });
+    }
+    if let Some(net) = &net {
+        for w in &workers {
+            live.serve(&mut ex, net, w, env.proto.as_ref());
+        }
     }
     let res = if faulted {
         ex.run_until(SIM_DEADLINE_NS)

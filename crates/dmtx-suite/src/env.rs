@@ -7,9 +7,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use dmtx_memnode::LocalCluster;
-use dmtx_runtime::{Cn, Protocol, RealClock};
-use dmtx_sim::{FaultScript, Sim, SimConfig, SimFabric};
+use dmtx_runtime::{Cn, Protocol, RealClock, RpcConfig};
+use dmtx_sim::{FaultScript, Sim, SimConfig, SimFabric, SimMsgNet};
 use dmtx_store::{create_table, placement, Catalog, StoreError, TableBuilder, TableSpec, BUCKET_HEADER_BYTES};
+use dmtx_verbs::msg::MemMsgNet;
 use dmtx_verbs::{MnId, Region};
 
 use crate::bank;
@@ -149,14 +150,45 @@ impl<P: Protocol> Env<P> {
         .expect("connect to an in-process cluster")
     }
 
+    /// The `setup.compute_nodes` compute nodes of a `mem` run; for a protocol that
+    /// messages other compute nodes, each with a mailbox per worker thread
+    /// (`0..setup.threads`) on one in-memory network. A worker beyond those threads has
+    /// no mailbox: take it from [`Env::mem_cn`].
+    pub fn mem_cns(&self) -> Vec<Cn> {
+        self.mem_cns_with_mailboxes(self.setup.threads)
+    }
+
+    /// [`Env::mem_cns`] with `mailboxes` workers per node on the messaging network
+    /// (threads `0..mailboxes`; at least `setup.threads`).
+    pub fn mem_cns_with_mailboxes(&self, mailboxes: u16) -> Vec<Cn> {
+        assert!(mailboxes >= self.setup.threads, "every worker thread needs a mailbox");
+        let nodes = self.setup.compute_nodes;
+        let cns = (0..nodes).map(|id| self.mem_cn(id));
+        if !self.proto.messaging() {
+            return cns.collect();
+        }
+        let net = MemMsgNet::new(nodes, mailboxes);
+        cns.map(|cn| {
+            let fabric = Arc::new(net.fabric(cn.id));
+            cn.with_messaging(fabric, RpcConfig::default())
+        })
+        .collect()
+    }
+
     /// A simulation of these memory nodes seeded `seed` with `faults` installed, and
     /// `setup.compute_nodes` compute nodes on it (each with its probes, so fault points
-    /// fire, and a clock `5 µs × id` ahead and `50 ppm × id` fast).
-    pub fn sim(&self, seed: u64, faults: Option<FaultScript>) -> (Sim, Vec<Cn>) {
+    /// fire, and a clock `5 µs × id` ahead and `50 ppm × id` fast). For a protocol that
+    /// messages other compute nodes, also the simulated network its workers
+    /// (`0..setup.threads` of each node) have mailboxes on.
+    pub fn sim(&self, seed: u64, faults: Option<FaultScript>) -> (Sim, Vec<Cn>, Option<Arc<SimMsgNet>>) {
         let sim = Sim::new(SimConfig::new(seed), self.regions());
         if let Some(f) = faults {
             sim.install_faults(f).expect("fault script installs");
         }
+        let net = self
+            .proto
+            .messaging()
+            .then(|| SimMsgNet::new(&sim, self.setup.compute_nodes, self.setup.threads));
         let cns = (0..self.setup.compute_nodes)
             .map(|id| {
                 let fabric = Arc::new(SimFabric::new(&sim, id as u32));
@@ -174,8 +206,15 @@ impl<P: Protocol> Env<P> {
                 .expect("connect to the simulated cluster")
                 .with_probes(fabric)
             })
+            .map(|cn: Cn| match &net {
+                Some(net) => {
+                    let fabric = Arc::new(net.fabric(cn.id));
+                    cn.with_messaging(fabric, RpcConfig::default())
+                }
+                None => cn,
+            })
             .collect();
-        (sim, cns)
+        (sim, cns, net)
     }
 
     /// The region of memory node `mn`.

@@ -19,6 +19,12 @@
 //! [`broken::assert_caught`] is the other half: a protocol's deliberately broken variant
 //! must fail the same checks within a few seeds.
 //!
+//! A protocol that messages other compute nodes (`Protocol::messaging()`) gets a mailbox
+//! per worker on an in-memory network (`mem`) or the simulator's (`sim`); every worker
+//! keeps serving requests, and the protocol's service tasks run, until every coordinator
+//! of every node is done. Its round-trip budget cannot be measured (leave
+//! [`Options::rtt_budget`] empty). Other protocols run as they would without this.
+//!
 //! Everything runs in this process on [`env::MNS`] in-process memory nodes; scans read
 //! the quiesced regions directly. Depends on runtime, store, memnode, verbs, sim,
 //! workloads and check; never on `dmtx-protocols` (protocols use it as a
@@ -41,6 +47,7 @@ pub mod contended;
 pub mod env;
 pub mod faults;
 pub mod rtt;
+mod serving;
 pub mod workloads;
 
 use std::ops::Range;

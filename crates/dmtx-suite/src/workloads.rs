@@ -16,6 +16,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::env::{Env, Setup, Transport};
+use crate::serving::{serve_mem, MemLive, SimLive};
 
 /// Attempts of one drawn transaction before the coordinator gives up on it.
 const TRIES_MAX: u32 = 10_000;
@@ -144,13 +145,14 @@ pub fn run<P: Protocol, W: Workload>(
     let local_seed = |c: &Coordinator<P>| seed ^ c.ctx.id.global().wrapping_mul(0x9e37_79b9_7f4a_7c15);
     match transport {
         Transport::Mem => {
-            let cns: Vec<_> = (0..s.compute_nodes).map(|id| env.mem_cn(id)).collect();
+            let cns = env.mem_cns();
+            let live = env.proto.messaging().then(|| MemLive::new(coordinators));
             std::thread::scope(|scope| {
                 let handles: Vec<_> = cns
                     .iter()
                     .flat_map(|cn| (0..s.threads).map(move |t| (cn, t)))
                     .map(|(cn, t)| {
-                        let (env, w) = (&env, &w);
+                        let (env, w, live) = (&env, &w, live.as_ref());
                         scope.spawn(move || {
                             let wk = cn.worker(t).expect("worker");
                             let h = Rc::new(RefCell::new(History::new()));
@@ -160,10 +162,15 @@ pub fn run<P: Protocol, W: Workload>(
                             for c in coords.iter_mut() {
                                 let local = w.local(c.ctx.id, local_seed(c));
                                 let out = &out;
+                                let share = live.map(MemLive::share);
                                 ex.spawn(async move {
                                     let d = coordinator_loop(w, c, local, s.txns).await;
                                     out.borrow_mut().push(d);
+                                    drop(share);
                                 });
+                            }
+                            if let Some(live) = live {
+                                serve_mem(&mut ex, &wk, env.proto.as_ref(), live);
                             }
                             ex.run(wk.transport().as_ref());
                             drop(coords);
@@ -180,7 +187,7 @@ pub fn run<P: Protocol, W: Workload>(
             });
         }
         Transport::Sim => {
-            let (sim, cns) = env.sim(seed, None);
+            let (sim, cns, net) = env.sim(seed, None);
             let workers: Vec<Worker> = cns
                 .iter()
                 .flat_map(|cn| (0..s.threads).map(move |t| cn.worker(t).expect("worker")))
@@ -190,14 +197,21 @@ pub fn run<P: Protocol, W: Workload>(
                 .flat_map(|wk| coordinators_of(&env, wk, &history))
                 .collect();
             let out = RefCell::new(Vec::new());
+            let live = SimLive::new(coords.len());
             let mut ex = SimExecutor::new(&sim);
             for c in coords.iter_mut() {
                 let local = w.local(c.ctx.id, local_seed(c));
-                let (out, w) = (&out, &w);
+                let (out, w, live) = (&out, &w, &live);
                 ex.spawn(async move {
                     let d = coordinator_loop(w, c, local, s.txns).await;
                     out.borrow_mut().push(d);
+                    live.done_one();
                 });
+            }
+            if let Some(net) = &net {
+                for wk in &workers {
+                    live.serve(&mut ex, net, wk, env.proto.as_ref());
+                }
             }
             ex.run()
                 .unwrap_or_else(|e| panic!("{} on {}: DMTX_SEED={seed}: {e}", P::NAME, W::NAME));
