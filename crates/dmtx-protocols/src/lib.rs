@@ -3,6 +3,7 @@
 //!
 //! | module | paper | isolation |
 //! | --- | --- | --- |
+//! | [`farm`] | FaRM on one-sided verbs (FORD §2.3, §3.2, §6.1) | serializable |
 //! | [`ford`] | FORD (ACM TOS 2023; FAST'22), §4.2–4.6, §4.8 | serializable |
 //!
 //! Each module's doc gives its record layout, its round-trip budget per transaction
@@ -16,5 +17,6 @@
 #![warn(missing_docs)]
 #![allow(async_fn_in_trait)]
 
+pub mod farm;
 pub mod ford;
 pub mod onever;

@@ -9,6 +9,7 @@
 //! | [`tear`] | the checksum tear detector | none; 8 B per record |
 //! | [`index_walk`] | bucket walk, insert lock, overflow FAA and link, stale-address eviction | per bucket one READ; insert +1 CAS; overflow +1 round (FAA) and one WRITE per replica |
 //! | [`undo_log`] | log areas, log format and status word, the log WRITE | one WRITE per MN in the commit batch; status WRITE in the background |
+//! | [`redo_log`] | redo logs on backups (FaRM, DrTM+H) and their version-guarded truncation into the backups | one WRITE per backup MN in the commit-backup batch; truncation: two round trips off the critical path |
 //! | [`replicas`] | fan-out to backups, selective FLUSH | per record one WRITE per backup; one FLUSH per backup MN; no round trip of their own |
 //! | [`release`] | release and rollback | per held lock one WRITE or CAS, in the background; rollback: one awaited post |
 //!
@@ -22,6 +23,7 @@
 
 pub mod index_walk;
 pub mod record;
+pub mod redo_log;
 pub mod release;
 pub mod replicas;
 pub mod tear;

@@ -65,6 +65,25 @@ pub fn meta(table: u32, occupied: bool) -> u64 {
     ((table as u64) << 32) | occupied as u64
 }
 
+/// Bits of the write sequence in the meta word (bits 1-31).
+pub const SEQ_MASK: u64 = 0x7fff_ffff;
+
+/// The meta word of a record whose write sequence is `seq` (wrapping, 31 bits): the
+/// number of commits that wrote this slot since it was loaded. Protocols that install
+/// logged records into backups out of order (FaRM's and DrTM+H's truncation,
+/// [`super::redo_log`]) compare it to tell the newer image; FORD leaves it 0.
+#[inline]
+pub fn meta_seq(table: u32, occupied: bool, seq: u64) -> u64 {
+    meta(table, occupied) | ((seq & SEQ_MASK) << 1)
+}
+
+/// Whether write sequence `a` is newer than `b` (wrapping: within 2^30 of each other).
+#[inline]
+pub fn seq_newer(a: u64, b: u64) -> bool {
+    let d = a.wrapping_sub(b) & SEQ_MASK;
+    d != 0 && d < (1 << 30)
+}
+
 /// A read-only view of a fetched slot.
 #[derive(Copy, Clone)]
 pub struct SlotView<'a>(pub &'a [u8]);
@@ -84,6 +103,16 @@ impl<'a> SlotView<'a> {
     #[inline]
     pub fn key(&self) -> u64 {
         word(self.0, KEY)
+    }
+    /// The meta word.
+    #[inline]
+    pub fn meta(&self) -> u64 {
+        word(self.0, META)
+    }
+    /// The write sequence in the meta word ([`meta_seq`]).
+    #[inline]
+    pub fn seq(&self) -> u64 {
+        (word(self.0, META) >> 1) & SEQ_MASK
     }
     /// Whether a record lives here.
     #[inline]
@@ -149,6 +178,18 @@ impl SlotLayout for OneVersionLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_write_sequence_rides_in_meta_and_compares_wrapping() {
+        let m = meta_seq(3, true, 5);
+        let mut slot = vec![0u8; 48];
+        slot[META..META + 8].copy_from_slice(&m.to_le_bytes());
+        let v = SlotView(&slot);
+        assert_eq!((v.seq(), v.occupied(), m >> 32), (5, true, 3));
+        assert_eq!(meta_seq(3, true, 0), meta(3, true));
+        assert!(seq_newer(6, 5) && !seq_newer(5, 5) && !seq_newer(5, 6));
+        assert!(seq_newer(0, SEQ_MASK), "wraps");
+    }
 
     #[test]
     fn encoded_records_are_intact_and_any_mixture_is_not() {

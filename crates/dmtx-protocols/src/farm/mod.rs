@@ -1,0 +1,367 @@
+//! FaRM (Dragojević et al., NSDI'14/SOSP'15) re-implemented on one-sided verbs for
+//! disaggregated memory as FORD's evaluation does (ford.txt §2.3 and Fig. 2, §3.2,
+//! §4.2, §4.6, §6.1). Isolation: **serializable**.
+//!
+//! # Phases (Fig. 2)
+//!
+//! 1. **Execution** (`execute.rs`): every object is READ from its primary without a
+//!    lock; backups are never read (§3.2, §4.4). With the address cache off (the
+//!    default: FORD's code gives FaRM none) each object's home bucket is READ and the
+//!    record taken out of it: the same round trips, more bytes. An insert reads the
+//!    bucket under the chain's insert lock, picks a free slot and locks it (§3.2).
+//! 2. **Lock** (`validate.rs`): `CAS(vlock, 0 → me)` on the primary of every read-write
+//!    and delete object, one round trip; a failed CAS aborts (no waiting).
+//! 3. **Validation** (`validate.rs`): one 16-byte READ (`vlock` + `version`) of the
+//!    primary per read-only **and** read-write object; fails if a version changed or
+//!    the record is locked by another coordinator.
+//! 4. **Commit-backup** (`commit.rs`): the new images as redo records into this
+//!    coordinator's log area on every node holding a backup, one selective FLUSH per
+//!    such node after its last WRITE, every ACK awaited ([`crate::onever::redo_log`]).
+//! 5. **Commit-primary** (`commit.rs`): per primary the in-place WRITE of the new image,
+//!    then `WRITE(vlock, 0)`, in one round trip; the commit is reported on its ACK.
+//! 6. **Truncation** (`Protocol::cleanup`, off the transaction's round trips and
+//!    latency): version-guarded installs of the logged images into the backups, then
+//!    the logs are freed ([`crate::onever::redo_log::Truncation`]).
+//!
+//! # Round trips per transaction (`FARM_BUDGET` in `tests/farm_suite.rs`)
+//!
+//! | kind | RTTs (f ≥ 1) | verbs (address cache off) |
+//! | --- | --- | --- |
+//! | read-only, 1 record | 1 (2 when the primary was locked) | 1 bucket READ (+ 1 READ(16 B)) |
+//! | read-only, n records | 2 | n bucket READs + n READ(16 B) |
+//! | read-write, no RO data | 5 | bucket READs; CAS each; READ(16 B) each; per backup node a log WRITE + FLUSH; per primary WRITE + WRITE(vlock) |
+//! | read-write with RO data | 5 | the above + the RO records' bucket READs and READ(16 B) |
+//! | insert | 4: lookup (bucket lock CAS + bucket READ), slot CAS + READ, commit-backup, commit-primary | |
+//! | delete | 5, as read-write | |
+//! | truncation (cleanup) | 2 per committed transaction with backups | per backup copy CAS + READ(8 B), then WRITE (if newer) + WRITE(8 B); per node a status WRITE |
+//!
+//! With one replica there is no backup: commit-backup and truncation are left out (4
+//! round trips for read-write). A warm address cache (`addr_cache=true`) changes only
+//! bytes: the record's slot is READ instead of its bucket.
+//!
+//! # Record layout and tear detection
+//!
+//! The one-version record ([`crate::onever::record`]): `vlock | version | key | meta |
+//! checksum | value`, 40 header bytes. FaRM never sets the invisible bit; bits 1-31 of
+//! `meta` hold the record's write sequence, which orders truncation installs. Tears:
+//! the checksum ([`crate::onever::tear`], 8 B per record) rather than FaRM's
+//! per-cache-line versions: every execution READ is checked, and a torn one is re-read
+//! (`reread_max` times, counted in `rereads`). A lone read-only record read with its
+//! lock word clear is intact and unlocked, so it skips validation.
+//!
+//! # Rules the paper is silent on, and deviations
+//!
+//! - **Validation fails on a record locked by another coordinator**, not only on a
+//!   changed version (issue 27 item 3): versions alone let T1 (locks B, reads A) and T2
+//!   (locks A, reads B) both commit (write skew). The versions-only rule is kept as
+//!   [`FarmVariant::VersionOnlyValidation`], which the isolation checker catches.
+//! - **The write set's versions are validated in their own round** after the lock
+//!   round (§4.6 counts FaRM at 5 round trips); the execution READ was unlocked.
+//! - **A lone read-only record skips validation only when its READ saw the lock word
+//!   clear** (FORD's code skips it always).
+//! - **Truncation is awaited in `cleanup`** before the coordinator's next transaction,
+//!   not left as unawaited WRITEs (FORD's authors' code): the install needs the backup
+//!   copy's lock and write sequence before it writes. It is counted as cleanup round
+//!   trips, never the transaction's. Since each coordinator truncates its last commit
+//!   before its next, its log area holds one transaction and never fills; a transaction
+//!   whose log alone exceeds the area aborts with `LogFull`. Not done: batching several
+//!   transactions per truncation, and the stall on a full area that batching would need.
+//! - **Versions are writer ids** as in FORD's module; FaRM compares them for equality
+//!   only. The write sequence in `meta` orders installs.
+//! - **Inserts lock the home bucket's chain** (the shared insert lock) while picking a
+//!   slot, so two transactions never insert one key twice; a delete writes the record
+//!   back invalid (§3.2).
+//!
+//! # Failures
+//!
+//! - A verb fails before commit-primary: abort, release the locks (nothing is in place;
+//!   a redo log already written stays marked logged for recovery).
+//! - The commit-primary post fails: every backup holds the redo log, so the transaction
+//!   is committed (FaRM's commit point) and may already be visible; nothing is rolled
+//!   back. Each lock word still held is found by READ and its image WRITE and unlock are
+//!   repeated until they land (bounded; beyond that recovery, which dmtx lacks, would
+//!   finish from the redo logs).
+//! - A truncation post fails: its queue is dropped; the logs stay for recovery.
+
+mod commit;
+mod execute;
+mod validate;
+
+use dmtx_memnode::Control;
+use dmtx_runtime::{
+    Abort, CoordCtx, Coordinator, Isolation, KnobError, KnobSpec, Knobs, MetricKind, MetricSpec, Protocol, Result, Txn,
+};
+use dmtx_store::SlotLayout;
+use dmtx_verbs::{AtomicId, MnId, Post, ReadId};
+
+use crate::onever::index_walk::{Stage, Walk};
+use crate::onever::record::OneVersionLayout;
+use crate::onever::redo_log::{RedoEntry, RedoLog, Truncation};
+use crate::onever::{Holds, OneVersionObj};
+
+/// Per record: building its execution ops and checking the slot it read.
+pub const STEP_EXECUTE: &str = "farm.execute";
+/// Per validated record: its validation read and checks.
+pub const STEP_VALIDATE: &str = "farm.validate";
+/// Per written record: its image, redo entry and primary write.
+pub const STEP_COMMIT: &str = "farm.commit";
+
+/// FaRM's CPU steps; costs not fitted yet (0: the `txn.add` and polls carry the cost).
+pub const CPU_STEPS: &[(&str, u64)] = &[(STEP_COMMIT, 0), (STEP_EXECUTE, 0), (STEP_VALIDATE, 0)];
+
+/// Metric index: re-reads of a record found torn.
+pub const METRIC_REREADS: usize = 0;
+/// Metric index: backup copies truncation installed.
+pub const METRIC_INSTALLS: usize = 1;
+/// Metric index: installs retried because another truncator held the copy.
+pub const METRIC_INSTALL_RETRIES: usize = 2;
+
+/// FaRM's figures, in `protocol_metrics`.
+pub const METRICS: &[MetricSpec] = &[
+    MetricSpec::new(
+        "rereads",
+        MetricKind::Counter,
+        "re-reads of a record an execution READ found torn (each bounded by `reread_max`)",
+    ),
+    MetricSpec::new(
+        "truncation_installs",
+        MetricKind::Counter,
+        "backup copies truncation wrote with a logged image",
+    ),
+    MetricSpec::new(
+        "truncation_retries",
+        MetricKind::Counter,
+        "truncation installs retried because another truncator held the backup copy",
+    ),
+];
+
+/// Protocol variants. Every one but [`FarmVariant::Fixed`] is deliberately broken and
+/// exists only so tests can show the isolation checker catches it.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum FarmVariant {
+    /// Validation checks versions and locks.
+    #[default]
+    Fixed,
+    /// The paper's silence taken literally: validate versions only (write skew).
+    VersionOnlyValidation,
+}
+
+/// FaRM's settings.
+#[derive(Clone, Debug)]
+pub struct FarmConfig {
+    /// Use the address cache (FORD's code gives FaRM none).
+    pub addr_cache: bool,
+    /// Re-reads of a torn record before aborting.
+    pub reread_max: u32,
+    /// Bytes of each coordinator's redo-log area on each memory node.
+    pub log_bytes: u32,
+    /// Test-only variant.
+    pub variant: FarmVariant,
+}
+
+impl Default for FarmConfig {
+    fn default() -> Self {
+        Self {
+            addr_cache: false,
+            reread_max: 4,
+            log_bytes: 64 << 10,
+            variant: FarmVariant::Fixed,
+        }
+    }
+}
+
+const ADDR_CACHE: KnobSpec = KnobSpec {
+    name: "addr_cache",
+    default: "false",
+    help: "cache record addresses (FORD's code gives FaRM none: bucket READs instead)",
+};
+const REREAD_MAX: KnobSpec = KnobSpec {
+    name: "reread_max",
+    default: "4",
+    help: "re-reads of a torn record before the transaction aborts",
+};
+const LOG_BYTES: KnobSpec = KnobSpec {
+    name: "log_bytes",
+    default: "65536",
+    help: "redo-log bytes per coordinator per memory node",
+};
+
+/// The FaRM protocol.
+#[derive(Debug, Clone)]
+pub struct Farm {
+    cfg: FarmConfig,
+    layout: OneVersionLayout,
+}
+
+impl Farm {
+    /// FaRM with `cfg`.
+    pub fn new(cfg: FarmConfig) -> Self {
+        Self {
+            cfg,
+            layout: OneVersionLayout,
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &FarmConfig {
+        &self.cfg
+    }
+}
+
+/// FaRM's per-object state.
+#[derive(Debug, Default)]
+pub struct FarmObj {
+    stage: Stage,
+    rel: u64,
+    holds: Holds,
+    /// Version read.
+    version: u64,
+    /// Write sequence read (`onever::record::meta_seq`).
+    seq: u64,
+    /// The execution READ saw the lock word clear.
+    read_unlocked: bool,
+    rereads: u32,
+    /// Offset of the old image in `FarmCoord::undo`.
+    undo_at: u32,
+    walk: Walk,
+    read: Option<ReadId>,
+    cas: Option<AtomicId>,
+}
+
+impl OneVersionObj for FarmObj {
+    #[inline]
+    fn rel(&self) -> u64 {
+        self.rel
+    }
+    #[inline]
+    fn undo_at(&self) -> usize {
+        self.undo_at as usize
+    }
+    #[inline]
+    fn holds(&mut self) -> &mut Holds {
+        &mut self.holds
+    }
+}
+
+/// FaRM's per-coordinator state.
+pub struct FarmCoord {
+    /// This coordinator's lock word (`global id + 1`).
+    lock: u64,
+    post: Post,
+    bg: Post,
+    log: RedoLog,
+    /// Old images of written objects (bytes 8..), for a failed commit's rollback.
+    undo: Vec<u8>,
+    /// New images of the commit (bytes 8..).
+    images: Vec<u8>,
+    entries: Vec<RedoEntry>,
+    mns: Vec<MnId>,
+    trunc: Truncation,
+    /// Scratch of commit-primary: (table, lock word, entry of its image) of every word
+    /// the release gives back.
+    unlocks: Vec<(u32, u64, Option<usize>)>,
+    insert_walks: Vec<(u32, u64, bool, bool)>,
+    claimed: Vec<(u32, u64)>,
+}
+
+async fn truncate(coord: &mut Coordinator<Farm>) {
+    let st = &mut coord.state;
+    if st.trunc.is_empty() {
+        return;
+    }
+    if let Ok(done) = st.trunc.run(&mut coord.ctx, &st.log, st.lock).await {
+        coord.ctx.metric(METRIC_INSTALLS, done.installed);
+        coord.ctx.metric(METRIC_INSTALL_RETRIES, done.retries);
+    }
+}
+
+impl Protocol for Farm {
+    type CoordState = FarmCoord;
+    type ObjState = FarmObj;
+    type CnState = ();
+    type ThreadState = ();
+
+    const NAME: &'static str = "farm";
+    const ABOUT: &'static str =
+        "FaRM on one-sided verbs (as in FORD §6.1): lock, validate, commit-backup redo logs, commit-primary";
+    const KNOBS: &'static [KnobSpec] = &[ADDR_CACHE, REREAD_MAX, LOG_BYTES];
+    const METRICS: &'static [MetricSpec] = METRICS;
+    const CPU_STEPS: &'static [(&'static str, u64)] = CPU_STEPS;
+
+    fn from_knobs(knobs: &Knobs) -> std::result::Result<Self, KnobError> {
+        Ok(Self::new(FarmConfig {
+            addr_cache: knobs.get(&ADDR_CACHE)?,
+            reread_max: knobs.get(&REREAD_MAX)?,
+            log_bytes: knobs.get_checked(&LOG_BYTES, |v: u32| {
+                if v >= 4096 && v.is_multiple_of(8) {
+                    Ok(())
+                } else {
+                    Err("must be a multiple of 8, at least 4096".into())
+                }
+            })?,
+            variant: FarmVariant::Fixed,
+        }))
+    }
+
+    fn isolation(&self) -> Isolation {
+        Isolation::Serializable
+    }
+
+    fn layout(&self) -> &dyn SlotLayout {
+        &self.layout
+    }
+
+    fn coord_state(&self, ctx: &CoordCtx, control: &dyn Control) -> Result<FarmCoord> {
+        let log = RedoLog::alloc(control, self.cfg.log_bytes)?;
+        let lock = ctx.id.global() + 1;
+        assert!(lock & crate::onever::record::INVISIBLE == 0);
+        Ok(FarmCoord {
+            lock,
+            post: Post::new(),
+            bg: Post::new(),
+            log,
+            undo: Vec::new(),
+            images: Vec::new(),
+            entries: Vec::new(),
+            mns: Vec::new(),
+            trunc: Truncation::default(),
+            unlocks: Vec::new(),
+            insert_walks: Vec::new(),
+            claimed: Vec::new(),
+        })
+    }
+
+    async fn execute(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+        execute::execute(txn).await
+    }
+
+    async fn commit(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+        validate::lock(txn).await?;
+        validate::validate(txn).await?;
+        commit::commit(txn).await
+    }
+
+    fn abort(txn: &mut Txn<'_, Self>) {
+        let c = &mut *txn.coord;
+        let st = &mut c.state;
+        st.bg.clear();
+        crate::onever::release::push_release(&mut st.bg, &mut c.set.objs, &c.ctx.catalog, st.lock);
+        c.ctx.post_background(&mut st.bg);
+    }
+
+    async fn cleanup(coord: &mut Coordinator<Self>) {
+        truncate(coord).await
+    }
+
+    async fn drain(coord: &mut Coordinator<Self>) {
+        truncate(coord).await
+    }
+}
+
+impl Farm {
+    /// FaRM with a test-only broken `variant` (see [`FarmVariant`]).
+    pub fn with_variant(mut cfg: FarmConfig, variant: FarmVariant) -> Self {
+        cfg.variant = variant;
+        Self::new(cfg)
+    }
+}
