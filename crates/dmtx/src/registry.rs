@@ -279,6 +279,7 @@ macro_rules! registry {
 registry! {
     protocols {
         dmtx_protocols::ford::Ford,
+        dmtx_protocols::farm::Farm,
     }
     workloads {
         dmtx_workloads::Kvs,
