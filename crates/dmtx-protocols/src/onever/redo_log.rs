@@ -165,6 +165,9 @@ pub struct Truncated {
     pub retries: u64,
 }
 
+/// One install's `CAS(vlock)` and READ of the meta word.
+type InstallIds = (AtomicId, ReadId);
+
 /// The committed images of one coordinator still to install into backups (the logs
 /// written by its last commit).
 #[derive(Debug, Default)]
@@ -175,7 +178,7 @@ pub struct Truncation {
     mns: Vec<MnId>,
     post: Post,
     /// Per pending install: entry, replica, its CAS and READ.
-    todo: Vec<(usize, usize, Option<(AtomicId, ReadId)>)>,
+    todo: Vec<(usize, usize, Option<InstallIds>)>,
 }
 
 impl Truncation {
