@@ -5,7 +5,7 @@
 //! its round-trip budget; and a seeded fault sweep. The paper-silent versions-only
 //! validation is caught.
 
-use dmtx_protocols::farm::{Farm, FarmConfig, FarmVariant};
+use dmtx_protocols::farm::{Farm, FarmConfig, FarmVariant, METRIC_LOG_FULL_STALLS};
 use dmtx_runtime::{block_on, AbortReason, Access, Coordinator, Knobs, Protocol};
 use dmtx_suite::{bank, contended, Cache, FaultMenu, Options, RttBudget, Setup, Transport, TxnKind};
 
@@ -56,7 +56,12 @@ fn farm_meets_its_round_trip_budget() {
 #[test]
 fn farm_passes_the_suite() {
     let opts = Options {
-        knob_sets: vec![Knobs::default(), Knobs::parse(["addr_cache=true"]).unwrap()],
+        knob_sets: vec![
+            Knobs::default(),
+            Knobs::parse(["addr_cache=true"]).unwrap(),
+            // Batched truncation, and areas small enough that commits stall on them.
+            Knobs::parse(["truncate_batch=1000", "log_bytes=4096"]).unwrap(),
+        ],
         faults: Some(FARM_FAULTS),
         ..Options::default()
     };
@@ -123,6 +128,54 @@ fn a_late_truncation_never_installs_an_older_image() {
         assert_eq!(newer.rtts, 2, "B's truncation: lock+read, then install+unlock");
         assert_eq!(env.replicas_differ(bank::TABLE.id()), None, "B installed");
         a.cleanup().await;
+    });
+    assert_eq!(env.replicas_differ(bank::TABLE.id()), None);
+}
+
+/// Goal: `truncate_batch` really batches (no truncation round trips until the batch is
+/// full, backups behind meanwhile), a full log area stalls a commit until truncation
+/// empties it (counted), and the drain finishes what is queued at the end.
+#[test]
+fn truncation_batches_stalls_on_a_full_area_and_drains() {
+    let knobs = Knobs::parse(["truncate_batch=3"]).unwrap();
+    let env = dmtx_suite::Env::bank(make(&knobs), Setup::new(2, 20));
+    let w = env.mem_cn(0).worker(0).expect("worker");
+    let mut c = w.coordinator(&env.proto, 0).expect("coordinator");
+    block_on(async {
+        for round in 1..=3 {
+            restamp(&mut c, 4).await;
+            let cleanup = c.cleanup().await;
+            let differ = env.replicas_differ(bank::TABLE.id());
+            if round < 3 {
+                assert_eq!(cleanup.rtts, 0, "commit {round}: still batching");
+                assert!(
+                    differ.is_some(),
+                    "commit {round}: the backup is behind until truncation"
+                );
+            } else {
+                assert_eq!(cleanup.rtts, 2, "the third commit fills the batch");
+                assert_eq!(differ, None);
+            }
+        }
+    });
+
+    // A 4096-byte area holds about 50 one-record logs: 120 commits must stall.
+    let knobs = Knobs::parse(["truncate_batch=1000", "log_bytes=4096"]).unwrap();
+    let env = dmtx_suite::Env::bank(make(&knobs), Setup::new(3, 20));
+    let w = env.mem_cn(0).worker(0).expect("worker");
+    let mut c = w.coordinator(&env.proto, 0).expect("coordinator");
+    block_on(async {
+        for i in 0..120 {
+            restamp(&mut c, 1 + i % 7).await;
+            c.cleanup().await;
+        }
+        let stalls = c.ctx.metrics.get(METRIC_LOG_FULL_STALLS).map_or(0, |m| m.sum);
+        assert!(stalls >= 2, "{stalls} stalls");
+        assert!(
+            env.replicas_differ(bank::TABLE.id()).is_some(),
+            "the last logs wait for the drain"
+        );
+        c.drain().await;
     });
     assert_eq!(env.replicas_differ(bank::TABLE.id()), None);
 }

@@ -12,7 +12,7 @@ use dmtx_store::BUCKET_LOCK_OFFSET;
 use dmtx_verbs::Post;
 
 use crate::onever::record::{encode_image, meta_seq, VERSION, VLOCK};
-use crate::onever::redo_log::RedoEntry;
+use crate::onever::redo_log::{RedoEntry, Room};
 use crate::onever::{release as rel, replicas};
 
 pub(super) async fn commit(txn: &mut Txn<'_, Farm>) -> Result<(), Abort> {
@@ -50,14 +50,20 @@ pub(super) async fn commit(txn: &mut Txn<'_, Farm>) -> Result<(), Abort> {
     }
 
     // 1. Commit-backup: redo records to every backup's log area, FLUSH after each
-    //    node's last one, every ACK awaited.
-    st.post.clear();
-    let header = (c.ctx.id.global(), c.set.txn_seq);
-    for &mn in &st.mns {
-        if let Err(needed) = st
-            .log
-            .post_write(&mut st.post, mn, header, &st.entries, &st.images, &c.ctx.catalog)
-        {
+    //    node's last one, every ACK awaited. A log area without room for this log
+    //    stalls the commit until truncation has emptied it (counted).
+    match st.log.room(&st.mns, &st.entries, &c.ctx.catalog) {
+        Room::Fits => {}
+        Room::AfterTruncation => {
+            c.ctx.metric(super::METRIC_LOG_FULL_STALLS, 1);
+            if let Err(e) = st.trunc.run(&mut c.ctx, &mut st.log, st.lock).await {
+                c.ctx.last_fault = Some(e);
+                return Err(Abort::new(AbortReason::Fault));
+            }
+        }
+        Room::Never(needed) => {
+            // Nothing is written yet: the abort path releases the locks. The driver
+            // stops the run on this reason, since the transaction can never commit.
             let area = st.log.bytes() as u64;
             c.ctx.last_log_full = Some(format!(
                 "a transaction's redo log needs {needed} bytes, more than the {area}-byte log area of `farm` \
@@ -66,6 +72,13 @@ pub(super) async fn commit(txn: &mut Txn<'_, Farm>) -> Result<(), Abort> {
             ));
             return Err(Abort::new(AbortReason::LogFull));
         }
+    }
+    st.post.clear();
+    let header = (c.ctx.id.global(), c.set.txn_seq);
+    for &mn in &st.mns {
+        st.log
+            .post_write(&mut st.post, mn, header, &st.entries, &st.images, &c.ctx.catalog)
+            .expect("room checked above");
     }
     let log = &st.log;
     replicas::post_selective_flush(&mut st.post, &st.mns, &c.set.objs, &c.ctx.catalog, |mn| log.area(mn));
@@ -115,15 +128,8 @@ pub(super) async fn commit(txn: &mut Txn<'_, Farm>) -> Result<(), Abort> {
         }
     }
     let st = &mut c.state;
-    // Truncation installs the logged images into the backups before this coordinator's
-    // next transaction (`Farm::cleanup`).
-    let backed = st.mns.iter().copied().filter(|&mn| {
-        st.entries.iter().any(|e| {
-            let info = c.ctx.catalog.get(e.table).expect("table checked at add");
-            info.meta.replicas[1..].iter().any(|&(m, _)| m == mn)
-        })
-    });
-    let backed: Vec<_> = backed.collect();
+    // Truncation installs the logged images into the backups (`Farm::cleanup`, every
+    // `truncate_batch` commits, or a stall when a log area is full).
     let with_backup: Vec<RedoEntry> = st
         .entries
         .iter()
@@ -138,7 +144,7 @@ pub(super) async fn commit(txn: &mut Txn<'_, Farm>) -> Result<(), Abort> {
         })
         .collect();
     if !with_backup.is_empty() {
-        st.trunc.push(&with_backup, &st.images, &backed);
+        st.trunc.push(&with_backup, &st.images);
     }
     Ok(())
 }

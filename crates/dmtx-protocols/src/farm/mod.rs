@@ -19,9 +19,12 @@
 //!    such node after its last WRITE, every ACK awaited ([`crate::onever::redo_log`]).
 //! 5. **Commit-primary** (`commit.rs`): per primary the in-place WRITE of the new image,
 //!    then `WRITE(vlock, 0)`, in one round trip; the commit is reported on its ACK.
-//! 6. **Truncation** (`Protocol::cleanup`, off the transaction's round trips and
+//! 6. **Truncation** (`Protocol::cleanup` once `truncate_batch` commits are queued, and
+//!    `Protocol::drain` at the run's end; off the transaction's round trips and
 //!    latency): version-guarded installs of the logged images into the backups, then
-//!    the logs are freed ([`crate::onever::redo_log::Truncation`]).
+//!    the logs are freed ([`crate::onever::redo_log::Truncation`]). A commit whose log
+//!    does not fit in what is left of an area stalls: it truncates first, inside its
+//!    commit (counted in `log_full_stalls`, its round trips in the transaction's).
 //!
 //! # Round trips per transaction (`FARM_BUDGET` in `tests/farm_suite.rs`)
 //!
@@ -33,7 +36,7 @@
 //! | read-write with RO data | 5 | the above + the RO records' bucket READs and READ(16 B) |
 //! | insert | 4: lookup (bucket lock CAS + bucket READ), slot CAS + READ, commit-backup, commit-primary | |
 //! | delete | 5, as read-write | |
-//! | truncation (cleanup) | 2 per committed transaction with backups | per backup copy CAS + READ(8 B), then WRITE (if newer) + WRITE(8 B); per node a status WRITE |
+//! | truncation (cleanup) | 2 per `truncate_batch` committed transactions with backups (+2 per retry) | per backup copy CAS + READ(8 B), then WRITE (if newer) + WRITE(8 B); per log a status WRITE |
 //!
 //! With one replica there is no backup: commit-backup and truncation are left out (4
 //! round trips for read-write). A warm address cache (`addr_cache=true`) changes only
@@ -59,13 +62,12 @@
 //!   round (§4.6 counts FaRM at 5 round trips); the execution READ was unlocked.
 //! - **A lone read-only record skips validation only when its READ saw the lock word
 //!   clear** (FORD's code skips it always).
-//! - **Truncation is awaited in `cleanup`** before the coordinator's next transaction,
-//!   not left as unawaited WRITEs (FORD's authors' code): the install needs the backup
-//!   copy's lock and write sequence before it writes. It is counted as cleanup round
-//!   trips, never the transaction's. Since each coordinator truncates its last commit
-//!   before its next, its log area holds one transaction and never fills; a transaction
-//!   whose log alone exceeds the area aborts with `LogFull`. Not done: batching several
-//!   transactions per truncation, and the stall on a full area that batching would need.
+//! - **Truncation is awaited in `cleanup`** (every `truncate_batch` commits), not left as
+//!   unawaited WRITEs (FORD's authors' code): the install needs the backup copy's lock
+//!   and write sequence before it writes. Its round trips are cleanup's, never the
+//!   transaction's, except a stall on a full area. A record queued twice is installed
+//!   once, with its newer image. A transaction whose log alone exceeds an area aborts
+//!   with `LogFull`.
 //! - **Versions are writer ids** as in FORD's module; FaRM compares them for equality
 //!   only. The write sequence in `meta` orders installs.
 //! - **Inserts lock the home bucket's chain** (the shared insert lock) while picking a
@@ -116,6 +118,10 @@ pub const METRIC_INSTALLS: usize = 1;
 /// Metric index: installs retried because another truncator held the copy.
 pub const METRIC_INSTALL_RETRIES: usize = 2;
 
+/// Metric index: commits stalled because a redo-log area was full, until truncation
+/// emptied it.
+pub const METRIC_LOG_FULL_STALLS: usize = 3;
+
 /// FaRM's figures, in `protocol_metrics`.
 pub const METRICS: &[MetricSpec] = &[
     MetricSpec::new(
@@ -132,6 +138,11 @@ pub const METRICS: &[MetricSpec] = &[
         "truncation_retries",
         MetricKind::Counter,
         "truncation installs retried because another truncator held the backup copy",
+    ),
+    MetricSpec::new(
+        "log_full_stalls",
+        MetricKind::Counter,
+        "commits stalled on a full redo-log area until truncation emptied it",
     ),
 ];
 
@@ -155,6 +166,8 @@ pub struct FarmConfig {
     pub reread_max: u32,
     /// Bytes of each coordinator's redo-log area on each memory node.
     pub log_bytes: u32,
+    /// Committed transactions queued before the cleanup truncates them.
+    pub truncate_batch: u32,
     /// Test-only variant.
     pub variant: FarmVariant,
 }
@@ -165,6 +178,7 @@ impl Default for FarmConfig {
             addr_cache: false,
             reread_max: 4,
             log_bytes: 64 << 10,
+            truncate_batch: 1,
             variant: FarmVariant::Fixed,
         }
     }
@@ -184,6 +198,12 @@ const LOG_BYTES: KnobSpec = KnobSpec {
     name: "log_bytes",
     default: "65536",
     help: "redo-log bytes per coordinator per memory node",
+};
+
+const TRUNCATE_BATCH: KnobSpec = KnobSpec {
+    name: "truncate_batch",
+    default: "1",
+    help: "committed transactions whose redo logs a coordinator truncates together (a full log area truncates at once)",
 };
 
 /// The FaRM protocol.
@@ -264,12 +284,13 @@ pub struct FarmCoord {
     claimed: Vec<(u32, u64)>,
 }
 
-async fn truncate(coord: &mut Coordinator<Farm>) {
+/// Truncate what is queued, when `batch` transactions are (1 at the run's end).
+async fn truncate(coord: &mut Coordinator<Farm>, batch: u32) {
     let st = &mut coord.state;
-    if st.trunc.is_empty() {
+    if st.trunc.is_empty() || st.trunc.txns() < batch {
         return;
     }
-    if let Ok(done) = st.trunc.run(&mut coord.ctx, &st.log, st.lock).await {
+    if let Ok(done) = st.trunc.run(&mut coord.ctx, &mut st.log, st.lock).await {
         coord.ctx.metric(METRIC_INSTALLS, done.installed);
         coord.ctx.metric(METRIC_INSTALL_RETRIES, done.retries);
     }
@@ -284,7 +305,7 @@ impl Protocol for Farm {
     const NAME: &'static str = "farm";
     const ABOUT: &'static str =
         "FaRM on one-sided verbs (as in FORD §6.1): lock, validate, commit-backup redo logs, commit-primary";
-    const KNOBS: &'static [KnobSpec] = &[ADDR_CACHE, REREAD_MAX, LOG_BYTES];
+    const KNOBS: &'static [KnobSpec] = &[ADDR_CACHE, REREAD_MAX, LOG_BYTES, TRUNCATE_BATCH];
     const METRICS: &'static [MetricSpec] = METRICS;
     const CPU_STEPS: &'static [(&'static str, u64)] = CPU_STEPS;
 
@@ -297,6 +318,13 @@ impl Protocol for Farm {
                     Ok(())
                 } else {
                     Err("must be a multiple of 8, at least 4096".into())
+                }
+            })?,
+            truncate_batch: knobs.get_checked(&TRUNCATE_BATCH, |v: u32| {
+                if v >= 1 {
+                    Ok(())
+                } else {
+                    Err("must be at least 1".into())
                 }
             })?,
             variant: FarmVariant::Fixed,
@@ -350,11 +378,12 @@ impl Protocol for Farm {
     }
 
     async fn cleanup(coord: &mut Coordinator<Self>) {
-        truncate(coord).await
+        let batch = coord.proto.config().truncate_batch;
+        truncate(coord, batch).await
     }
 
     async fn drain(coord: &mut Coordinator<Self>) {
-        truncate(coord).await
+        truncate(coord, 1).await
     }
 }
 

@@ -2,8 +2,9 @@
 //! and DrTM+H re-implemented on one-sided verbs (FORD §2.3 Fig. 2, §6.1) share.
 //!
 //! A commit writes, before touching any primary, one redo log per memory node holding a
-//! backup of a written record: the new image of each such record, into this
-//! coordinator's log area on that node, followed (in the same batch) by one selective
+//! backup of a written record: the new image of each such record, appended to this
+//! coordinator's log area on that node ([`RedoLog::room`] tells whether it fits, or
+//! fits only once truncation has emptied the area: the caller stalls), followed (in the same batch) by one selective
 //! FLUSH per node ([`super::replicas::post_selective_flush`]). Backups are never read
 //! and never updated in place by the commit.
 //!
@@ -19,8 +20,9 @@
 //! round 1 posts, per backup copy, `CAS(vlock, 0 → me)` and a READ of its meta word
 //! behind it (same node, same batch: the READ sees the copy under our lock); round 2
 //! WRITEs the image only where the copy is older, and unlocks. A copy locked by another
-//! truncator is retried in the next pair of rounds (counted). The log is freed in the
-//! last round, so an area is never reused while an install from it is pending.
+//! truncator is retried in the next pair of rounds (counted). The logs are freed in the
+//! last round, so an area is never reused while an install from it is pending. A
+//! record queued by several commits is installed once, with the newest image.
 //!
 //! Invariants:
 //! 1. A backup copy is written only by a truncator holding its `vlock`, and only with an
@@ -34,6 +36,8 @@
 //! per retry), off the transaction's critical path: per backup copy one CAS + one 8-byte
 //! READ, then one WRITE of the image (when newer) + one 8-byte WRITE; per node one 8-byte
 //! status WRITE.
+
+use std::collections::HashMap;
 
 use dmtx_memnode::Control;
 use dmtx_runtime::{CoordCtx, Result};
@@ -77,11 +81,28 @@ fn backup_on(catalog: &Catalog, table: u32, mn: MnId) -> bool {
     info.meta.replicas[1..].iter().any(|&(m, _)| m == mn)
 }
 
-/// One coordinator's redo-log areas, one per memory node.
+/// One coordinator's redo-log areas, one per memory node. Each area is filled from its
+/// start, one log per committed transaction, and emptied as a whole once truncation has
+/// installed every log in it ([`RedoLog::post_free`], [`RedoLog::freed`]).
 #[derive(Debug)]
 pub struct RedoLog {
     base: Vec<u64>,
     bytes: u32,
+    /// Bytes of each area holding logs not yet truncated.
+    used: Vec<u32>,
+    /// Status words of the logs not yet truncated.
+    headers: Vec<RemotePtr>,
+}
+
+/// Whether a transaction's log fits.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Room {
+    /// It fits in what is left of every area.
+    Fits,
+    /// It fits only once truncation has emptied the areas: stall and truncate first.
+    AfterTruncation,
+    /// It needs this many bytes on one node, more than a whole area.
+    Never(usize),
 }
 
 impl RedoLog {
@@ -91,7 +112,13 @@ impl RedoLog {
         for mn in 0..control.mn_count() {
             base.push(control.alloc(MnId(mn as u16), bytes as u64, 64)?);
         }
-        Ok(Self { base, bytes })
+        let used = vec![0; base.len()];
+        Ok(Self {
+            base,
+            bytes,
+            used,
+            headers: Vec::new(),
+        })
     }
 
     /// Bytes of each area.
@@ -106,11 +133,40 @@ impl RedoLog {
         RemotePtr::new(mn, self.base[mn.index()])
     }
 
-    /// Append to `post` the log WRITE for memory node `mn`: one entry per record of
-    /// `entries` with a backup there (nothing when there is none). `Err(needed)` with
-    /// nothing appended when the log would exceed the area (invariant 2).
+    /// Bytes the log of `entries` takes on `mn` (0 when `mn` holds no backup of them).
+    fn log_len(mn: MnId, entries: &[RedoEntry], catalog: &Catalog) -> usize {
+        let mut len = 0;
+        for e in entries.iter().filter(|e| backup_on(catalog, e.table, mn)) {
+            len += REDO_ENTRY_HEADER_BYTES + e.len as usize;
+        }
+        if len == 0 {
+            0
+        } else {
+            (REDO_HEADER_BYTES + len).next_multiple_of(8)
+        }
+    }
+
+    /// Whether the logs of `entries` on `mns` fit.
+    pub fn room(&self, mns: &[MnId], entries: &[RedoEntry], catalog: &Catalog) -> Room {
+        let mut room = Room::Fits;
+        for &mn in mns {
+            let len = Self::log_len(mn, entries, catalog);
+            if len > self.bytes as usize {
+                return Room::Never(len);
+            }
+            if self.used[mn.index()] as usize + len > self.bytes as usize {
+                room = Room::AfterTruncation;
+            }
+        }
+        room
+    }
+
+    /// Append to `post` the log WRITE for memory node `mn`, after the logs already in
+    /// its area: one entry per record of `entries` with a backup there (nothing when
+    /// there is none). `Err(needed)` with nothing appended when the log does not fit in
+    /// what is left of the area (invariant 2; [`RedoLog::room`] tells beforehand).
     pub fn post_write(
-        &self,
+        &mut self,
         post: &mut Post,
         mn: MnId,
         (coord, txn_seq): (u64, u64),
@@ -123,12 +179,16 @@ impl RedoLog {
         if count == 0 {
             return Ok(());
         }
-        let len = REDO_HEADER_BYTES + mine().map(|e| REDO_ENTRY_HEADER_BYTES + e.len as usize).sum::<usize>();
-        if len > self.bytes as usize {
+        let len = Self::log_len(mn, entries, catalog);
+        let used = self.used[mn.index()] as usize;
+        if used + len > self.bytes as usize {
             return Err(len);
         }
+        self.used[mn.index()] = (used + len) as u32;
+        let at = self.area(mn).offset + used as u64;
+        self.headers.push(RemotePtr::new(mn, at + REDO_STATUS_OFFSET));
         let header = [coord, txn_seq, count as u64, REDO_LOGGED];
-        post.write_with(self.area(mn), len, |buf| {
+        post.write_with(RemotePtr::new(mn, at), len, |buf| {
             for (i, w) in header.iter().enumerate() {
                 buf[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
             }
@@ -140,17 +200,23 @@ impl RedoLog {
                 buf[at + 16..at + 16 + img.len()].copy_from_slice(img);
                 at += REDO_ENTRY_HEADER_BYTES + img.len();
             }
-            debug_assert_eq!(at, len);
+            debug_assert!(at <= len);
+            buf[at..].fill(0);
         });
         Ok(())
     }
 
-    /// Append to `post` the WRITEs freeing the logs on `mns`.
-    pub fn post_free(&self, post: &mut Post, mns: &[MnId]) {
-        for &mn in mns {
-            let at = RemotePtr::new(mn, self.base[mn.index()] + REDO_STATUS_OFFSET);
+    /// Append to `post` the WRITEs freeing every log not yet truncated.
+    pub fn post_free(&self, post: &mut Post) {
+        for &at in &self.headers {
             post.write(at, &REDO_FREE.to_le_bytes());
         }
+    }
+
+    /// The frees of [`RedoLog::post_free`] landed: the areas are empty again.
+    pub fn freed(&mut self) {
+        self.headers.clear();
+        self.used.fill(0);
     }
 }
 
@@ -174,8 +240,12 @@ type InstallIds = (AtomicId, ReadId);
 pub struct Truncation {
     entries: Vec<RedoEntry>,
     images: Vec<u8>,
-    /// Nodes whose log holds the entries.
-    mns: Vec<MnId>,
+    /// Committed transactions queued.
+    txns: u32,
+    /// Index into `entries` by (table, slot): a record queued twice keeps only its
+    /// newer image (one coordinator's commits of one record are ordered), so one
+    /// truncation never installs two images of one copy.
+    by_slot: HashMap<(u32, u64), usize>,
     post: Post,
     /// Per pending install: entry, replica, its CAS and READ.
     todo: Vec<(usize, usize, Option<InstallIds>)>,
@@ -187,19 +257,27 @@ impl Truncation {
         self.entries.is_empty()
     }
 
-    /// Queue the records of `entries` (images in `images`) logged on `mns`.
-    pub fn push(&mut self, entries: &[RedoEntry], images: &[u8], mns: &[MnId]) {
+    /// Committed transactions queued.
+    pub fn txns(&self) -> u32 {
+        self.txns
+    }
+
+    /// Queue the records of one committed transaction's `entries` (images in `images`).
+    pub fn push(&mut self, entries: &[RedoEntry], images: &[u8]) {
         for e in entries {
             let at = self.images.len() as u32;
             self.images
                 .extend_from_slice(&images[e.at as usize..(e.at + e.len) as usize]);
-            self.entries.push(RedoEntry { at, ..*e });
-        }
-        for &mn in mns {
-            if !self.mns.contains(&mn) {
-                self.mns.push(mn);
+            let e = RedoEntry { at, ..*e };
+            match self.by_slot.get(&(e.table, e.rel)) {
+                Some(&i) => self.entries[i] = e,
+                None => {
+                    self.by_slot.insert((e.table, e.rel), self.entries.len());
+                    self.entries.push(e);
+                }
             }
         }
+        self.txns += 1;
     }
 
     /// Install every queued image into the backups (version-guarded, module doc), then
@@ -209,7 +287,7 @@ impl Truncation {
     pub async fn run(
         &mut self,
         ctx: &mut CoordCtx,
-        log: &RedoLog,
+        log: &mut RedoLog,
         lock: u64,
     ) -> std::result::Result<Truncated, VerbError> {
         let mut done = Truncated::default();
@@ -271,7 +349,7 @@ impl Truncation {
             }
             let last = settled.len() == self.todo.len();
             if last {
-                log.post_free(&mut self.post, &self.mns);
+                log.post_free(&mut self.post);
             }
             if !self.post.is_empty() {
                 if let Err(e) = ctx.post(&mut self.post).await {
@@ -280,6 +358,9 @@ impl Truncation {
                     last_err = Some(e);
                     continue;
                 }
+            }
+            if last {
+                log.freed();
             }
             done.installed += counts.0;
             done.skipped_older += counts.1;
@@ -297,9 +378,18 @@ impl Truncation {
                 ),
             }));
         }
+        if self.todo.is_empty() && self.post.is_empty() {
+            // Nothing was queued: free the logs all the same.
+            log.post_free(&mut self.post);
+            if !self.post.is_empty() {
+                ctx.post(&mut self.post).await?;
+                log.freed();
+            }
+        }
         self.entries.clear();
+        self.by_slot.clear();
         self.images.clear();
-        self.mns.clear();
+        self.txns = 0;
         Ok(done)
     }
 }
@@ -335,9 +425,11 @@ mod tests {
                 len: 16,
             },
         ];
-        let log = RedoLog {
+        let mut log = RedoLog {
             base: vec![4096, 8192],
             bytes: 4096,
+            used: vec![0, 0],
+            headers: Vec::new(),
         };
         let mut post = Post::new();
         log.post_write(&mut post, MnId(0), (3, 44), &entries, &images, &cat)
@@ -352,15 +444,34 @@ mod tests {
         assert_eq!([32, 40].map(|at| word(b, at)), [0, 64]);
         assert_eq!(&b[48..], &images[..16]);
 
-        let tight = RedoLog {
-            base: vec![0, 0],
-            bytes: 40,
-        };
+        // A second log goes after the first; a third no longer fits until the area is
+        // freed, and one larger than the area never does.
+        post.clear();
+        let one = REDO_HEADER_BYTES + REDO_ENTRY_HEADER_BYTES + 16;
+        assert_eq!(log.room(&[MnId(1)], &entries, &cat), Room::Fits);
+        log.post_write(&mut post, MnId(1), (3, 45), &entries, &images, &cat)
+            .unwrap();
+        assert_eq!(ops(&post)[0].2, 8192 + one as u64);
+        log.bytes = 3 * one as u32 - 8;
+        assert_eq!(log.room(&[MnId(0), MnId(1)], &entries, &cat), Room::AfterTruncation);
         post.clear();
         assert_eq!(
-            tight.post_write(&mut post, MnId(1), (3, 44), &entries, &images, &cat),
-            Err(REDO_HEADER_BYTES + REDO_ENTRY_HEADER_BYTES + 16)
+            log.post_write(&mut post, MnId(1), (3, 46), &entries, &images, &cat),
+            Err(one)
         );
         assert!(post.is_empty());
+        log.post_free(&mut post);
+        let free = REDO_FREE.to_le_bytes().to_vec();
+        assert_eq!(
+            ops(&post),
+            [
+                ("write", 1, 8192 + REDO_STATUS_OFFSET, free.clone()),
+                ("write", 1, 8192 + one as u64 + REDO_STATUS_OFFSET, free)
+            ]
+        );
+        log.freed();
+        assert_eq!(log.room(&[MnId(1)], &entries, &cat), Room::Fits);
+        log.bytes = one as u32 - 8;
+        assert_eq!(log.room(&[MnId(1)], &entries, &cat), Room::Never(one));
     }
 }
