@@ -6,7 +6,7 @@
 //! validation is caught.
 
 use dmtx_protocols::farm::{Farm, FarmConfig, FarmVariant, METRIC_LOG_FULL_STALLS};
-use dmtx_runtime::{block_on, AbortReason, Access, Coordinator, Knobs, Protocol};
+use dmtx_runtime::{block_on, AbortReason, Access, Coordinator, Knobs, Protocol, TxnHints};
 use dmtx_suite::{bank, contended, Cache, FaultMenu, Options, RttBudget, Setup, Transport, TxnKind};
 
 /// FaRM's round trips with backups (f ≥ 1), address cache off (warm = cold): issue 27
@@ -178,4 +178,31 @@ fn truncation_batches_stalls_on_a_full_area_and_drains() {
         c.drain().await;
     });
     assert_eq!(env.replicas_differ(bank::TABLE.id()), None);
+}
+
+/// Goal: a lone read-only record skips validation only when its READ saw the primary's
+/// lock word clear. Locked (a writer between its lock and its commit-primary), the read
+/// is validated and aborts; skipping it would return the old value of a record whose
+/// writer has already validated.
+#[test]
+fn a_lone_read_skips_validation_only_when_it_saw_no_lock() {
+    let env = dmtx_suite::Env::bank(make(&Knobs::default()), Setup::new(2, 20));
+    let w = env.mem_cn(0).worker(0).expect("worker");
+    let mut c = w.coordinator(&env.proto, 0).expect("coordinator");
+    let unlocked = dmtx_suite::rtt::measure_one(&mut c, TxnKind::ReadOnlyOne, 0);
+    assert_eq!((unlocked.execute, unlocked.commit), (1, 0));
+
+    let rel = env.slots(bank::TABLE.id())[&1];
+    let ptr = env.catalog().get(bank::TABLE.id()).expect("bank table").ptr(0, rel);
+    let other = 999;
+    assert_eq!(env.region(ptr.mn).cas(ptr.offset, 0, other).unwrap(), 0);
+    block_on(async {
+        let mut t = c.begin_with(TxnHints::READ_ONLY_DECLARED);
+        t.add_ro(bank::TABLE, 1);
+        t.execute().await.expect("the record is read as it is");
+        let before = t.coord.ctx.txn_counters.rtts;
+        let abort = t.commit().await.expect_err("validated, and locked by another");
+        assert_eq!(abort.reason, AbortReason::Validation);
+        assert_eq!(c.ctx.txn_counters.rtts - before, 1, "one validation round");
+    });
 }
