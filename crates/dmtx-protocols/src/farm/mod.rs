@@ -83,7 +83,11 @@
 //!   back. Each lock word still held is found by READ and its image WRITE and unlock are
 //!   repeated until they land (bounded; beyond that recovery, which dmtx lacks, would
 //!   finish from the redo logs).
-//! - A truncation post fails: its queue is dropped; the logs stay for recovery.
+//! - A truncation post fails: the round is retried (a backup lock whose CAS response
+//!   was lost is found holding our own word and taken as held); what is still not
+//!   installed after the retries stays queued for the next cleanup or the drain.
+//! - A compute node crashing mid-commit leaves its locks and logs to a recovery dmtx
+//!   does not have (the suite's fault menu runs without `crash_cn`).
 
 mod commit;
 mod execute;
