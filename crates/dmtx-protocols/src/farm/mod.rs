@@ -284,7 +284,7 @@ pub struct FarmCoord {
     /// Scratch of commit-primary: (table, lock word, entry of its image) of every word
     /// the release gives back.
     unlocks: Vec<(u32, u64, Option<usize>)>,
-    insert_walks: Vec<(u32, u64, bool, bool)>,
+    insert_walks: crate::onever::index_walk::InsertWalks,
     claimed: Vec<(u32, u64)>,
 }
 
@@ -358,7 +358,7 @@ impl Protocol for Farm {
             mns: Vec::new(),
             trunc: Truncation::default(),
             unlocks: Vec::new(),
-            insert_walks: Vec::new(),
+            insert_walks: Default::default(),
             claimed: Vec::new(),
         })
     }

@@ -77,13 +77,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
         let c = &mut *txn.coord;
         let post = &mut c.state.post;
         post.clear();
-        // Inserts of this transaction homing to one bucket go one at a time: the first
-        // takes the chain's insert lock; each later one waits until those before it have
-        // claimed their slots, then walks under the same lock. A second CAS of the lock
-        // would conflict with our own lock on every retry of the same inputs, and two
-        // walks at once would claim one slot or link two overflow buckets to one chain.
-        // Per (table, home bucket): whether an insert is under way, whether one holds
-        // the lock.
+        // Inserts homing to one bucket walk its chain one at a time (`InsertWalks`).
         let walks = &mut c.state.insert_walks;
         walks.clear();
         for o in c
@@ -99,14 +93,12 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                 .expect("table checked at add")
                 .shape
                 .home_bucket(o.key);
-            let busy = o.proto.stage != Stage::Done;
-            match walks.iter_mut().find(|w| w.0 == o.table && w.1 == home) {
-                Some(w) => {
-                    w.2 |= busy;
-                    w.3 |= o.proto.holds.bucket_lock.is_some();
-                }
-                None => walks.push((o.table, home, busy, o.proto.holds.bucket_lock.is_some())),
-            }
+            walks.note(
+                o.table,
+                home,
+                o.proto.stage != Stage::Done,
+                o.proto.holds.bucket_lock.is_some(),
+            );
         }
         for o in &mut c.set.objs[start..n] {
             let info = c.ctx.catalog.get(o.table).expect("table checked at add");
@@ -121,21 +113,10 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                     // slots for the same key.
                     let mut lock_bucket = false;
                     if o.access == Access::Insert && !p.walk.started() {
-                        match walks.iter_mut().find(|w| w.0 == o.table && w.1 == b) {
-                            // A sibling's walk of this chain is under way.
-                            Some(w) if w.2 => continue,
-                            // Siblings claimed their slots; one holds the lock.
-                            Some(w) => {
-                                debug_assert!(w.3, "a finished insert walk holds its chain's lock");
-                                p.walk.share_lock();
-                                w.2 = true;
-                            }
-                            None => {
-                                lock_bucket = true;
-                                walks.push((o.table, b, true, true));
-                            }
+                        match walks.turn(o.table, b, &mut p.walk) {
+                            None => continue,
+                            Some(take_lock) => lock_bucket = take_lock,
                         }
-                        p.walk.start();
                     }
                     let (cas, read) = index_walk::post_lookup(post, info, b, p.replica as usize, lock_bucket, lock);
                     p.cas = cas;

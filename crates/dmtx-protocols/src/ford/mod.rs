@@ -308,7 +308,7 @@ pub struct FordCoord {
     undo_scratch: Vec<u8>,
     /// Scratch of `execute`: per (table, home bucket) of this transaction's inserts,
     /// whether a walk is under way and whether one holds the chain's insert lock.
-    insert_walks: Vec<(u32, u64, bool, bool)>,
+    insert_walks: crate::onever::index_walk::InsertWalks,
     /// Scratch of `execute`: (table, slot) of every slot this transaction's inserts
     /// claimed (locked, not yet written).
     claimed: Vec<(u32, u64)>,
@@ -362,7 +362,7 @@ impl Protocol for Ford {
             undo: Vec::new(),
             mns: Vec::new(),
             undo_scratch: Vec::new(),
-            insert_walks: Vec::new(),
+            insert_walks: Default::default(),
             claimed: Vec::new(),
         })
     }

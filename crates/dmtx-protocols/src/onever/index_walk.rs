@@ -110,6 +110,59 @@ impl Walk {
     }
 }
 
+/// One transaction's insert walks per (table, home bucket), rebuilt every execution
+/// round. Inserts of a transaction homing to one bucket go one at a time: the first
+/// takes the chain's insert lock; each later one waits until those before it have
+/// claimed their slots, then walks under the same lock. A second CAS of the lock would
+/// conflict with the transaction's own lock on every retry of the same inputs, and two
+/// walks at once would claim one slot or link two overflow buckets to one chain.
+#[derive(Debug, Default)]
+pub struct InsertWalks {
+    /// (table, home bucket, an insert is still walking, one holds the chain's lock).
+    chains: Vec<(u32, u64, bool, bool)>,
+}
+
+impl InsertWalks {
+    /// Start a round's table.
+    pub fn clear(&mut self) {
+        self.chains.clear();
+    }
+
+    /// Note an insert that started walking the chain of `home`: `walking` until it has
+    /// claimed its slot, `locked` when it holds the chain's insert lock.
+    pub fn note(&mut self, table: u32, home: u64, walking: bool, locked: bool) {
+        match self.chains.iter_mut().find(|w| w.0 == table && w.1 == home) {
+            Some(w) => {
+                w.2 |= walking;
+                w.3 |= locked;
+            }
+            None => self.chains.push((table, home, walking, locked)),
+        }
+    }
+
+    /// Whether an insert that has not started walking (`walk`) may post its first
+    /// lookup of the chain of `home` this round: `None` while a sibling's walk of it is
+    /// under way; `Some(true)` when it takes the chain's insert lock; `Some(false)` when
+    /// it walks under the lock a sibling that claimed its slot holds. Starts `walk`.
+    pub fn turn(&mut self, table: u32, home: u64, walk: &mut Walk) -> Option<bool> {
+        let take_lock = match self.chains.iter_mut().find(|w| w.0 == table && w.1 == home) {
+            Some(w) if w.2 => return None,
+            Some(w) => {
+                debug_assert!(w.3, "a finished insert walk holds its chain's lock");
+                walk.share_lock();
+                w.2 = true;
+                false
+            }
+            None => {
+                self.chains.push((table, home, true, true));
+                true
+            }
+        };
+        walk.start();
+        Some(take_lock)
+    }
+}
+
 /// What reading one bucket of the chain found.
 #[derive(Debug)]
 pub enum Found<'a> {
