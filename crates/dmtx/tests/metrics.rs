@@ -504,3 +504,24 @@ fn an_unchecked_protocol_runs_under_check_and_is_marked_unsafe() {
         "{summary}"
     );
 }
+
+/// Goal: FaRM's `addr_cache` knob decides whether its compute node learns addresses
+/// (FORD's code gives FaRM none: every execution reads the home bucket). Method: the same
+/// KVS run with the knob off (the default) and on; the record's cache figures.
+#[test]
+fn farm_learns_addresses_only_with_its_cache_on() {
+    let args = |set: &[&str]| BenchArgs {
+        protocol: "farm".into(),
+        set: [format!("keys={KEYS}")]
+            .into_iter()
+            .chain(set.iter().map(|s| s.to_string()))
+            .collect(),
+        ..kvs_args(TransportKind::Mem)
+    };
+    let off = run_registry(&args(&[]));
+    let c = off.addr_cache.as_ref().unwrap();
+    assert_eq!((c.hits, c.entries), (0, 0), "no cache: {c:?}");
+    let on = run_registry(&args(&["addr_cache=true"]));
+    let c = on.addr_cache.as_ref().unwrap();
+    assert!(c.entries > 0 && c.hits > c.misses, "{c:?}");
+}

@@ -178,7 +178,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Farm>) -> Result<(), Abort> {
                         post,
                         info,
                         layout,
-                        &c.ctx.cache,
+                        use_cache.then_some(&c.ctx.cache),
                         (table, key, access),
                         b,
                         ids,

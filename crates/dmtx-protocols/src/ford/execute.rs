@@ -198,7 +198,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                         post,
                         info,
                         layout,
-                        &c.ctx.cache,
+                        Some(&c.ctx.cache),
                         (table, key, access),
                         b,
                         ids,

@@ -227,13 +227,14 @@ pub fn post_link(post: &mut Post, info: &TableInfo, walk: &Walk) {
 /// What the lookup of bucket `b` found: `cas` and `read` are what [`post_lookup`]
 /// returned; a taken insert lock is recorded in `bucket_lock`. `claimed` tells slots other
 /// inserts of the same transaction already took in this table (locked, not yet
-/// written, so they read as free): an insert never picks one.
+/// written, so they read as free): an insert never picks one. A found key's address goes
+/// into `cache` when the protocol keeps one.
 #[allow(clippy::too_many_arguments)]
 pub fn on_lookup<'a>(
     post: &'a Post,
     info: &TableInfo,
     layout: &dyn SlotLayout,
-    cache: &AddrCache,
+    cache: Option<&AddrCache>,
     (table, key, access): (u32, u64, Access),
     b: u64,
     (cas, read): (Option<AtomicId>, ReadId),
@@ -255,7 +256,9 @@ pub fn on_lookup<'a>(
             return Found::Abort(AbortReason::Duplicate);
         }
         let rel = shape.slot_off(b, s);
-        cache.put(table, key, rel);
+        if let Some(cache) = cache {
+            cache.put(table, key, rel);
+        }
         let at = (rel - shape.bucket_off(b)) as usize;
         return Found::At {
             rel,
@@ -365,7 +368,7 @@ mod tests {
             &post,
             info,
             &OneVersionLayout,
-            &cache,
+            Some(&cache),
             (0, key, access),
             b,
             ids,
