@@ -60,27 +60,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Farm>) -> Result<(), Abort> {
         post.clear();
         // Inserts homing to one bucket walk its chain one at a time (`InsertWalks`).
         let walks = &mut c.state.insert_walks;
-        walks.clear();
-        for o in c
-            .set
-            .objs
-            .iter()
-            .filter(|o| o.access == Access::Insert && o.proto.walk.started())
-        {
-            let home = c
-                .ctx
-                .catalog
-                .get(o.table)
-                .expect("table checked at add")
-                .shape
-                .home_bucket(o.key);
-            walks.note(
-                o.table,
-                home,
-                o.proto.stage != Stage::Done,
-                o.proto.holds.bucket_lock.is_some(),
-            );
-        }
+        walks.rebuild(&c.set.objs, &c.ctx.catalog);
         for o in &mut c.set.objs[start..n] {
             let info = c.ctx.catalog.get(o.table).expect("table checked at add");
             let shape = &info.shape;
@@ -124,19 +104,14 @@ pub(super) async fn execute(txn: &mut Txn<'_, Farm>) -> Result<(), Abort> {
         // Building each record's ops, then checking its slot: the simulator's CPU model.
         c.ctx.step(super::STEP_EXECUTE, (n - start) as u32);
         if c.ctx.post(&mut c.state.post).await.is_err() {
-            // Which ops of a failed post ran is unknown: give back every lock this round
-            // may have taken, by CAS so a lock we never got is left alone.
             let c = &mut *txn.coord;
-            c.state.bg.clear();
-            for o in &c.set.objs[start..n] {
-                let info = c.ctx.catalog.get(o.table).expect("table checked at add");
-                let word = match o.proto.stage {
-                    Stage::Lookup(b) if o.proto.cas.is_some() => index_walk::bucket_lock_at(&info.shape, b),
-                    Stage::Fetch if o.proto.cas.is_some() && !o.proto.walk.reserving() => o.proto.rel + VLOCK as u64,
-                    _ => continue,
-                };
-                c.state.bg.cas(info.ptr(0, word), lock, 0);
-            }
+            index_walk::give_back_round(
+                &mut c.state.bg,
+                &c.set.objs[start..n],
+                &c.ctx.catalog,
+                lock,
+                VLOCK as u64,
+            );
             c.ctx.post_background(&mut c.state.bg);
             return Err(abort(AbortReason::Fault));
         }
@@ -147,18 +122,8 @@ pub(super) async fn execute(txn: &mut Txn<'_, Farm>) -> Result<(), Abort> {
         bg.clear();
         let layout = dmtx_runtime::Protocol::layout(c.proto.as_ref());
         let mut result = Ok(());
-        // Slots this transaction's inserts claimed: locked, not yet written, so a bucket
-        // READ shows them free. A chain has one insert walk at a time, so what this
-        // round's walks claim is on other chains.
         let claimed = &mut c.state.claimed;
-        claimed.clear();
-        claimed.extend(
-            c.set
-                .objs
-                .iter()
-                .filter(|q| q.access == Access::Insert && matches!(q.proto.stage, Stage::Fetch | Stage::Done))
-                .map(|q| (q.table, q.proto.rel)),
-        );
+        index_walk::note_claimed(claimed, &c.set.objs);
         for i in start..n {
             let o = &mut c.set.objs[i];
             let info = c.ctx.catalog.get(o.table).expect("table checked at add");

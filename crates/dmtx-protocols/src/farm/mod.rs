@@ -252,6 +252,29 @@ pub struct FarmObj {
     cas: Option<AtomicId>,
 }
 
+impl crate::onever::index_walk::WalkingObj for FarmObj {
+    #[inline]
+    fn stage(&self) -> Stage {
+        self.stage
+    }
+    #[inline]
+    fn walk(&self) -> &Walk {
+        &self.walk
+    }
+    #[inline]
+    fn slot(&self) -> u64 {
+        self.rel
+    }
+    #[inline]
+    fn cas_posted(&self) -> bool {
+        self.cas.is_some()
+    }
+    #[inline]
+    fn holds_bucket_lock(&self) -> bool {
+        self.holds.bucket_lock.is_some()
+    }
+}
+
 impl OneVersionObj for FarmObj {
     #[inline]
     fn rel(&self) -> u64 {

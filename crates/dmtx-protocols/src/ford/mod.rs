@@ -277,6 +277,29 @@ pub struct FordObj {
     cas: Option<AtomicId>,
 }
 
+impl crate::onever::index_walk::WalkingObj for FordObj {
+    #[inline]
+    fn stage(&self) -> Stage {
+        self.stage
+    }
+    #[inline]
+    fn walk(&self) -> &Walk {
+        &self.walk
+    }
+    #[inline]
+    fn slot(&self) -> u64 {
+        self.rel
+    }
+    #[inline]
+    fn cas_posted(&self) -> bool {
+        self.cas.is_some()
+    }
+    #[inline]
+    fn holds_bucket_lock(&self) -> bool {
+        self.holds.bucket_lock.is_some()
+    }
+}
+
 impl OneVersionObj for FordObj {
     #[inline]
     fn rel(&self) -> u64 {

@@ -30,9 +30,9 @@
 //!    one slot or link two overflow buckets to one chain.
 //! 2. An overflow bucket is linked on every replica before any of its slots is locked.
 
-use dmtx_runtime::{AbortReason, Access, AddrCache};
+use dmtx_runtime::{AbortReason, Access, AddrCache, Obj};
 use dmtx_store::{
-    scan_bucket, Shape, SlotLayout, TableInfo, BUCKET_HEADER_BYTES, BUCKET_LOCK_OFFSET, BUCKET_NEXT_OFFSET,
+    scan_bucket, Catalog, Shape, SlotLayout, TableInfo, BUCKET_HEADER_BYTES, BUCKET_LOCK_OFFSET, BUCKET_NEXT_OFFSET,
     OVERFLOW_CURSOR_OFFSET,
 };
 use dmtx_verbs::{AtomicId, Post, ReadId};
@@ -110,6 +110,48 @@ impl Walk {
     }
 }
 
+/// What the walk needs of a protocol's per-object state during an execution round.
+pub trait WalkingObj {
+    /// Where the object is.
+    fn stage(&self) -> Stage;
+    /// Its walk down the chain (inserts).
+    fn walk(&self) -> &Walk;
+    /// Table-relative offset of its slot, once located.
+    fn slot(&self) -> u64;
+    /// This round posted a CAS for it (a bucket's insert lock or its slot's lock).
+    fn cas_posted(&self) -> bool;
+    /// It holds its chain's insert lock.
+    fn holds_bucket_lock(&self) -> bool;
+}
+
+/// Slots the inserts of `objs` claimed (locked, not yet written, so a bucket READ shows
+/// them free), into `claimed` as (table, slot offset). A chain has one insert walk at a
+/// time, so what a round's walks claim is on other chains.
+pub fn note_claimed<S: WalkingObj>(claimed: &mut Vec<(u32, u64)>, objs: &[Obj<S>]) {
+    claimed.clear();
+    claimed.extend(
+        objs.iter()
+            .filter(|q| q.access == Access::Insert && matches!(q.proto.stage(), Stage::Fetch | Stage::Done))
+            .map(|q| (q.table, q.proto.slot())),
+    );
+}
+
+/// After an execution post of `objs` failed (which of its ops ran is unknown): give
+/// back by CAS, in `bg`, every lock word the round may have taken with `lock`, so a
+/// lock never taken is left alone. The slot's lock word is at `lock_word` in the slot.
+pub fn give_back_round<S: WalkingObj>(bg: &mut Post, objs: &[Obj<S>], catalog: &Catalog, lock: u64, lock_word: u64) {
+    bg.clear();
+    for o in objs.iter().filter(|o| o.proto.cas_posted()) {
+        let info = catalog.get(o.table).expect("table checked at add");
+        let word = match o.proto.stage() {
+            Stage::Lookup(b) => bucket_lock_at(&info.shape, b),
+            Stage::Fetch if !o.proto.walk().reserving() => o.proto.slot() + lock_word,
+            _ => continue,
+        };
+        bg.cas(info.ptr(0, word), lock, 0);
+    }
+}
+
 /// One transaction's insert walks per (table, home bucket), rebuilt every execution
 /// round. Inserts of a transaction homing to one bucket go one at a time: the first
 /// takes the chain's insert lock; each later one waits until those before it have
@@ -123,14 +165,30 @@ pub struct InsertWalks {
 }
 
 impl InsertWalks {
-    /// Start a round's table.
-    pub fn clear(&mut self) {
+    /// A round's table, from the inserts of `objs` that started walking.
+    pub fn rebuild<S: WalkingObj>(&mut self, objs: &[Obj<S>], catalog: &Catalog) {
         self.chains.clear();
+        for o in objs
+            .iter()
+            .filter(|o| o.access == Access::Insert && o.proto.walk().started())
+        {
+            let home = catalog
+                .get(o.table)
+                .expect("table checked at add")
+                .shape
+                .home_bucket(o.key);
+            self.note(
+                o.table,
+                home,
+                o.proto.stage() != Stage::Done,
+                o.proto.holds_bucket_lock(),
+            );
+        }
     }
 
     /// Note an insert that started walking the chain of `home`: `walking` until it has
     /// claimed its slot, `locked` when it holds the chain's insert lock.
-    pub fn note(&mut self, table: u32, home: u64, walking: bool, locked: bool) {
+    fn note(&mut self, table: u32, home: u64, walking: bool, locked: bool) {
         match self.chains.iter_mut().find(|w| w.0 == table && w.1 == home) {
             Some(w) => {
                 w.2 |= walking;
