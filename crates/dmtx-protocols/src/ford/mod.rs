@@ -83,7 +83,7 @@
 //!   a backup, or of a locked primary, can then return the old value of a record whose
 //!   writer has validated (so serializes before a write this coordinator already made
 //!   or saw) but not yet committed: each history stays serializable, but the
-//!   coordinator's session order is broken (found by the suite's session check). dmtx
+//!   coordinator's session order is broken (a cycle through session-order edges, which the checker reports). dmtx
 //!   reads the lone object of a declared read-only transaction from the primary and
 //!   skips validation only when its lock word was clear in that READ; any other lone
 //!   read is validated (one more round trip). The published rule is kept as
