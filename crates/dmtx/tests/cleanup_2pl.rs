@@ -440,8 +440,15 @@ impl Workload for Bank {
         if ty == 0 {
             let (ra, rb) = (txn.add_rw(BALANCES, a), txn.add_rw(BALANCES, b));
             txn.execute().await?;
-            *txn.get_mut(ra) -= 1;
-            *txn.get_mut(rb) += 1;
+            // A unit moves from the richer account, so no balance goes below zero however
+            // long the run (a random walk of one-way transfers empties an account).
+            let (from, to) = if *txn.get(ra) >= *txn.get(rb) {
+                (ra, rb)
+            } else {
+                (rb, ra)
+            };
+            *txn.get_mut(from) -= 1;
+            *txn.get_mut(to) += 1;
         } else {
             let (ra, rb) = (txn.add_ro(BALANCES, a), txn.add_ro(BALANCES, b));
             txn.execute().await?;
