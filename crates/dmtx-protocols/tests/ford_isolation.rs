@@ -41,6 +41,7 @@ fn caught(v: FordVariant, transport: Transport) {
 fn skipping_read_only_validation_is_caught() {
     caught(FordVariant::SkipRoValidation, Transport::Mem);
     caught(FordVariant::SkipRoValidation, Transport::Sim);
+    caught(FordVariant::SkipRoValidation, Transport::Tcp);
 }
 
 #[test]

@@ -55,6 +55,21 @@ fn the_contended_case_conflicts_tears_and_commits() {
     assert!(out.stalls > 0, "the tear injector never caught an op");
 }
 
+/// Goal: over `tcp` the memory nodes' servers apply the injector's stalled ops as `mem`
+/// does, so tears reach a protocol through the real client and server.
+#[test]
+fn the_tear_injector_stalls_ops_over_tcp() {
+    let env = dmtx_suite::Env::bank(make(&Knobs::default()), Setup::new(2, 44));
+    let out = contended::run(&env, Transport::Tcp, contended::seed_or_env(5), None);
+    out.assert_clean(&env, "tcp, 2 replicas", 5);
+    assert!(
+        out.commits > 0 && out.stalls > 0,
+        "{} commits, {} stalls",
+        out.commits,
+        out.stalls
+    );
+}
+
 /// Goal: many seeds of the fault sweep, for a longer hunt than CI's (`cargo test -p
 /// dmtx-protocols --test ford_suite -- --ignored`).
 #[test]

@@ -168,9 +168,9 @@ fn coord_seed(seed: u64, cn: u16, thread: u16, k: u16) -> u64 {
 /// Run the bank's mix on `transport`; `faults` only on `sim`.
 pub fn run<P: Protocol>(env: &Env<P>, transport: Transport, seed: u64, faults: Option<FaultScript>) -> Outcome {
     match transport {
-        Transport::Mem => {
+        Transport::Mem | Transport::Tcp => {
             assert!(faults.is_none(), "fault scripts run on sim only");
-            run_mem(env, seed, true)
+            run_threaded(env, transport, seed, true)
         }
         Transport::Sim => run_sim(env, seed, faults),
     }
@@ -186,10 +186,16 @@ pub fn run<P: Protocol>(env: &Env<P>, transport: Transport, seed: u64, faults: O
 /// threads of their own. The injector's and the reader's own mailboxes are served while
 /// they run a transaction.
 pub fn run_mem<P: Protocol>(env: &Env<P>, seed: u64, tears: bool) -> Outcome {
+    run_threaded(env, Transport::Mem, seed, tears)
+}
+
+/// [`run_mem`] on `transport` (`Mem` or `Tcp`).
+pub fn run_threaded<P: Protocol>(env: &Env<P>, transport: Transport, seed: u64, tears: bool) -> Outcome {
     let s = &env.setup;
     let messaging = env.proto.messaging();
     let extra: u16 = if tears { 2 } else { 0 };
-    let cns = env.mem_cns_with_mailboxes(s.threads + extra);
+    let threaded = env.threaded(transport, s.threads + extra);
+    let cns = &threaded.cns;
     let coordinators = s.compute_nodes as usize * s.threads as usize * s.coroutines as usize;
     // The workers' coordinators not finished yet: a messaging run's injector stops with
     // the last (its threads wait for the injector, so `done` would come too late).

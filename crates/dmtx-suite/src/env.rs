@@ -1,12 +1,16 @@
 //! Clusters for the suite: memory nodes in one process, tables created with the
-//! protocol's layout and any replica count, compute nodes on `mem` or on a `Sim`, and
+//! protocol's layout and any replica count, compute nodes on `mem`, over `tcp` or on a `Sim`, and
 //! scans that read quiesced memory straight from the regions (no transport, so the same
-//! scan serves both).
+//! scan serves every transport).
 
 use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
+use dmtx_memnode::server::{Server, ServerConfig, ServerHandle};
 use dmtx_memnode::LocalCluster;
+use dmtx_net::msg::{PeerNode, TcpMsgFabric};
+use dmtx_net::{RemoteControl, TcpConfig, TcpFabric};
 use dmtx_runtime::{Cn, Protocol, RealClock, RpcConfig};
 use dmtx_sim::{FaultScript, Sim, SimConfig, SimFabric, SimMsgNet};
 use dmtx_store::{create_table, placement, Catalog, StoreError, TableBuilder, TableSpec, BUCKET_HEADER_BYTES};
@@ -19,6 +23,8 @@ use crate::bank;
 pub const MNS: usize = 3;
 /// Region bytes per memory node (sparse: untouched pages cost nothing).
 pub const REGION_BYTES: u64 = 64 << 20;
+/// The cluster id the `tcp` servers and clients of the suite name in HELLO.
+const TCP_CLUSTER_ID: u64 = 0x5_0173;
 
 /// Where the coordinators run.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -28,6 +34,11 @@ pub enum Transport {
     Mem,
     /// The deterministic simulator (it tears READs racing WRITEs by its own model).
     Sim,
+    /// The memory nodes served over TCP on loopback (`dmtx-net`'s client, the memnode
+    /// server), CN↔CN messages over TCP too; threads and tears as on [`Transport::Mem`]
+    /// (the injector stalls the server's op on the node's region; each connection has a
+    /// serving thread of its own, so the stall holds up that connection only).
+    Tcp,
 }
 
 /// The shape of one suite case.
@@ -77,6 +88,14 @@ impl Setup {
             sessions: true,
         }
     }
+}
+
+/// The compute nodes of a threaded run (`mem` or `tcp`) and, over `tcp`, the memory-node
+/// servers they reach; dropped compute nodes first.
+pub struct Threaded {
+    /// The compute nodes, by id.
+    pub cns: Vec<Cn>,
+    _servers: Vec<ServerHandle>,
 }
 
 /// A cluster of [`MNS`] memory nodes in this process with `proto`'s tables on it.
@@ -173,6 +192,78 @@ impl<P: Protocol> Env<P> {
             cn.with_messaging(fabric, RpcConfig::default())
         })
         .collect()
+    }
+
+    /// The `setup.compute_nodes` compute nodes of a threaded run on `transport` (`Mem` or
+    /// `Tcp`), messaging as in [`Env::mem_cns_with_mailboxes`]. Over `tcp` each memory
+    /// node is served (its region in place) on a loopback port, each compute node has
+    /// its own client id, and messages go over TCP between per-node listeners.
+    pub fn threaded(&self, transport: Transport, mailboxes: u16) -> Threaded {
+        match transport {
+            Transport::Mem => Threaded {
+                cns: self.mem_cns_with_mailboxes(mailboxes),
+                _servers: Vec::new(),
+            },
+            Transport::Tcp => self.tcp_cns(mailboxes),
+            Transport::Sim => panic!("a sim run is not threaded: use Env::sim"),
+        }
+    }
+
+    fn tcp_cns(&self, mailboxes: u16) -> Threaded {
+        assert!(mailboxes >= self.setup.threads, "every worker thread needs a mailbox");
+        let servers: Vec<ServerHandle> = (0..MNS)
+            .map(|i| {
+                let node = Arc::clone(self.cluster.node(MnId(i as u16)).expect("node of the cluster"));
+                let mut config = ServerConfig::new(MnId(i as u16), REGION_BYTES);
+                config.cluster_id = TCP_CLUSTER_ID;
+                // A serving thread per connection (each worker's, each node's control
+                // one): a stalled op then holds up only its own connection, as on `mem`
+                // it holds up only its worker.
+                config.threads = self.setup.compute_nodes as usize * (mailboxes as usize + 1) + 1;
+                Server::serving(config, node).expect("serve a node on loopback").spawn()
+            })
+            .collect();
+        let nodes: Vec<(MnId, SocketAddr)> = servers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (MnId(i as u16), s.local_addr()))
+            .collect();
+        let count = self.setup.compute_nodes;
+        let listeners: Vec<TcpListener> = if self.proto.messaging() {
+            (0..count)
+                .map(|_| TcpListener::bind("127.0.0.1:0").expect("a loopback port"))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let peers: Vec<PeerNode> = listeners
+            .iter()
+            .enumerate()
+            .map(|(cn, l)| PeerNode {
+                cn: cn as u16,
+                addr: l.local_addr().expect("a bound listener"),
+                threads: mailboxes,
+            })
+            .collect();
+        let mut listeners = listeners.into_iter();
+        let cns = (0..count)
+            .map(|id| {
+                let mut tcp = TcpConfig::new(TCP_CLUSTER_ID, b"");
+                tcp.client_id = id as u32 + 1;
+                let control = RemoteControl::connect(nodes.clone(), &tcp).expect("control connections on loopback");
+                let fabric = TcpFabric::connect(nodes.clone(), tcp.clone()).expect("connect on loopback");
+                let cn = Cn::connect(id, Arc::new(fabric), Arc::new(control), Arc::new(RealClock::new()))
+                    .expect("connect to the served cluster");
+                match listeners.next() {
+                    Some(l) => {
+                        let msg = TcpMsgFabric::with_listener(id, l, peers.clone(), tcp).expect("a messaging listener");
+                        cn.with_messaging(Arc::new(msg), RpcConfig::default())
+                    }
+                    None => cn,
+                }
+            })
+            .collect();
+        Threaded { cns, _servers: servers }
     }
 
     /// A simulation of these memory nodes seeded `seed` with `faults` installed, and

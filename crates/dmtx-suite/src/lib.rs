@@ -4,7 +4,8 @@
 //! [`run_all`] runs, for any [`Protocol`] built by `make(&knobs)`:
 //!
 //! - **contended transactions** ([`contended`]) on a few hot accounts of the bank
-//!   ([`bank`], values that check themselves), on `mem` with tears injected and on `sim`,
+//!   ([`bank`], values that check themselves), on `mem` and `tcp` with tears injected and
+//!   on `sim`,
 //!   with 1, 2 and 3 replicas and value sizes that are not a multiple of 8; the history
 //!   goes through the isolation checker at `proto.isolation()` (skipped, with a note,
 //!   for [`Isolation::Unchecked`](dmtx_runtime::Isolation::Unchecked)), and money,
@@ -20,14 +21,16 @@
 //! must fail the same checks within a few seeds.
 //!
 //! A protocol that messages other compute nodes (`Protocol::messaging()`) gets a mailbox
-//! per worker on an in-memory network (`mem`) or the simulator's (`sim`); every worker
+//! per worker on an in-memory network (`mem`), over TCP (`tcp`) or on the simulator's
+//! (`sim`); every worker
 //! keeps serving requests, and the protocol's service tasks run, until every coordinator
 //! of every node is done. Its round-trip budget cannot be measured (leave
 //! [`Options::rtt_budget`] empty). Other protocols run as they would without this.
 //!
-//! Everything runs in this process on [`env::MNS`] in-process memory nodes; scans read
-//! the quiesced regions directly. Depends on runtime, store, memnode, verbs, sim,
-//! workloads and check; never on `dmtx-protocols` (protocols use it as a
+//! Everything runs in this process on [`env::MNS`] in-process memory nodes (over `tcp`
+//! each is served on a loopback port with its region in place); scans read the quiesced
+//! regions directly. Depends on runtime, store, memnode, net, verbs, sim, workloads and
+//! check; never on `dmtx-protocols` (protocols use it as a
 //! dev-dependency) nor on the `dmtx` binary.
 //!
 //! ```no_run
@@ -96,7 +99,7 @@ impl Default for Options {
             knob_sets: vec![Knobs::default()],
             replicas: vec![1, 2, 3],
             value_bytes: vec![20, 44],
-            transports: vec![Transport::Mem, Transport::Sim],
+            transports: vec![Transport::Mem, Transport::Sim, Transport::Tcp],
             seeds: 0..1,
             compute_nodes: 1,
             txns: 150,

@@ -144,8 +144,9 @@ pub fn run<P: Protocol, W: Workload>(
     let mut done: Vec<Done<W::Local>> = Vec::new();
     let local_seed = |c: &Coordinator<P>| seed ^ c.ctx.id.global().wrapping_mul(0x9e37_79b9_7f4a_7c15);
     match transport {
-        Transport::Mem => {
-            let cns = env.mem_cns();
+        Transport::Mem | Transport::Tcp => {
+            let threaded = env.threaded(transport, s.threads);
+            let cns = &threaded.cns;
             let live = env.proto.messaging().then(|| MemLive::new(coordinators));
             std::thread::scope(|scope| {
                 let handles: Vec<_> = cns

@@ -712,7 +712,7 @@ const SUITE_LEASE_NS: u64 = 50_000_000;
 
 /// Goal: a protocol that messages other compute nodes passes the protocol suite: its
 /// locks served over CN↔CN calls on 3 compute nodes, contended bank transactions on
-/// `mem` and `sim` with odd value sizes, histories checked serializable with session
+/// `mem`, `tcp` (messages over TCP too) and `sim` with odd value sizes, histories checked serializable with session
 /// order, money and audits kept, and `sim` runs replayed bit for bit. Method:
 /// `dmtx_suite::run_all` with [`suite_options`]; the lease managers ran and stopped on
 /// every node of every run.
@@ -724,12 +724,12 @@ fn lease_locks_passes_the_suite() {
         |_| LeaseLocks::new(3, Variant::Correct, &marks).lease_ns(SUITE_LEASE_NS),
         &opts,
     );
-    // 2 value sizes × 2 transports, and the determinism case.
-    assert_eq!(ran.cases, 5);
+    // 2 value sizes × 3 transports, and the determinism case.
+    assert_eq!(ran.cases, 7);
     assert!(marks.remote_grants.load(Ordering::Relaxed) > 0, "{marks:?}");
     assert_eq!(marks.misrouted.load(Ordering::Relaxed), 0, "{marks:?}");
-    // Every node's lease manager saw the stop, in every run (2 mem, 2 + 3 sim).
-    assert_eq!(marks.stopped.load(Ordering::Relaxed), 3 * 7, "{marks:?}");
+    // Every node's lease manager saw the stop, in every run (2 mem, 2 tcp, 2 + 3 sim).
+    assert_eq!(marks.stopped.load(Ordering::Relaxed), 3 * 9, "{marks:?}");
 }
 
 /// Goal: the suite catches a messaging protocol's broken variant: releasing the locks

@@ -475,6 +475,25 @@ impl Server {
     /// Validate `config`, allocate the region, bind the listener and make the serving
     /// threads' pollers (the threads start with [`Server::spawn`] or [`Server::serve_until`]).
     pub fn bind(config: ServerConfig) -> Result<Self, ServerError> {
+        Self::bind_with(config, None)
+    }
+
+    /// Like [`Server::bind`], serving `node` (its region, allocator and tables as they
+    /// are) instead of allocating one: an in-process cluster loaded by a test becomes
+    /// reachable over TCP with its bytes in place. `config.region_bytes` and
+    /// `config.backing` are not used; `config.node_id` must be the node's id.
+    pub fn serving(config: ServerConfig, node: Arc<MemNode>) -> Result<Self, ServerError> {
+        if node.id() != config.node_id {
+            return Err(ServerError::Config(format!(
+                "node_id {} differs from the served node's id {}; give the node's id",
+                config.node_id,
+                node.id()
+            )));
+        }
+        Self::bind_with(config, Some(node))
+    }
+
+    fn bind_with(config: ServerConfig, node: Option<Arc<MemNode>>) -> Result<Self, ServerError> {
         if config.token.len() > wire::TOKEN_BYTES_MAX {
             return Err(ServerError::Config(format!(
                 "token of {} bytes exceeds {} bytes; use a shorter token",
@@ -492,7 +511,7 @@ impl Server {
                 "threads is 0; serve with at least one thread (`--threads`)".into(),
             ));
         }
-        if config.region_bytes == 0 {
+        if config.region_bytes == 0 && node.is_none() {
             return Err(ServerError::Config(
                 "region_bytes is 0; give the region some memory".into(),
             ));
@@ -513,14 +532,17 @@ impl Server {
         let pollers = (0..config.threads)
             .map(|_| Poller::new())
             .collect::<io::Result<Vec<_>>>()?;
-        let node = Arc::new(match &config.backing {
-            None => MemNode::try_new(config.node_id, config.region_bytes)?,
-            Some(path) => {
-                MemNode::open_backed(config.node_id, path, config.region_bytes)
-                    .map_err(|e| ServerError::Config(format!("--backing: {e}")))?
-                    .0
-            }
-        });
+        let node = match node {
+            Some(node) => node,
+            None => Arc::new(match &config.backing {
+                None => MemNode::try_new(config.node_id, config.region_bytes)?,
+                Some(path) => {
+                    MemNode::open_backed(config.node_id, path, config.region_bytes)
+                        .map_err(|e| ServerError::Config(format!("--backing: {e}")))?
+                        .0
+                }
+            }),
+        };
         Ok(Self {
             listener,
             shared: Arc::new(Shared {

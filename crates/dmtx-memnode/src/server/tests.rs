@@ -943,3 +943,29 @@ fn named_entries_and_their_bad_inputs() {
         R::Value(vec![1, 2])
     );
 }
+
+#[test]
+fn serving_an_existing_node_exposes_its_bytes_and_checks_its_id() {
+    let node = Arc::new(MemNode::try_new(MnId(2), 1 << 16).unwrap());
+    node.region().write(128, &42u64.to_le_bytes()).unwrap();
+    let mut c = ServerConfig::new(MnId(3), 0);
+    c.cluster_id = 7;
+    c.token = TOKEN.to_vec();
+    c.epoch = 3;
+    let err = Server::serving(c.clone(), Arc::clone(&node)).unwrap_err();
+    assert!(err.to_string().contains("node_id mn3 differs"), "{err}");
+    c.node_id = MnId(2);
+    let s = Server::serving(c, Arc::clone(&node)).unwrap().spawn();
+    let (mut t, rkey) = handshake(&s);
+    let p = verbs(
+        &mut t,
+        1,
+        &[WireOp::Read {
+            rkey,
+            offset: 128,
+            len: 8,
+        }],
+    );
+    assert_eq!(results(&p), [OpResult::Data(&42u64.to_le_bytes())]);
+    assert!(Arc::ptr_eq(s.node(), &node), "the served node is the one given");
+}
