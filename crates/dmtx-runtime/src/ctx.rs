@@ -149,19 +149,29 @@ impl CoordCtx {
     pub fn metric(&mut self, index: usize, value: u64) {
         match self.metrics.get_mut(index) {
             Some(m) => m.add(value),
-            None => self.metric_grow(index, value),
+            None => self.metric_grow(index).add(value),
+        }
+    }
+
+    /// Add a time, in ns, to entry `index` of the protocol's `METRICS` table, a
+    /// [`MetricKind::Duration`](crate::MetricKind::Duration): its sums and its histogram.
+    #[inline]
+    pub fn metric_ns(&mut self, index: usize, ns: u64) {
+        match self.metrics.get_mut(index) {
+            Some(m) => m.add_ns(ns),
+            None => self.metric_grow(index).add_ns(ns),
         }
     }
 
     #[cold]
-    fn metric_grow(&mut self, index: usize, value: u64) {
+    fn metric_grow(&mut self, index: usize) -> &mut MetricSum {
         assert!(
             index < crate::metric::PROTOCOL_METRICS_MAX,
             "metric index {index} is beyond PROTOCOL_METRICS_MAX ({}): the protocol's METRICS table has no such entry",
             crate::metric::PROTOCOL_METRICS_MAX
         );
         self.metrics.resize(index + 1, MetricSum::default());
-        self.metrics[index].add(value);
+        &mut self.metrics[index]
     }
 
     /// Call `to` over CN↔CN messaging and wait for its reply: one message round trip

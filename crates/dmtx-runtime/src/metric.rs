@@ -7,15 +7,34 @@
 //! array exists). The driver sums the coordinators' arrays after the run (only what
 //! was added after the warm-up) and the results name each entry (`protocol_metrics`).
 
+use hdrhistogram::Histogram;
+
 /// What kind of figure an entry is, which decides how results show it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum MetricKind {
     /// Events counted: results give the `sum` of what was added and the sum per commit
     /// (add 1 per event).
     Counter,
-    /// A value observed many times (a hold time in ns, a chain length): results give how
-    /// many were added (`count`), their `sum`, `mean` and `max`: a histogram, lite.
+    /// A value observed many times (a chain length, a batch size): results give how many
+    /// were added (`count`), their `sum`, `mean` and `max`: a histogram, lite.
     Value,
+    /// A time in ns observed many times (a lock's hold time, time spent re-reading),
+    /// added with [`CoordCtx::metric_ns`](crate::CoordCtx::metric_ns): results give what
+    /// a `Value` does, and `p50` and `p99` from an HDR histogram
+    /// ([`DURATION_SIGFIGS`] significant figures), and `share`, the sum over the
+    /// coordinators' measured time (each coordinator counts the run's length).
+    Duration,
+}
+
+/// Significant figures of a [`MetricKind::Duration`]'s histogram: percentiles within 1 %.
+pub const DURATION_SIGFIGS: u8 = 2;
+/// Largest time a [`MetricKind::Duration`] histogram holds (1 hour); longer ones count as
+/// that.
+pub const DURATION_NS_MAX: u64 = 3_600_000_000_000;
+
+/// An empty histogram of a [`MetricKind::Duration`] entry.
+pub fn duration_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, DURATION_NS_MAX, DURATION_SIGFIGS).expect("constant histogram bounds are valid")
 }
 
 impl MetricKind {
@@ -24,6 +43,7 @@ impl MetricKind {
         match self {
             MetricKind::Counter => "counter",
             MetricKind::Value => "value",
+            MetricKind::Duration => "duration",
         }
     }
 }
@@ -46,8 +66,9 @@ impl MetricSpec {
     }
 }
 
-/// What one entry gathered: every value added, summed, counted, and the largest.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+/// What one entry gathered: every value added, summed, counted, and the largest; for a
+/// [`MetricKind::Duration`], their distribution too.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct MetricSum {
     /// Values added.
     pub count: u64,
@@ -55,6 +76,8 @@ pub struct MetricSum {
     pub sum: u64,
     /// The largest (0 when none).
     pub max: u64,
+    /// The values added with [`MetricSum::add_ns`] (allocated by the first).
+    pub hist: Option<Box<Histogram<u64>>>,
 }
 
 impl MetricSum {
@@ -66,11 +89,26 @@ impl MetricSum {
         self.max = self.max.max(value);
     }
 
+    /// Add one time, in ns, to the sums and the histogram.
+    #[inline]
+    pub fn add_ns(&mut self, ns: u64) {
+        self.add(ns);
+        self.hist
+            .get_or_insert_with(|| Box::new(duration_histogram()))
+            .saturating_record(ns.max(1));
+    }
+
     /// Add what `other` gathered.
     pub fn merge(&mut self, other: &MetricSum) {
         self.count += other.count;
         self.sum = self.sum.saturating_add(other.sum);
         self.max = self.max.max(other.max);
+        if let Some(h) = &other.hist {
+            self.hist
+                .get_or_insert_with(|| Box::new(duration_histogram()))
+                .add(h.as_ref())
+                .expect("duration histograms share their bounds");
+        }
     }
 }
 
@@ -109,16 +147,26 @@ mod tests {
         let mut b = MetricSum::default();
         b.add(4);
         b.merge(&a);
-        assert_eq!(
-            b,
-            MetricSum {
-                count: 3,
-                sum: 17,
-                max: 10
-            }
-        );
+        assert_eq!((b.count, b.sum, b.max), (3, 17, 10));
+        assert!(b.hist.is_none(), "plain values keep no histogram");
         b.add(u64::MAX);
         assert_eq!(b.sum, u64::MAX, "saturates");
+    }
+
+    #[test]
+    fn durations_keep_a_distribution_that_merges() {
+        let mut a = MetricSum::default();
+        for ns in 1..=99 {
+            a.add_ns(ns * 1000);
+        }
+        let mut b = MetricSum::default();
+        b.add_ns(1_000_000);
+        b.merge(&a);
+        let h = b.hist.as_ref().expect("a histogram");
+        assert_eq!((b.count, h.len()), (100, 100));
+        let p50 = h.value_at_quantile(0.5);
+        assert!((49_000..=51_000).contains(&p50), "p50 {p50}");
+        assert!(h.value_at_quantile(1.0) >= 990_000, "the merged max is kept");
     }
 
     #[test]

@@ -521,8 +521,13 @@ fn merge_records(parts: &[&BenchResult]) -> BenchResult {
             a.merge(b);
         }
     }
+    // Each CN's record covers its own coordinators over its own measured time.
+    let coordinator_ns: f64 = parts
+        .iter()
+        .map(|r| r.config.threads as f64 * r.config.coroutines as f64 * r.elapsed_s * 1e9)
+        .sum();
     for p in m.protocol_metrics.values_mut() {
-        p.derive(m.committed);
+        p.derive(m.committed, coordinator_ns as u64);
     }
     if let Some(c) = m.cn.as_mut() {
         c.id = parts

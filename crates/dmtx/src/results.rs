@@ -38,7 +38,7 @@
 //! | `sim` | object or null | `--transport sim` only: `note` (the numbers are simulated), `profile` (its name), `profile_source` (`built-in cx5` or the file), `profile_fingerprint` (a hash of every parameter), `profile_params` (every parameter), `cpu_mode`, `compute_nodes`, `verbs` (completed), `events`, `nics` (per node `node` (`mn0`, `cn0`, ...), `ops` {…}, `tx_bytes`, `rx_bytes` (wire bytes, headers included), `link_utilisation` (busier direction's share of the run)), `waits_us` (per op kind: `ops`, `admission_mean` (waiting for the connection's outstanding-READ bound), `responder_mean` (queued at the responder NIC), `latency_mean` (doorbell to reply)), `cpus` (per worker thread `cn`, `thread`, `utilisation` of its virtual CPU), `timeseries_ms` (commits per 1 ms of virtual time), `faults` (each fault fired by `--faults`, with its virtual time), `tears` (`overlaps`: READ/WRITE pairs in service together on common words; `torn`: READs that saw old and new words), `stranded` (coordinators still in a transaction a grace after an interrupt or 1 s of virtual time after the deadline, dropped there: their locks and writes stay), `unpriced_steps` (absent when empty: CPU step names charged at the profile's `step_default_ns` because neither its `[cpu.steps]` nor the protocol's `CPU_STEPS` prices them) |
 //! | `timeseries` | object or null | commits per bucket of time over the measured window, on every transport: `bucket_s` (1.0 on `mem`/`tcp`, 0.001 on `sim`), `clock` (`real` or `virtual`), `committed` (commits that ended in each bucket, from the end of the warm-up; `ceil(elapsed_s / bucket_s)` buckets, a commit ending at the deadline counted in the last, so they sum to `committed`) |
 //! | `metrics` | object, absent when empty | the workload's headline figures beyond txn/s, name → {`value`, `about`}: TPC-C's `tpmc` (NewOrders, rolled back ones included, per minute of `elapsed_s`) and `warehouses` |
-//! | `protocol_metrics` | object, absent when the protocol declares none | the protocol's own figures (`Protocol::METRICS`), name → {`kind` (`counter`: events, read `sum` and `per_commit`; `value`: observations, read `count`, `mean`, `max`), `count` (values added), `sum`, `mean` (`sum / count`), `max`, `per_commit` (`sum / committed`, null when nothing committed), `about`}; summed over every coordinator from the end of the warm-up. FORD: `rereads` (re-reads of a record a lock-free read found torn or invisible) |
+//! | `protocol_metrics` | object, absent when the protocol declares none | the protocol's own figures (`Protocol::METRICS`), name → {`kind` (`counter`: events, read `sum` and `per_commit`; `value`: observations, read `count`, `mean`, `max`; `duration`: times in ns, read also `p50`, `p99` and `share` (the sum over coordinators × the measured time), with `hist_ns` as `[ns, count]` pairs for `dmtx report` to merge), `count` (values added), `sum`, `mean` (`sum / count`), `max`, `per_commit` (`sum / committed`, null when nothing committed), `about`}; summed over every coordinator from the end of the warm-up. FORD: `rereads` (re-reads of a record a lock-free read found torn or invisible) |
 //! | `addr_cache` | object | the address cache over the measured window (counting restarts when a thread's first coordinator leaves the warm-up), every worker thread summed: `hits` (lookups answered), `hits_shared` (of those, by the compute node's level: another thread had learned the address), `misses` (the protocol walked the bucket chain), `hit_rate` (`hits / (hits + misses)`), `evictions` (cached addresses found stale and dropped), `entries` (addresses cached at the end, summed over compute nodes) |
 //! | `memory` | object | the memory plan the run was sized by: `tables` (per table `name`, `capacity` (records it has room for), `nodes` (memory nodes of its replicas, primary first), per replica `reserved_bytes` (region bytes), `loaded_bytes` (resident once loaded), `full_bytes` (resident if the run fills its room)), `per_mn` (per memory node `mn`, `tables_bytes`, `loaded_bytes`, `full_bytes` (its table replicas), `coordinators_bytes` (coordinator areas: logs), `need_bytes` (the region size it needs at least)) |
 //! | `cn` | object, absent unless `--cn` | this compute node of a multi-process run: `id`, `compute_nodes` (in the run), `run_id` (shared by the run's CNs), `latency_ns` (the committed-latency histogram as `[ns, count]` pairs, for `dmtx report` to merge); with more than one CN, `invariant` says it was not checked and `check` is null (check the CNs' histories together with `dmtx check`) |
@@ -232,8 +232,8 @@ pub struct MetricResult {
 /// coordinator after the warm-up.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProtocolMetricResult {
-    /// `counter` (events: read `sum`, `per_commit`) or `value` (observations: read
-    /// `count`, `mean`, `max`).
+    /// `counter` (events: read `sum`, `per_commit`), `value` (observations: read
+    /// `count`, `mean`, `max`) or `duration` (times in ns: also `p50`, `p99`, `share`).
     pub kind: String,
     /// Values added.
     pub count: u64,
@@ -245,43 +245,86 @@ pub struct ProtocolMetricResult {
     pub max: u64,
     /// `sum / committed`, or `null` when nothing committed.
     pub per_commit: Option<f64>,
+    /// A `duration`'s median, ns (absent for other kinds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p50: Option<u64>,
+    /// A `duration`'s 99th percentile, ns (absent for other kinds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99: Option<u64>,
+    /// A `duration`'s `sum` over the coordinators' measured time (each coordinator
+    /// counts the run's length): the share of their time it took (absent for other kinds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<f64>,
+    /// A `duration`'s histogram as `[ns, count]` pairs of its recorded buckets, for
+    /// `dmtx report` to merge compute nodes' records (empty for other kinds).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hist_ns: Vec<(u64, u64)>,
     /// What it counts, as the protocol says.
     pub about: String,
 }
 
 impl ProtocolMetricResult {
-    /// The figure `spec` gathered as `sum`, over `committed` commits.
-    pub fn of(spec: &MetricSpec, sum: &MetricSum, committed: u64) -> Self {
-        Self {
+    /// The figure `spec` gathered as `sum`, over `committed` commits and
+    /// `coordinator_ns` of coordinator time (coordinators × the measured run).
+    pub fn of(spec: &MetricSpec, sum: &MetricSum, committed: u64, coordinator_ns: u64) -> Self {
+        let hist_ns = match (&sum.hist, spec.kind) {
+            (Some(h), MetricKind::Duration) => h
+                .iter_recorded()
+                .map(|v| (v.value_iterated_to(), v.count_at_value()))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let mut r = Self {
             kind: spec.kind.name().to_string(),
             count: sum.count,
             sum: sum.sum,
-            mean: if sum.count == 0 {
-                0.0
-            } else {
-                round(sum.sum as f64 / sum.count as f64, 3)
-            },
+            mean: 0.0,
             max: sum.max,
-            per_commit: (committed > 0).then(|| round(sum.sum as f64 / committed as f64, 3)),
+            per_commit: None,
+            p50: None,
+            p99: None,
+            share: None,
+            hist_ns,
             about: spec.about.to_string(),
-        }
+        };
+        r.derive(committed, coordinator_ns);
+        r
     }
 
-    /// Add another compute node's sums (`count`, `sum`, `max`); then [`Self::derive`].
+    /// Add another compute node's sums (`count`, `sum`, `max`, the histogram); then
+    /// [`Self::derive`].
     pub fn merge(&mut self, other: &ProtocolMetricResult) {
         self.count += other.count;
         self.sum = self.sum.saturating_add(other.sum);
         self.max = self.max.max(other.max);
+        let mut at: BTreeMap<u64, u64> = self.hist_ns.iter().copied().collect();
+        for &(ns, n) in &other.hist_ns {
+            *at.entry(ns).or_default() += n;
+        }
+        self.hist_ns = at.into_iter().collect();
     }
 
-    /// Recompute `mean` and `per_commit` from the sums, over `committed` commits.
-    pub fn derive(&mut self, committed: u64) {
+    /// Recompute `mean`, `per_commit` and, for a `duration`, `p50`, `p99` and `share`
+    /// from the sums, over `committed` commits and `coordinator_ns` of coordinator time.
+    pub fn derive(&mut self, committed: u64, coordinator_ns: u64) {
         self.mean = if self.count == 0 {
             0.0
         } else {
             round(self.sum as f64 / self.count as f64, 3)
         };
         self.per_commit = (committed > 0).then(|| round(self.sum as f64 / committed as f64, 3));
+        if self.kind != MetricKind::Duration.name() {
+            return;
+        }
+        self.share = (coordinator_ns > 0).then(|| round(self.sum as f64 / coordinator_ns as f64, 6));
+        let mut h = dmtx_runtime::metric::duration_histogram();
+        for &(ns, n) in &self.hist_ns {
+            h.saturating_record_n(ns.max(1), n);
+        }
+        if !h.is_empty() {
+            self.p50 = Some(h.value_at_quantile(0.5));
+            self.p99 = Some(h.value_at_quantile(0.99));
+        }
     }
 
     /// One summary line's figures.
@@ -289,6 +332,17 @@ impl ProtocolMetricResult {
         let per = self.per_commit.map_or_else(|| "-".to_string(), |p| format!("{p:.3}"));
         if self.kind == MetricKind::Counter.name() {
             format!("{} ({per} per commit)", self.sum)
+        } else if self.kind == MetricKind::Duration.name() {
+            let us = |ns: Option<u64>| ns.map_or_else(|| "-".to_string(), |n| format!("{:.2}", n as f64 / 1e3));
+            format!(
+                "mean {:.2} us, p50 {} us, p99 {} us, max {:.2} us over {} values, {:.2}% of coordinator time",
+                self.mean / 1e3,
+                us(self.p50),
+                us(self.p99),
+                self.max as f64 / 1e3,
+                self.count,
+                self.share.unwrap_or(0.0) * 100.0
+            )
         } else {
             format!("mean {:.1}, max {} over {} values", self.mean, self.max, self.count)
         }
@@ -1047,13 +1101,15 @@ impl BenchResult {
             .zip(&raw.stats.types)
             .map(|(name, t)| (name.to_string(), TxnTypeResult::of(t, raw.abort_reasons)))
             .collect();
+        let coordinators = cfg.coordinators() as u64;
+        let coordinator_ns = (raw.elapsed.as_nanos() as u64).saturating_mul(coordinators);
         let protocol_metrics = raw
             .protocol_metrics
             .iter()
             .map(|(spec, sum)| {
                 (
                     spec.name.to_string(),
-                    ProtocolMetricResult::of(spec, sum, total.committed),
+                    ProtocolMetricResult::of(spec, sum, total.committed, coordinator_ns),
                 )
             })
             .collect();

@@ -10,7 +10,7 @@ use dmtx_runtime::{yield_now, Abort, AbortReason, Access, Txn};
 
 use super::layout::{encode_image, meta, INVISIBLE, VERSION, VLOCK};
 use super::{Ford, FordVariant};
-use crate::onever::{release as rel, replicas};
+use crate::onever::{lock_time, release as rel, replicas};
 
 pub(super) async fn commit(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
     let c = &mut *txn.coord;
@@ -120,6 +120,8 @@ pub(super) fn release(txn: &mut Txn<'_, Ford>, committed: bool) {
     let c = &mut *txn.coord;
     let st = &mut c.state;
     st.bg.clear();
+    let now = c.ctx.clock.now_ns();
+    lock_time::note_release(&mut c.ctx, &mut c.set.objs, super::LOCK_METRICS, now);
     rel::push_release(&mut st.bg, &mut c.set.objs, &c.ctx.catalog, st.lock);
     if committed {
         st.log.post_committed(&mut st.bg, &st.mns);

@@ -73,8 +73,12 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
     let lock = c.state.lock;
     let reread_max = c.proto.config().reread_max;
     let variant = c.proto.config().variant;
-    for _round in 0..ROUNDS_MAX {
+    let wait_us = c.proto.config().lock_wait_us;
+    // Rounds that only retried a lock (wait mode) are bounded by `lock_wait_us`, not here.
+    let mut rounds = 0;
+    while rounds < ROUNDS_MAX {
         let c = &mut *txn.coord;
+        let now = c.ctx.clock.now_ns();
         let post = &mut c.state.post;
         post.clear();
         // Inserts homing to one bucket walk its chain one at a time (`InsertWalks`).
@@ -111,6 +115,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                         // locked; we hold the chain's insert lock.
                         index_walk::post_link(post, info, &p.walk);
                         p.cas = Some(post.cas(info.ptr(0, p.rel + VLOCK as u64), 0, lock));
+                        p.holds.times.asking(now);
                     }
                     let r = if o.access.writes() { 0 } else { p.replica as usize };
                     p.read = Some(post.read(info.ptr(r, p.rel), shape.slot_bytes as usize));
@@ -137,6 +142,8 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
         }
 
         let c = &mut *txn.coord;
+        let now = c.ctx.clock.now_ns();
+        let mut waiting = false;
         let post = &c.state.post;
         let bg = &mut c.state.bg;
         bg.clear();
@@ -212,10 +219,15 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                     if let Some(cas) = p.cas {
                         p.walk.linked();
                         if post.old(cas) != 0 {
-                            result = Err(abort(AbortReason::LockConflict));
+                            if access != Access::Insert && p.holds.times.may_wait(now, wait_us) {
+                                waiting = true;
+                            } else {
+                                result = Err(abort(AbortReason::LockConflict));
+                            }
                             continue;
                         }
                         p.holds.locked = true;
+                        p.holds.times.taken(now);
                     }
                     if access == Access::Insert {
                         if v.occupied() {
@@ -244,7 +256,12 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                         p.stage = Stage::Done;
                         copy_from = Some(v.value(value_len));
                     } else {
-                        match check_unlocked_read(v, value_len, variant) {
+                        let seen = check_unlocked_read(v, value_len, variant);
+                        if p.invisible_at_ns != 0 && !matches!(seen, Seen::Invisible) {
+                            c.ctx.metric_ns(super::METRIC_INVISIBLE_NS, now - p.invisible_at_ns);
+                            p.invisible_at_ns = 0;
+                        }
+                        match seen {
                             Seen::Ok => {
                                 p.version = v.version();
                                 p.read_unlocked = p.replica == 0 && v.vlock() == 0;
@@ -254,7 +271,13 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                             seen => {
                                 p.rereads += 1;
                                 c.ctx.metric(super::METRIC_REREADS, 1);
+                                if matches!(seen, Seen::Invisible) && p.invisible_at_ns == 0 {
+                                    p.invisible_at_ns = now.max(1);
+                                }
                                 if p.rereads > reread_max {
+                                    if p.invisible_at_ns != 0 {
+                                        c.ctx.metric_ns(super::METRIC_INVISIBLE_NS, now - p.invisible_at_ns);
+                                    }
                                     result = Err(abort(match seen {
                                         Seen::Invisible => AbortReason::Invisible,
                                         _ => AbortReason::Torn,
@@ -275,6 +298,9 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
         }
         c.ctx.post_background(&mut c.state.bg);
         result?;
+        if !waiting {
+            rounds += 1;
+        }
     }
     panic!("execute did not finish in {ROUNDS_MAX} rounds: bucket chains longer than the overflow space?");
 }

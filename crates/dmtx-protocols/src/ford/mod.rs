@@ -116,6 +116,7 @@ use dmtx_store::SlotLayout;
 use dmtx_verbs::{AtomicId, MnId, Post, ReadId};
 
 use crate::onever::index_walk::{Stage, Walk};
+use crate::onever::lock_time;
 use crate::onever::undo_log::UndoLog;
 use crate::onever::{Holds, OneVersionObj};
 
@@ -138,12 +139,32 @@ pub const CPU_STEPS: &[(&str, u64)] = &[(STEP_COMMIT, 0), (STEP_EXECUTE, 0), (ST
 /// invisible by a lock-free read (§5.2; each one a round trip, bounded by `reread_max`).
 pub const METRIC_REREADS: usize = 0;
 
+/// FORD's figure index: time from a READ that found a record invisible to the re-read
+/// that found it visible (or the abort), §6.2.2.
+pub const METRIC_INVISIBLE_NS: usize = 1;
+/// Where FORD's lock times are in [`METRICS`].
+pub const LOCK_METRICS: lock_time::LockMetrics = lock_time::LockMetrics {
+    duration: 2,
+    hold: 3,
+    wait: 4,
+};
+
 /// FORD's figures, in `protocol_metrics`.
-pub const METRICS: &[MetricSpec] = &[MetricSpec::new(
-    "rereads",
-    MetricKind::Counter,
-    "re-reads of a record a lock-free read found torn or invisible (each bounded by `reread_max`)",
-)];
+pub const METRICS: &[MetricSpec] = &[
+    MetricSpec::new(
+        "rereads",
+        MetricKind::Counter,
+        "re-reads of a record a lock-free read found torn or invisible (each bounded by `reread_max`)",
+    ),
+    MetricSpec::new(
+        "invisible_reread_ns",
+        MetricKind::Duration,
+        "per record found invisible, from that READ's completion to the re-read that saw it visible or the abort (§6.2.2: its `share` of coordinator time)",
+    ),
+    lock_time::DURATION,
+    lock_time::HOLD,
+    lock_time::WAIT,
+];
 
 pub use layout::FordLayout;
 
@@ -199,6 +220,9 @@ pub struct FordConfig {
     pub reread_max: u32,
     /// Bytes of each coordinator's undo-log area on each memory node.
     pub log_bytes: u32,
+    /// Retry a failed lock for up to this many µs instead of aborting (0: abort; the
+    /// lock-duration mode of §6.2.1, [`lock_time`]).
+    pub lock_wait_us: u64,
     /// Test-only variant.
     pub variant: FordVariant,
 }
@@ -209,6 +233,7 @@ impl Default for FordConfig {
             backup_read: true,
             reread_max: 4,
             log_bytes: 64 << 10,
+            lock_wait_us: 0,
             variant: FordVariant::Fixed,
         }
     }
@@ -269,6 +294,8 @@ pub struct FordObj {
     read_unlocked: bool,
     /// Re-reads so far (invisible or torn).
     rereads: u32,
+    /// When a READ last found the record invisible (0: it has not).
+    invisible_at_ns: u64,
     /// Offset of the old image in `FordCoord::undo`.
     undo_at: u32,
     /// An insert's walk down its bucket chain.
@@ -346,7 +373,7 @@ impl Protocol for Ford {
     const NAME: &'static str = "ford";
     const ABOUT: &'static str =
         "FORD (FAST'22/TOS'23): hitchhiked locking, coalescent commit, backup reads, selective flush";
-    const KNOBS: &'static [KnobSpec] = &[BACKUP_READ, REREAD_MAX, LOG_BYTES];
+    const KNOBS: &'static [KnobSpec] = &[BACKUP_READ, REREAD_MAX, LOG_BYTES, lock_time::LOCK_WAIT_US];
     const METRICS: &'static [MetricSpec] = METRICS;
     const CPU_STEPS: &'static [(&'static str, u64)] = CPU_STEPS;
 
@@ -361,6 +388,7 @@ impl Protocol for Ford {
                     Err("must be a multiple of 8, at least 4096".into())
                 }
             })?,
+            lock_wait_us: knobs.get(&lock_time::LOCK_WAIT_US)?,
             variant: FordVariant::Fixed,
         }))
     }

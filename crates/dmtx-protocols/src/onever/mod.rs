@@ -12,6 +12,7 @@
 //! | [`redo_log`] | redo logs on backups (FaRM, DrTM+H) and their version-guarded truncation into the backups | one WRITE per backup MN in the commit-backup batch; truncation: two round trips off the critical path |
 //! | [`replicas`] | fan-out to backups, selective FLUSH | per record one WRITE per backup; one FLUSH per backup MN; no round trip of their own |
 //! | [`release`] | release and rollback | per held lock one WRITE or CAS, in the background; rollback: one awaited post |
+//! | [`lock_time`] | lock duration, hold and wait times (FORD §6.2.1) and the wait-on-conflict knob `lock_wait_us` | none (a retried lock CAS: one round trip per try) |
 //!
 //! What stays with each protocol: when to lock (FORD hitchhikes the lock on the
 //! execution READ), where to read (FORD's backup reads), the validation rule, what the
@@ -22,6 +23,7 @@
 //! state through [`OneVersionObj`].
 
 pub mod index_walk;
+pub mod lock_time;
 pub mod record;
 pub mod redo_log;
 pub mod release;

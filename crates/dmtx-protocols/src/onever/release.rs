@@ -31,6 +31,8 @@ pub struct Holds {
     pub backups_marked: bool,
     /// The insert lock of this chain (table-relative offset of its home bucket).
     pub bucket_lock: Option<u64>,
+    /// When the primary's lock was asked for and taken ([`super::lock_time`]).
+    pub times: super::lock_time::LockTimes,
 }
 
 /// Append to `post` the ops that release everything the objects hold (`lock` is the
