@@ -282,6 +282,6 @@ impl Protocol for Drtmh {
     }
 
     async fn drain(coord: &mut Coordinator<Self>) {
-        farm::truncate(coord, 1).await
+        farm::drain(coord).await
     }
 }

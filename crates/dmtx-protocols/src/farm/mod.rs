@@ -20,7 +20,8 @@
 //! 5. **Commit-primary** (`commit.rs`): per primary the in-place WRITE of the new image,
 //!    then `WRITE(vlock, 0)`, in one round trip; the commit is reported on its ACK.
 //! 6. **Truncation** (`Protocol::cleanup` once `truncate_batch` commits are queued, and
-//!    `Protocol::drain` at the run's end; off the transaction's round trips and
+//!    `Protocol::drain` at the run's end, which tries again, after a pause, while a copy
+//!    stays locked by another truncator; off the transaction's round trips and
 //!    latency): version-guarded installs of the logged images into the backups, then
 //!    the logs are freed ([`crate::onever::redo_log::Truncation`]). A commit whose log
 //!    does not fit in what is left of an area stalls: it truncates first, inside its
@@ -400,6 +401,26 @@ pub(crate) async fn truncate<P: RedoFamily>(coord: &mut Coordinator<P>, batch: u
     }
 }
 
+/// Truncation runs [`drain`] tries before leaving the rest to recovery.
+const DRAIN_TRIES_MAX: u32 = 1000;
+/// Pause between two drain tries.
+const DRAIN_PAUSE_NS: u64 = 20_000;
+
+/// Truncate everything queued, at the run's end. One truncation gives up on a backup
+/// copy another truncator keeps locked through all its rounds (that truncator may be
+/// descheduled between its two rounds); nothing would install it after the drain, so
+/// the drain pauses and tries again (bounded).
+pub(crate) async fn drain<P: RedoFamily>(coord: &mut Coordinator<P>) {
+    for _ in 0..DRAIN_TRIES_MAX {
+        truncate(coord, 1).await;
+        if coord.state.trunc.is_empty() {
+            return;
+        }
+        let clock = std::sync::Arc::clone(&coord.ctx.clock);
+        dmtx_runtime::sleep(clock.as_ref(), DRAIN_PAUSE_NS).await;
+    }
+}
+
 impl RedoFamily for Farm {
     const STEP_EXECUTE: &'static str = STEP_EXECUTE;
     const STEP_COMMIT: &'static str = STEP_COMMIT;
@@ -472,7 +493,7 @@ impl Protocol for Farm {
     }
 
     async fn drain(coord: &mut Coordinator<Self>) {
-        truncate(coord, 1).await
+        drain(coord).await
     }
 }
 
