@@ -30,8 +30,11 @@ use dmtx_suite::{bank, Env, Setup};
 use dmtx_verbs::apply::apply_op;
 use dmtx_verbs::{Fabric, MemFabric, Post, Region, StallKind, Submitted, Ticket, Transport, VerbError};
 
-/// Record A's table: primary on node 1 (placement is round-robin by table id).
+/// Record A's table: primary on node 1 (placement is round-robin by table id over
+/// `dmtx_suite::env::MNS` = 3 nodes).
 const TA: Table<[u8]> = Table::new(1);
+/// Record A's table when it shares B's node: primary on node 0.
+const TA_BESIDE_B: Table<[u8]> = Table::new(3);
 /// Record B's table: primary on node 0.
 const TB: Table<[u8]> = Table::new(0);
 const A: u64 = 1;
@@ -95,10 +98,10 @@ impl Transport for ReversedTransport {
     }
 }
 
-/// Tables A and B, 2 replicas each, four bank accounts in each.
-fn env<P: Protocol>(proto: P) -> Env<P> {
+/// Tables `ta` and B, 2 replicas each, four bank accounts in each.
+fn env<P: Protocol>(proto: P, ta: Table<[u8]>) -> Env<P> {
     let setup = Setup::new(2, 20);
-    let specs = [TB, TA].map(|t| TableSpec::new(t.id(), format!("t{}", t.id()), setup.value_bytes, 64));
+    let specs = [TB, ta].map(|t| TableSpec::new(t.id(), format!("t{}", t.id()), setup.value_bytes, 64));
     let vb = setup.value_bytes as usize;
     Env::with_tables(proto, setup, &specs, |_, insert| {
         let mut v = vec![0u8; vb];
@@ -147,17 +150,25 @@ struct Window {
     findings: String,
 }
 
-fn run_window<P: Protocol>(proto: P) -> Window {
-    let env = env(proto);
-    let cn = Cn::connect(
-        0,
-        Arc::new(Reversed(env.cluster.fabric().clone())),
-        Arc::new(env.cluster.clone()),
-        Arc::new(RealClock::new()),
-    )
-    .expect("connect to an in-process cluster");
-    let a_ptr = env.catalog().get(TA.id()).expect("table A").ptr(0, env.slots(TA.id())[&A]);
-    assert_eq!(a_ptr.mn.index(), 1, "A's primary on node 1");
+/// T1 and T2 as in the module doc, A in table `ta`; with `across` A's primary is on
+/// node 1 and the transport runs node 1's batches first, else A shares node 0 with B on
+/// the plain `mem` transport.
+fn run_window<P: Protocol>(proto: P, across: bool) -> Window {
+    let ta = if across { TA } else { TA_BESIDE_B };
+    let env = env(proto, ta);
+    let cn = if across {
+        Cn::connect(
+            0,
+            Arc::new(Reversed(env.cluster.fabric().clone())),
+            Arc::new(env.cluster.clone()),
+            Arc::new(RealClock::new()),
+        )
+        .expect("connect to an in-process cluster")
+    } else {
+        env.mem_cn(0)
+    };
+    let a_ptr = env.catalog().get(ta.id()).expect("table A").ptr(0, env.slots(ta.id())[&A]);
+    assert_eq!(a_ptr.mn.index(), usize::from(across), "A's primary");
     let b_ptr = env.catalog().get(TB.id()).expect("table B").ptr(0, env.slots(TB.id())[&B]);
     assert_eq!(b_ptr.mn.index(), 0, "B's primary on node 0");
     let region = env.region(a_ptr.mn);
@@ -168,7 +179,7 @@ fn run_window<P: Protocol>(proto: P) -> Window {
     std::thread::scope(|s| {
         let (env, cn) = (&env, &cn);
         let t1 = s.spawn(move || {
-            read_then_write(env, cn, 0, (TA, A), (TB, B), || {
+            read_then_write(env, cn, 0, (ta, A), (TB, B), || {
                 executed_tx.send(()).unwrap();
                 go.recv().unwrap();
             })
@@ -180,7 +191,7 @@ fn run_window<P: Protocol>(proto: P) -> Window {
         let write_gate = region.arm_stall(StallKind::Write, a_version);
         go_tx.send(()).unwrap();
         read_gate.wait_stalled();
-        let t2 = s.spawn(move || read_then_write(env, cn, 1, (TB, B), (TA, A), || {}));
+        let t2 = s.spawn(move || read_then_write(env, cn, 1, (TB, B), (ta, A), || {}));
         let deadline = Instant::now() + Duration::from_secs(10);
         while !write_gate.is_stalled() && !t2.is_finished() {
             assert!(Instant::now() < deadline, "T2 neither stalled nor finished");
@@ -208,7 +219,7 @@ fn run_window<P: Protocol>(proto: P) -> Window {
 /// commit, and the isolation checker reports the cycle.
 #[test]
 fn the_cross_node_window_commits_write_skew_and_the_checker_catches_it() {
-    let w = run_window(Drtmh::from_knobs(&Knobs::default()).unwrap());
+    let w = run_window(Drtmh::from_knobs(&Knobs::default()).unwrap(), true);
     assert!(w.t1.is_ok(), "T1: {:?}", w.t1);
     assert!(w.t2.is_ok(), "T2: {:?}", w.t2);
     assert!(!w.findings.is_empty(), "the checker missed the write skew");
@@ -219,7 +230,7 @@ fn the_cross_node_window_commits_write_skew_and_the_checker_catches_it() {
 /// validation sees B locked and aborts; the history is clean.
 #[test]
 fn strict_mode_closes_the_window() {
-    let w = run_window(Drtmh::from_knobs(&Knobs::parse(["strict=true"]).unwrap()).unwrap());
+    let w = run_window(Drtmh::from_knobs(&Knobs::parse(["strict=true"]).unwrap()).unwrap(), true);
     assert!(w.t1.is_ok(), "T1: {:?}", w.t1);
     assert_eq!(w.t2.map_err(|a| a.reason), Err(AbortReason::Validation));
     assert_eq!(w.findings, "");
@@ -228,7 +239,19 @@ fn strict_mode_closes_the_window() {
 /// Goal: FaRM has no window: its validation round follows its lock round.
 #[test]
 fn farm_has_no_window() {
-    let w = run_window(Farm::from_knobs(&Knobs::default()).unwrap());
+    let w = run_window(Farm::from_knobs(&Knobs::default()).unwrap(), true);
+    assert!(w.t1.is_ok(), "T1: {:?}", w.t1);
+    assert_eq!(w.t2.map_err(|a| a.reason), Err(AbortReason::Validation));
+    assert_eq!(w.findings, "");
+}
+
+/// Goal: on one memory node there is no window: the lock&validate post puts every CAS
+/// before every read-only READ, and one node runs a post's ops in order, so T1 holds
+/// B's lock before its READ of A stalls, and T2's validation sees it. (READs first
+/// would let both commit.)
+#[test]
+fn one_node_has_no_window() {
+    let w = run_window(Drtmh::from_knobs(&Knobs::default()).unwrap(), false);
     assert!(w.t1.is_ok(), "T1: {:?}", w.t1);
     assert_eq!(w.t2.map_err(|a| a.reason), Err(AbortReason::Validation));
     assert_eq!(w.findings, "");
