@@ -2,6 +2,10 @@
 //! disaggregated memory as FORD's evaluation does (ford.txt §2.3 and Fig. 2, §3.2,
 //! §4.2, §4.6, §6.1). Isolation: **serializable**.
 //!
+//! Execution, commit-backup, commit-primary and truncation are the FaRM family's
+//! (`RedoFamily`): DrTM+H ([`crate::drtmh`]) runs the same code and differs only in its
+//! lock&validate round.
+//!
 //! # Phases (Fig. 2)
 //!
 //! 1. **Execution** (`execute.rs`): every object is READ from its primary without a
