@@ -54,7 +54,11 @@ fn lock_and_validate_verbs() {
         let m = measure(&env, TxnKind::ReadWriteWithRo, Cache::Warm, 0);
         let n = m.attempt;
         assert_eq!(n.ops_of(OpKind::Cas), 1, "{knobs:?}");
-        assert_eq!(n.ops_of(OpKind::Read), 2 + 1 + 1, "{knobs:?}: execution, version, read-only");
+        assert_eq!(
+            n.ops_of(OpKind::Read),
+            2 + 1 + 1,
+            "{knobs:?}: execution, version, read-only"
+        );
         // The lock&validate round(s), then commit-backup and commit-primary.
         assert_eq!(m.commit, rounds + 2, "{knobs:?}");
     }

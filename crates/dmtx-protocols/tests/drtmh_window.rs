@@ -167,9 +167,17 @@ fn run_window<P: Protocol>(proto: P, across: bool) -> Window {
     } else {
         env.mem_cn(0)
     };
-    let a_ptr = env.catalog().get(ta.id()).expect("table A").ptr(0, env.slots(ta.id())[&A]);
+    let a_ptr = env
+        .catalog()
+        .get(ta.id())
+        .expect("table A")
+        .ptr(0, env.slots(ta.id())[&A]);
     assert_eq!(a_ptr.mn.index(), usize::from(across), "A's primary");
-    let b_ptr = env.catalog().get(TB.id()).expect("table B").ptr(0, env.slots(TB.id())[&B]);
+    let b_ptr = env
+        .catalog()
+        .get(TB.id())
+        .expect("table B")
+        .ptr(0, env.slots(TB.id())[&B]);
     assert_eq!(b_ptr.mn.index(), 0, "B's primary on node 0");
     let region = env.region(a_ptr.mn);
     let a_version = a_ptr.offset + 8;
@@ -230,7 +238,10 @@ fn the_cross_node_window_commits_write_skew_and_the_checker_catches_it() {
 /// validation sees B locked and aborts; the history is clean.
 #[test]
 fn strict_mode_closes_the_window() {
-    let w = run_window(Drtmh::from_knobs(&Knobs::parse(["strict=true"]).unwrap()).unwrap(), true);
+    let w = run_window(
+        Drtmh::from_knobs(&Knobs::parse(["strict=true"]).unwrap()).unwrap(),
+        true,
+    );
     assert!(w.t1.is_ok(), "T1: {:?}", w.t1);
     assert_eq!(w.t2.map_err(|a| a.reason), Err(AbortReason::Validation));
     assert_eq!(w.findings, "");

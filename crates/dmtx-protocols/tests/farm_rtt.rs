@@ -37,7 +37,11 @@ fn round_trips_per_transaction_match_issue_27s_table() {
                         rtts,
                         "{kind:?} {cache:?}, {replicas} replicas, {knobs:?}: {m:?}"
                     );
-                    let trunc = if matches!(kind, TxnKind::ReadOnlyOne | TxnKind::ReadOnlyMany) { 0 } else { 2 };
+                    let trunc = if matches!(kind, TxnKind::ReadOnlyOne | TxnKind::ReadOnlyMany) {
+                        0
+                    } else {
+                        2
+                    };
                     assert_eq!(m.cleanup, trunc, "{kind:?}: truncation is cleanup's");
                 }
             }

@@ -236,7 +236,11 @@ fn the_drain_waits_out_a_copy_another_truncator_holds() {
         std::thread::sleep(std::time::Duration::from_millis(5));
         assert_eq!(region.cas(backup.offset, other, 0).unwrap(), other);
         let drained = drainer.join().expect("drainer");
-        assert!(drained.rtts > 64, "the drain outlasted one truncation: {} round trips", drained.rtts);
+        assert!(
+            drained.rtts > 64,
+            "the drain outlasted one truncation: {} round trips",
+            drained.rtts
+        );
     });
     assert_eq!(env.replicas_differ(bank::TABLE.id()), None);
 }

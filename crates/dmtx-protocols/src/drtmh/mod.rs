@@ -236,7 +236,13 @@ impl Protocol for Drtmh {
     const NAME: &'static str = "drtmh";
     const ABOUT: &'static str =
         "DrTM+H on one-sided verbs (as in FORD §6.1): one lock&validate round, commit-backup redo logs, commit-primary";
-    const KNOBS: &'static [KnobSpec] = &[ADDR_CACHE, farm::REREAD_MAX, farm::LOG_BYTES, farm::TRUNCATE_BATCH, STRICT];
+    const KNOBS: &'static [KnobSpec] = &[
+        ADDR_CACHE,
+        farm::REREAD_MAX,
+        farm::LOG_BYTES,
+        farm::TRUNCATE_BATCH,
+        STRICT,
+    ];
     const METRICS: &'static [MetricSpec] = METRICS;
     const CPU_STEPS: &'static [(&'static str, u64)] = CPU_STEPS;
 
