@@ -3,6 +3,7 @@
 //!
 //! | module | paper | isolation |
 //! | --- | --- | --- |
+//! | [`drtmh`] | DrTM+H on one-sided verbs (FORD §3.2, §4.2, §6.1) | serializable (`strict=true`; see its window) |
 //! | [`farm`] | FaRM on one-sided verbs (FORD §2.3, §3.2, §6.1) | serializable |
 //! | [`ford`] | FORD (ACM TOS 2023; FAST'22), §4.2–4.6, §4.8 | serializable |
 //!
@@ -17,6 +18,7 @@
 #![warn(missing_docs)]
 #![allow(async_fn_in_trait)]
 
+pub mod drtmh;
 pub mod farm;
 pub mod ford;
 pub mod onever;

@@ -206,3 +206,41 @@ fn a_lone_read_skips_validation_only_when_it_saw_no_lock() {
         assert_eq!(c.ctx.txn_counters.rtts - before, 1, "one validation round");
     });
 }
+
+/// Goal: the drain installs a backup copy that another truncator holds through all of
+/// one truncation's rounds (a truncator descheduled between its two rounds): it pauses
+/// and tries again, so the run ends with the backups equal to the primary. A drain of
+/// one truncation would give up and leave the backup behind for good.
+#[test]
+fn the_drain_waits_out_a_copy_another_truncator_holds() {
+    let env = dmtx_suite::Env::bank(make(&Knobs::default()), Setup::new(2, 20));
+    let rel = env.slots(bank::TABLE.id())[&4];
+    let backup = env.catalog().get(bank::TABLE.id()).expect("bank table").ptr(1, rel);
+    let region = env.region(backup.mn);
+    let other = 999;
+    let (locked_tx, locked) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        let env = &env;
+        let (region, locked_tx) = (&region, locked_tx);
+        let drainer = s.spawn(move || {
+            let w = env.mem_cn(0).worker(0).expect("worker");
+            let mut c = w.coordinator(&env.proto, 0).expect("coordinator");
+            block_on(async {
+                restamp(&mut c, 4).await;
+                assert_eq!(region.cas(backup.offset, 0, other).unwrap(), 0);
+                locked_tx.send(()).unwrap();
+                c.drain().await
+            })
+        });
+        locked.recv().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert_eq!(region.cas(backup.offset, other, 0).unwrap(), other);
+        let drained = drainer.join().expect("drainer");
+        assert!(
+            drained.rtts > 64,
+            "the drain outlasted one truncation: {} round trips",
+            drained.rtts
+        );
+    });
+    assert_eq!(env.replicas_differ(bank::TABLE.id()), None);
+}

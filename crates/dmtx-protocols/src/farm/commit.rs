@@ -3,11 +3,13 @@
 //! The machinery (redo-log WRITE, selective FLUSH, release, rollback) is shared
 //! ([`crate::onever`]); FaRM's decisions here: redo records to every backup's log area
 //! in one round trip with all ACKs awaited, then the in-place WRITE and the unlock of
-//! every primary in one round trip, the commit reported on its ACK.
+//! every primary in one round trip, the commit reported on its ACK. DrTM+H commits the
+//! same way (§4.2's lock-duration list), so this is the FaRM family's
+//! ([`super::RedoFamily`]).
 
 use dmtx_runtime::{Abort, AbortReason, Access, Txn};
 
-use super::Farm;
+use super::RedoFamily;
 use dmtx_store::BUCKET_LOCK_OFFSET;
 use dmtx_verbs::Post;
 
@@ -15,16 +17,16 @@ use crate::onever::record::{encode_image, meta_seq, VERSION, VLOCK};
 use crate::onever::redo_log::{RedoEntry, Room};
 use crate::onever::{release as rel, replicas};
 
-pub(super) async fn commit(txn: &mut Txn<'_, Farm>) -> Result<(), Abort> {
+pub(crate) async fn commit<P: RedoFamily>(txn: &mut Txn<'_, P>) -> Result<(), Abort> {
     let c = &mut *txn.coord;
     if !c.set.objs.iter().any(|o| o.access.writes()) {
         return Ok(());
     }
-    c.ctx.fault_point("farm.commit.after_validate");
+    c.ctx.fault_point(P::POINT_AFTER_VALIDATE);
     let st = &mut c.state;
     replicas::collect_mns(&mut st.mns, &c.set.objs, &c.ctx.catalog);
     let writes = c.set.objs.iter().filter(|o| o.access.writes()).count();
-    c.ctx.step(super::STEP_COMMIT, writes as u32);
+    c.ctx.step(P::STEP_COMMIT, writes as u32);
 
     // New images, bytes 8.. of each written slot. The version names the writer; the
     // write sequence orders truncation installs (`onever::redo_log`).
@@ -66,8 +68,9 @@ pub(super) async fn commit(txn: &mut Txn<'_, Farm>) -> Result<(), Abort> {
             // stops the run on this reason, since the transaction can never commit.
             let area = st.log.bytes() as u64;
             c.ctx.last_log_full = Some(format!(
-                "a transaction's redo log needs {needed} bytes, more than the {area}-byte log area of `farm` \
+                "a transaction's redo log needs {needed} bytes, more than the {area}-byte log area of `{}` \
                  (`log_bytes`); raise it, e.g. --set log_bytes={}",
+                P::NAME,
                 (needed as u64).next_power_of_two().max(area * 2)
             ));
             return Err(Abort::new(AbortReason::LogFull));
@@ -87,7 +90,7 @@ pub(super) async fn commit(txn: &mut Txn<'_, Farm>) -> Result<(), Abort> {
         return Err(Abort::new(AbortReason::Fault));
     }
     let c = &mut *txn.coord;
-    c.ctx.fault_point("farm.commit.after_backup");
+    c.ctx.fault_point(P::POINT_AFTER_BACKUP);
 
     // 2. Commit-primary: the new image in place, then the unlock, on each primary (one
     //    node's ops run in order, so nobody sees the record unlocked before its WRITE).
@@ -118,7 +121,7 @@ pub(super) async fn commit(txn: &mut Txn<'_, Farm>) -> Result<(), Abort> {
         settle_primaries(txn).await;
     }
     let c = &mut *txn.coord;
-    let cache = c.proto.config().addr_cache;
+    let cache = c.proto.addr_cache();
     for o in c.set.objs.iter_mut().filter(|o| o.access.writes()) {
         o.version_written = Some(c.set.txn_id);
         match o.access {
@@ -128,7 +131,7 @@ pub(super) async fn commit(txn: &mut Txn<'_, Farm>) -> Result<(), Abort> {
         }
     }
     let st = &mut c.state;
-    // Truncation installs the logged images into the backups (`Farm::cleanup`, every
+    // Truncation installs the logged images into the backups (`cleanup`, every
     // `truncate_batch` commits, or a stall when a log area is full).
     let with_backup: Vec<RedoEntry> = st
         .entries
@@ -161,9 +164,9 @@ const SETTLE_ROUNDS_MAX: u32 = 256;
 /// unlock landed after the image (one node's ops run in order). Repeated until every
 /// word is settled or [`SETTLE_ROUNDS_MAX`] rounds failed (then recovery, which dmtx
 /// lacks, would finish from the redo logs).
-async fn settle_primaries(txn: &mut Txn<'_, Farm>) {
+async fn settle_primaries<P: RedoFamily>(txn: &mut Txn<'_, P>) {
     let c = &mut *txn.coord;
-    c.ctx.fault_point("farm.commit.settle");
+    c.ctx.fault_point(P::POINT_SETTLE);
     let lock = c.state.lock;
     let mut reads = Vec::new();
     for _ in 0..SETTLE_ROUNDS_MAX {

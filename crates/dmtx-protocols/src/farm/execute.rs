@@ -5,11 +5,12 @@
 //! advance together, one round trip per round. FaRM's decisions here: every object is
 //! read from its primary without a lock (the write set is locked at commit), an object
 //! found by a bucket READ is taken out of that bucket, and only an insert locks during
-//! execution: the free slot it picked (§3.2).
+//! execution: the free slot it picked (§3.2). DrTM+H executes the same way (§4.2), so
+//! this is the FaRM family's ([`super::RedoFamily`]).
 
 use dmtx_runtime::{Abort, AbortReason, Access, Txn};
 
-use super::Farm;
+use super::RedoFamily;
 use crate::onever::index_walk::{self, Found, Stage};
 use crate::onever::record::{SlotView, VLOCK};
 
@@ -28,14 +29,14 @@ fn intact(v: SlotView<'_>, value_len: usize) -> bool {
     v.intact(value_len)
 }
 
-pub(super) async fn execute(txn: &mut Txn<'_, Farm>) -> Result<(), Abort> {
+pub(crate) async fn execute<P: RedoFamily>(txn: &mut Txn<'_, P>) -> Result<(), Abort> {
     let c = &mut *txn.coord;
     let start = c.set.fetched;
     let n = c.set.objs.len();
     if start == 0 {
         c.state.undo.clear();
     }
-    let use_cache = c.proto.config().addr_cache;
+    let use_cache = c.proto.addr_cache();
     for o in &mut c.set.objs[start..n] {
         let info = c.ctx.catalog.get(o.table).expect("table checked at add");
         let cached = if use_cache {
@@ -53,7 +54,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Farm>) -> Result<(), Abort> {
     }
 
     let lock = c.state.lock;
-    let reread_max = c.proto.config().reread_max;
+    let reread_max = c.proto.reread_max();
     for _round in 0..ROUNDS_MAX {
         let c = &mut *txn.coord;
         let post = &mut c.state.post;
@@ -102,7 +103,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Farm>) -> Result<(), Abort> {
             return Ok(());
         }
         // Building each record's ops, then checking its slot: the simulator's CPU model.
-        c.ctx.step(super::STEP_EXECUTE, (n - start) as u32);
+        c.ctx.step(P::STEP_EXECUTE, (n - start) as u32);
         if c.ctx.post(&mut c.state.post).await.is_err() {
             let c = &mut *txn.coord;
             index_walk::give_back_round(

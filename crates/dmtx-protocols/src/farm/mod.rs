@@ -2,6 +2,10 @@
 //! disaggregated memory as FORD's evaluation does (ford.txt §2.3 and Fig. 2, §3.2,
 //! §4.2, §4.6, §6.1). Isolation: **serializable**.
 //!
+//! Execution, commit-backup, commit-primary and truncation are the FaRM family's
+//! (`RedoFamily`): DrTM+H ([`crate::drtmh`]) runs the same code and differs only in its
+//! lock&validate round.
+//!
 //! # Phases (Fig. 2)
 //!
 //! 1. **Execution** (`execute.rs`): every object is READ from its primary without a
@@ -20,7 +24,8 @@
 //! 5. **Commit-primary** (`commit.rs`): per primary the in-place WRITE of the new image,
 //!    then `WRITE(vlock, 0)`, in one round trip; the commit is reported on its ACK.
 //! 6. **Truncation** (`Protocol::cleanup` once `truncate_batch` commits are queued, and
-//!    `Protocol::drain` at the run's end; off the transaction's round trips and
+//!    `Protocol::drain` at the run's end, which tries again, after a pause, while a copy
+//!    stays locked by another truncator; off the transaction's round trips and
 //!    latency): version-guarded installs of the logged images into the backups, then
 //!    the logs are freed ([`crate::onever::redo_log::Truncation`]). A commit whose log
 //!    does not fit in what is left of an area stalls: it truncates first, inside its
@@ -89,8 +94,8 @@
 //! - A compute node crashing mid-commit leaves its locks and logs to a recovery dmtx
 //!   does not have (the suite's fault menu runs without `crash_cn`).
 
-mod commit;
-mod execute;
+pub(crate) mod commit;
+pub(crate) mod execute;
 mod validate;
 
 use dmtx_memnode::Control;
@@ -193,22 +198,44 @@ const ADDR_CACHE: KnobSpec = KnobSpec {
     default: "false",
     help: "cache record addresses (FORD's code gives FaRM none: bucket READs instead)",
 };
-const REREAD_MAX: KnobSpec = KnobSpec {
+pub(crate) const REREAD_MAX: KnobSpec = KnobSpec {
     name: "reread_max",
     default: "4",
     help: "re-reads of a torn record before the transaction aborts",
 };
-const LOG_BYTES: KnobSpec = KnobSpec {
+pub(crate) const LOG_BYTES: KnobSpec = KnobSpec {
     name: "log_bytes",
     default: "65536",
     help: "redo-log bytes per coordinator per memory node",
 };
 
-const TRUNCATE_BATCH: KnobSpec = KnobSpec {
+pub(crate) const TRUNCATE_BATCH: KnobSpec = KnobSpec {
     name: "truncate_batch",
     default: "1",
     help: "committed transactions whose redo logs a coordinator truncates together (a full log area truncates at once)",
 };
+
+/// `log_bytes`, checked: a multiple of 8, at least 4096.
+pub(crate) fn log_bytes(knobs: &Knobs) -> std::result::Result<u32, KnobError> {
+    knobs.get_checked(&LOG_BYTES, |v: u32| {
+        if v >= 4096 && v.is_multiple_of(8) {
+            Ok(())
+        } else {
+            Err("must be a multiple of 8, at least 4096".into())
+        }
+    })
+}
+
+/// `truncate_batch`, checked: at least 1.
+pub(crate) fn truncate_batch(knobs: &Knobs) -> std::result::Result<u32, KnobError> {
+    knobs.get_checked(&TRUNCATE_BATCH, |v: u32| {
+        if v >= 1 {
+            Ok(())
+        } else {
+            Err("must be at least 1".into())
+        }
+    })
+}
 
 /// The FaRM protocol.
 #[derive(Debug, Clone)]
@@ -235,21 +262,21 @@ impl Farm {
 /// FaRM's per-object state.
 #[derive(Debug, Default)]
 pub struct FarmObj {
-    stage: Stage,
-    rel: u64,
-    holds: Holds,
+    pub(crate) stage: Stage,
+    pub(crate) rel: u64,
+    pub(crate) holds: Holds,
     /// Version read.
-    version: u64,
+    pub(crate) version: u64,
     /// Write sequence read (`onever::record::meta_seq`).
-    seq: u64,
+    pub(crate) seq: u64,
     /// The execution READ saw the lock word clear.
-    read_unlocked: bool,
-    rereads: u32,
+    pub(crate) read_unlocked: bool,
+    pub(crate) rereads: u32,
     /// Offset of the old image in `FarmCoord::undo`.
-    undo_at: u32,
-    walk: Walk,
-    read: Option<ReadId>,
-    cas: Option<AtomicId>,
+    pub(crate) undo_at: u32,
+    pub(crate) walk: Walk,
+    pub(crate) read: Option<ReadId>,
+    pub(crate) cas: Option<AtomicId>,
 }
 
 impl crate::onever::index_walk::WalkingObj for FarmObj {
@@ -293,26 +320,81 @@ impl OneVersionObj for FarmObj {
 /// FaRM's per-coordinator state.
 pub struct FarmCoord {
     /// This coordinator's lock word (`global id + 1`).
-    lock: u64,
-    post: Post,
-    bg: Post,
-    log: RedoLog,
+    pub(crate) lock: u64,
+    pub(crate) post: Post,
+    pub(crate) bg: Post,
+    pub(crate) log: RedoLog,
     /// Old images of written objects (bytes 8..), for a failed commit's rollback.
-    undo: Vec<u8>,
+    pub(crate) undo: Vec<u8>,
     /// New images of the commit (bytes 8..).
-    images: Vec<u8>,
-    entries: Vec<RedoEntry>,
-    mns: Vec<MnId>,
-    trunc: Truncation,
+    pub(crate) images: Vec<u8>,
+    pub(crate) entries: Vec<RedoEntry>,
+    pub(crate) mns: Vec<MnId>,
+    pub(crate) trunc: Truncation,
     /// Scratch of commit-primary: (table, lock word, entry of its image) of every word
     /// the release gives back.
-    unlocks: Vec<(u32, u64, Option<usize>)>,
-    insert_walks: crate::onever::index_walk::InsertWalks,
-    claimed: Vec<(u32, u64)>,
+    pub(crate) unlocks: Vec<(u32, u64, Option<usize>)>,
+    pub(crate) insert_walks: crate::onever::index_walk::InsertWalks,
+    pub(crate) claimed: Vec<(u32, u64)>,
+}
+
+/// The FaRM family: protocols that execute as FaRM does (lock-free READs of primaries,
+/// `execute.rs`), commit through redo logs on the backups and then in place on the
+/// primaries (`commit.rs`), and truncate those logs ([`truncate`]). FaRM and DrTM+H
+/// ([`crate::drtmh`]) differ only in how they lock and validate between the two.
+pub(crate) trait RedoFamily: Protocol<CoordState = FarmCoord, ObjState = FarmObj> {
+    /// CPU step per record of execution (`ctx.step`).
+    const STEP_EXECUTE: &'static str;
+    /// CPU step per written record of the commit.
+    const STEP_COMMIT: &'static str;
+    /// Fault point before commit-backup.
+    const POINT_AFTER_VALIDATE: &'static str;
+    /// Fault point between commit-backup and commit-primary.
+    const POINT_AFTER_BACKUP: &'static str;
+    /// Fault point of a failed commit-primary's settling.
+    const POINT_SETTLE: &'static str;
+    /// Whether record addresses are cached.
+    fn addr_cache(&self) -> bool;
+    /// Re-reads of a torn record before aborting.
+    fn reread_max(&self) -> u32;
+    /// Committed transactions queued before the cleanup truncates them.
+    fn truncate_batch(&self) -> u32;
+}
+
+impl FarmCoord {
+    /// A coordinator's state with a redo-log area of `log_bytes` on every memory node.
+    pub(crate) fn new(ctx: &CoordCtx, control: &dyn Control, log_bytes: u32) -> Result<Self> {
+        let log = RedoLog::alloc(control, log_bytes)?;
+        let lock = ctx.id.global() + 1;
+        assert!(lock & crate::onever::record::INVISIBLE == 0);
+        Ok(FarmCoord {
+            lock,
+            post: Post::new(),
+            bg: Post::new(),
+            log,
+            undo: Vec::new(),
+            images: Vec::new(),
+            entries: Vec::new(),
+            mns: Vec::new(),
+            trunc: Truncation::default(),
+            unlocks: Vec::new(),
+            insert_walks: Default::default(),
+            claimed: Vec::new(),
+        })
+    }
+}
+
+/// Release every lock an aborting transaction holds, in the background.
+pub(crate) fn release_on_abort<P: RedoFamily>(txn: &mut Txn<'_, P>) {
+    let c = &mut *txn.coord;
+    let st = &mut c.state;
+    st.bg.clear();
+    crate::onever::release::push_release(&mut st.bg, &mut c.set.objs, &c.ctx.catalog, st.lock);
+    c.ctx.post_background(&mut st.bg);
 }
 
 /// Truncate what is queued, when `batch` transactions are (1 at the run's end).
-async fn truncate(coord: &mut Coordinator<Farm>, batch: u32) {
+pub(crate) async fn truncate<P: RedoFamily>(coord: &mut Coordinator<P>, batch: u32) {
     let st = &mut coord.state;
     if st.trunc.is_empty() || st.trunc.txns() < batch {
         return;
@@ -320,6 +402,43 @@ async fn truncate(coord: &mut Coordinator<Farm>, batch: u32) {
     if let Ok(done) = st.trunc.run(&mut coord.ctx, &mut st.log, st.lock).await {
         coord.ctx.metric(METRIC_INSTALLS, done.installed);
         coord.ctx.metric(METRIC_INSTALL_RETRIES, done.retries);
+    }
+}
+
+/// Truncation runs [`drain`] tries before leaving the rest to recovery.
+const DRAIN_TRIES_MAX: u32 = 1000;
+/// Pause between two drain tries.
+const DRAIN_PAUSE_NS: u64 = 20_000;
+
+/// Truncate everything queued, at the run's end. One truncation gives up on a backup
+/// copy another truncator keeps locked through all its rounds (that truncator may be
+/// descheduled between its two rounds); nothing would install it after the drain, so
+/// the drain pauses and tries again (bounded).
+pub(crate) async fn drain<P: RedoFamily>(coord: &mut Coordinator<P>) {
+    for _ in 0..DRAIN_TRIES_MAX {
+        truncate(coord, 1).await;
+        if coord.state.trunc.is_empty() {
+            return;
+        }
+        let clock = std::sync::Arc::clone(&coord.ctx.clock);
+        dmtx_runtime::sleep(clock.as_ref(), DRAIN_PAUSE_NS).await;
+    }
+}
+
+impl RedoFamily for Farm {
+    const STEP_EXECUTE: &'static str = STEP_EXECUTE;
+    const STEP_COMMIT: &'static str = STEP_COMMIT;
+    const POINT_AFTER_VALIDATE: &'static str = "farm.commit.after_validate";
+    const POINT_AFTER_BACKUP: &'static str = "farm.commit.after_backup";
+    const POINT_SETTLE: &'static str = "farm.commit.settle";
+    fn addr_cache(&self) -> bool {
+        self.cfg.addr_cache
+    }
+    fn reread_max(&self) -> u32 {
+        self.cfg.reread_max
+    }
+    fn truncate_batch(&self) -> u32 {
+        self.cfg.truncate_batch
     }
 }
 
@@ -340,20 +459,8 @@ impl Protocol for Farm {
         Ok(Self::new(FarmConfig {
             addr_cache: knobs.get(&ADDR_CACHE)?,
             reread_max: knobs.get(&REREAD_MAX)?,
-            log_bytes: knobs.get_checked(&LOG_BYTES, |v: u32| {
-                if v >= 4096 && v.is_multiple_of(8) {
-                    Ok(())
-                } else {
-                    Err("must be a multiple of 8, at least 4096".into())
-                }
-            })?,
-            truncate_batch: knobs.get_checked(&TRUNCATE_BATCH, |v: u32| {
-                if v >= 1 {
-                    Ok(())
-                } else {
-                    Err("must be at least 1".into())
-                }
-            })?,
+            log_bytes: log_bytes(knobs)?,
+            truncate_batch: truncate_batch(knobs)?,
             variant: FarmVariant::Fixed,
         }))
     }
@@ -367,23 +474,7 @@ impl Protocol for Farm {
     }
 
     fn coord_state(&self, ctx: &CoordCtx, control: &dyn Control) -> Result<FarmCoord> {
-        let log = RedoLog::alloc(control, self.cfg.log_bytes)?;
-        let lock = ctx.id.global() + 1;
-        assert!(lock & crate::onever::record::INVISIBLE == 0);
-        Ok(FarmCoord {
-            lock,
-            post: Post::new(),
-            bg: Post::new(),
-            log,
-            undo: Vec::new(),
-            images: Vec::new(),
-            entries: Vec::new(),
-            mns: Vec::new(),
-            trunc: Truncation::default(),
-            unlocks: Vec::new(),
-            insert_walks: Default::default(),
-            claimed: Vec::new(),
-        })
+        FarmCoord::new(ctx, control, self.cfg.log_bytes)
     }
 
     async fn execute(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
@@ -397,20 +488,16 @@ impl Protocol for Farm {
     }
 
     fn abort(txn: &mut Txn<'_, Self>) {
-        let c = &mut *txn.coord;
-        let st = &mut c.state;
-        st.bg.clear();
-        crate::onever::release::push_release(&mut st.bg, &mut c.set.objs, &c.ctx.catalog, st.lock);
-        c.ctx.post_background(&mut st.bg);
+        release_on_abort(txn)
     }
 
     async fn cleanup(coord: &mut Coordinator<Self>) {
-        let batch = coord.proto.config().truncate_batch;
+        let batch = coord.proto.truncate_batch();
         truncate(coord, batch).await
     }
 
     async fn drain(coord: &mut Coordinator<Self>) {
-        truncate(coord, 1).await
+        drain(coord).await
     }
 }
 
