@@ -38,6 +38,7 @@ mod builder;
 mod catalog;
 mod error;
 mod footprint;
+mod format;
 mod image;
 mod shape;
 
@@ -46,6 +47,10 @@ pub use catalog::{Catalog, TableInfo};
 pub use dmtx_memnode::Runs;
 pub use error::{Result, StoreError};
 pub use footprint::{footprint, Footprint};
+pub use format::{
+    attrs_bytes, attrs_changed, check_attrs, check_spec, pack_attrs, unpack_attrs, Attr, RegionBytes, TableFormat,
+    ValueArea, ValueRegion, ATTRS_MAX, VALUE_REGION_CURSOR_OFFSET, VALUE_REGION_HEADER_BYTES,
+};
 pub use shape::{
     key_hash, scan_bucket, BucketScan, Shape, SlotLayout, BUCKET_HEADER_BYTES, BUCKET_LOCK_OFFSET, BUCKET_NEXT_OFFSET,
     OVERFLOW_CURSOR_OFFSET, TABLE_HEADER_BYTES,
