@@ -225,6 +225,29 @@ fn for_each_attr(
     at
 }
 
+/// Bytes of the field a projection names: `field_bytes(|r: &T| &r.f)` is
+/// `size_of` of `T::f`'s type. [`attrs!`](crate::attrs) uses it.
+pub const fn field_bytes<T, F>(_field: fn(&T) -> &F) -> usize {
+    std::mem::size_of::<F>()
+}
+
+/// The attributes of a `#[repr(C)]` record type from its fields, offsets and sizes taken
+/// from the compiler: `attrs!(Record { "name" => field, "city" => address.city })`.
+/// List every field (padding too) in declaration order, so the schema tiles the value
+/// ([`check_attrs`]).
+#[macro_export]
+macro_rules! attrs {
+    ($ty:ty { $($name:literal => $($field:ident).+),* $(,)? }) => {
+        ::std::vec![$(
+            $crate::Attr::new(
+                $name,
+                ::core::mem::offset_of!($ty, $($field).+) as u32,
+                $crate::field_bytes(|r: &$ty| &r.$($field).+) as u32,
+            )
+        ),*]
+    };
+}
+
 impl TableSpec {
     /// The value's attributes: those declared, or one attribute `value` over the whole
     /// value when none were.
@@ -399,6 +422,27 @@ mod tests {
             prop_assert_eq!(unpack_attrs(&attrs, set, &bar[..n], &mut value), n);
             prop_assert_eq!(value, old);
         }
+    }
+
+    #[test]
+    fn attrs_takes_offsets_and_sizes_from_the_record_type() {
+        #[repr(C)]
+        struct Inner {
+            x: [u8; 3],
+            y: u8,
+        }
+        #[repr(C)]
+        struct Rec {
+            a: u64,
+            inner: Inner,
+            b: u32,
+        }
+        let attrs = crate::attrs!(Rec { "a" => a, "x" => inner.x, "y" => inner.y, "b" => b });
+        assert_eq!(
+            attrs,
+            vec![Attr::new("a", 0, 8), Attr::new("x", 8, 3), Attr::new("y", 11, 1), Attr::new("b", 12, 4)]
+        );
+        check_attrs("rec", std::mem::size_of::<Rec>() as u32, &attrs).unwrap();
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub use dmtx_memnode::Runs;
 pub use error::{Result, StoreError};
 pub use footprint::{footprint, Footprint};
 pub use format::{
-    attrs_bytes, attrs_changed, check_attrs, check_spec, pack_attrs, unpack_attrs, Attr, RegionBytes, TableFormat,
+    attrs_bytes, attrs_changed, check_attrs, check_spec, field_bytes, pack_attrs, unpack_attrs, Attr, RegionBytes, TableFormat,
     ValueArea, ValueRegion, ATTRS_MAX, VALUE_REGION_CURSOR_OFFSET, VALUE_REGION_HEADER_BYTES,
 };
 pub use shape::{
