@@ -729,7 +729,12 @@ mod tests {
 
     /// Read every record of a published table from `region` through the layout, as a
     /// compute node would: bucket by bucket, values from the fetched value region.
-    fn read_back(meta: &TableMeta, base: u64, region: &dmtx_verbs::Region, layout: &dyn SlotLayout) -> BTreeMap<u64, Vec<u8>> {
+    fn read_back(
+        meta: &TableMeta,
+        base: u64,
+        region: &dmtx_verbs::Region,
+        layout: &dyn SlotLayout,
+    ) -> BTreeMap<u64, Vec<u8>> {
         let shape = Shape::of(meta);
         let r = shape.value_region.expect("a value region in the metadata");
         let mut region_bytes = vec![0u8; r.bytes as usize];
@@ -751,10 +756,8 @@ mod tests {
     }
 
     fn boxed_table(layout: &Boxed, records: u64) -> (TableBuilder<'_>, BTreeMap<u64, Vec<u8>>) {
-        let spec = TableSpec::new(5, "wide_accounts", 20, records).with_attrs(vec![
-            Attr::new("balance", 0, 8),
-            Attr::new("owner", 8, 12),
-        ]);
+        let spec = TableSpec::new(5, "wide_accounts", 20, records)
+            .with_attrs(vec![Attr::new("balance", 0, 8), Attr::new("owner", 8, 12)]);
         let mut t = TableBuilder::new(spec, layout);
         let mut model = BTreeMap::new();
         for k in 0..records {
@@ -784,10 +787,15 @@ mod tests {
         assert_eq!(meta.attrs, vec![Attr::new("balance", 0, 8), Attr::new("owner", 8, 12)]);
         assert_eq!(cluster.tables(MnId(0)).unwrap(), vec![meta.clone()]);
         for &(mn, base) in &meta.replicas {
-            assert!(base.is_multiple_of(4096), "{mn}: a table with a region starts on a page");
+            assert!(
+                base.is_multiple_of(4096),
+                "{mn}: a table with a region starts on a page"
+            );
             let region = cluster.node(mn).unwrap().region();
             let mut cursor = [0u8; 8];
-            region.read(base + r.offset + VALUE_REGION_CURSOR_OFFSET, &mut cursor).unwrap();
+            region
+                .read(base + r.offset + VALUE_REGION_CURSOR_OFFSET, &mut cursor)
+                .unwrap();
             // 300 values of 24 B plus 0 side words (wide slots hold the offset).
             assert_eq!(u64::from_le_bytes(cursor), VALUE_REGION_HEADER_BYTES + 300 * 24);
             assert_eq!(read_back(&meta, base, region, &layout), model, "{mn}");
@@ -839,7 +847,11 @@ mod tests {
         };
         let (node, reopened) = dmtx_memnode::MemNode::open_backed(MnId(0), &path, 1 << 20).unwrap();
         assert!(reopened);
-        assert_eq!(node.tables(), vec![meta.clone()], "the sidecar keeps the region and the schema");
+        assert_eq!(
+            node.tables(),
+            vec![meta.clone()],
+            "the sidecar keeps the region and the schema"
+        );
         assert_eq!(read_back(&meta, meta.replicas[0].1, node.region(), &layout), model);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -849,10 +861,15 @@ mod tests {
     #[test]
     fn a_value_region_that_does_not_fit_names_the_knob() {
         let spec = TableSpec::new(1, "wide_t", 16, 100);
-        let e = TableBuilder::try_new(spec.clone(), &Boxed { region_bytes: 64 + 99 * 16 })
-            .err()
-            .expect("too small for 100 records")
-            .to_string();
+        let e = TableBuilder::try_new(
+            spec.clone(),
+            &Boxed {
+                region_bytes: 64 + 99 * 16,
+            },
+        )
+        .err()
+        .expect("too small for 100 records")
+        .to_string();
         assert!(
             e.contains("table `wide_t`: value region of 1648 bytes cannot hold its 100 loaded records (1664 bytes"),
             "{e}"
@@ -860,7 +877,13 @@ mod tests {
         assert!(e.contains("raise `region_bytes`"), "{e}");
         // Sized for the load, but the layout writes more than it said per record.
         let narrow = TableSpec::new(1, "narrow_t", 16, 100);
-        let mut t = TableBuilder::try_new(narrow, &Boxed { region_bytes: 64 + 100 * 16 }).unwrap();
+        let mut t = TableBuilder::try_new(
+            narrow,
+            &Boxed {
+                region_bytes: 64 + 100 * 16,
+            },
+        )
+        .unwrap();
         let mut err = None;
         for k in 0..100 {
             if let Err(e) = t.insert(k, &[1; 16]) {
@@ -869,7 +892,10 @@ mod tests {
             }
         }
         let e = err.expect("side words overflow the region").to_string();
-        assert!(e.contains("table `narrow_t`: value region of 1664 bytes is full"), "{e}");
+        assert!(
+            e.contains("table `narrow_t`: value region of 1664 bytes is full"),
+            "{e}"
+        );
         assert!(e.contains("raise `region_bytes`"), "{e}");
         // A layout without a region that stores a value there.
         struct Lost;
@@ -881,11 +907,20 @@ mod tests {
             fn key(&self, _s: &[u8]) -> Option<u64> {
                 None
             }
-            fn encode_record(&self, _: &TableSpec, _: u64, _: &[u8], _: &mut [u8], values: &mut ValueArea<'_>) -> Result<()> {
+            fn encode_record(
+                &self,
+                _: &TableSpec,
+                _: u64,
+                _: &[u8],
+                _: &mut [u8],
+                values: &mut ValueArea<'_>,
+            ) -> Result<()> {
                 values.alloc(8, 8).map(|_| ())
             }
         }
-        let e = TableBuilder::new(TableSpec::new(2, "lost", 8, 4), &Lost).insert(1, &[0; 8]).unwrap_err();
+        let e = TableBuilder::new(TableSpec::new(2, "lost", 8, 4), &Lost)
+            .insert(1, &[0; 8])
+            .unwrap_err();
         assert!(matches!(e, StoreError::NoValueRegion { .. }), "{e}");
     }
 
@@ -893,7 +928,10 @@ mod tests {
     fn a_spec_whose_schema_does_not_cover_the_value_is_refused_before_the_build() {
         let spec = TableSpec::new(1, "district", 16, 10).with_attrs(vec![Attr::new("d_ytd", 0, 8)]);
         let e = TableBuilder::try_new(spec, &Plain).err().expect("refused").to_string();
-        assert!(e.contains("table `district`: attribute schema covers 8 bytes, the value has 16"), "{e}");
+        assert!(
+            e.contains("table `district`: attribute schema covers 8 bytes, the value has 16"),
+            "{e}"
+        );
     }
 
     /// Goal: the planner's estimate counts the value region. Method: a value-region
@@ -904,7 +942,10 @@ mod tests {
         let (t, _) = boxed_table(&layout, 20_000);
         let f = crate::footprint(&t.spec, &layout);
         assert_eq!(f.slot_bytes, 24);
-        assert_eq!(f.value_region_loaded_bytes, (64 + 20_000 * 24u64).next_multiple_of(4096));
+        assert_eq!(
+            f.value_region_loaded_bytes,
+            (64 + 20_000 * 24u64).next_multiple_of(4096)
+        );
         let real = t.written_pages() * 4096;
         assert!(
             f.loaded_bytes.abs_diff(real) * 10 <= real,

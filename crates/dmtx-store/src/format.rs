@@ -366,13 +366,13 @@ mod tests {
                 16,
                 "`b` starts at byte 6, the attributes before it end at byte 4 (it leaves a gap)",
             ),
-            (
-                vec![Attr::new("a", 0, 4), Attr::new("b", 2, 14)],
-                16,
-                "(it overlaps)",
-            ),
+            (vec![Attr::new("a", 0, 4), Attr::new("b", 2, 14)], 16, "(it overlaps)"),
             (vec![Attr::new("a", 0, 0), Attr::new("b", 0, 16)], 16, "`a` has 0 bytes"),
-            (vec![Attr::new("a", 0, 8), Attr::new("a", 8, 8)], 16, "names attribute `a` twice"),
+            (
+                vec![Attr::new("a", 0, 8), Attr::new("a", 8, 8)],
+                16,
+                "names attribute `a` twice",
+            ),
             (
                 (0..65).map(|i| Attr::new(format!("f{i}"), i, 1)).collect(),
                 65,
@@ -440,7 +440,12 @@ mod tests {
         let attrs = crate::attrs!(Rec { "a" => a, "x" => inner.x, "y" => inner.y, "b" => b });
         assert_eq!(
             attrs,
-            vec![Attr::new("a", 0, 8), Attr::new("x", 8, 3), Attr::new("y", 11, 1), Attr::new("b", 12, 4)]
+            vec![
+                Attr::new("a", 0, 8),
+                Attr::new("x", 8, 3),
+                Attr::new("y", 11, 1),
+                Attr::new("b", 12, 4)
+            ]
         );
         check_attrs("rec", std::mem::size_of::<Rec>() as u32, &attrs).unwrap();
     }
@@ -448,7 +453,14 @@ mod tests {
     #[test]
     fn region_bytes_refuse_reads_outside_the_region() {
         let bytes = [7u8; 128];
-        let r = RegionBytes::new("t", ValueRegion { offset: 4096, bytes: 128 }, &bytes);
+        let r = RegionBytes::new(
+            "t",
+            ValueRegion {
+                offset: 4096,
+                bytes: 128,
+            },
+            &bytes,
+        );
         assert_eq!(r.get(4096 + 64, 64).unwrap(), &[7u8; 64][..]);
         for (at, len) in [(4095, 1), (4096 + 100, 29), (u64::MAX, 2)] {
             let e = r.get(at, len).unwrap_err().to_string();

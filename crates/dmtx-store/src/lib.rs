@@ -48,8 +48,8 @@ pub use dmtx_memnode::Runs;
 pub use error::{Result, StoreError};
 pub use footprint::{footprint, Footprint};
 pub use format::{
-    attrs_bytes, attrs_changed, check_attrs, check_spec, field_bytes, pack_attrs, unpack_attrs, Attr, RegionBytes, TableFormat,
-    ValueArea, ValueRegion, ATTRS_MAX, VALUE_REGION_CURSOR_OFFSET, VALUE_REGION_HEADER_BYTES,
+    attrs_bytes, attrs_changed, check_attrs, check_spec, field_bytes, pack_attrs, unpack_attrs, Attr, RegionBytes,
+    TableFormat, ValueArea, ValueRegion, ATTRS_MAX, VALUE_REGION_CURSOR_OFFSET, VALUE_REGION_HEADER_BYTES,
 };
 pub use shape::{
     key_hash, scan_bucket, BucketScan, Shape, SlotLayout, BUCKET_HEADER_BYTES, BUCKET_LOCK_OFFSET, BUCKET_NEXT_OFFSET,

@@ -297,7 +297,8 @@ impl Workload for SmallBank {
 
     fn tables(&self) -> Vec<TableSpec> {
         vec![
-            TableSpec::new(SAVINGS_TABLE_ID, "savings", 8, self.cfg.accounts).with_attrs(vec![Attr::new("balance", 0, 8)]),
+            TableSpec::new(SAVINGS_TABLE_ID, "savings", 8, self.cfg.accounts)
+                .with_attrs(vec![Attr::new("balance", 0, 8)]),
             TableSpec::new(CHECKING_TABLE_ID, "checking", 8, self.cfg.accounts)
                 .with_attrs(vec![Attr::new("balance", 0, 8)]),
         ]

@@ -154,7 +154,6 @@ fn weakest(a: Option<TxnHints>, b: TxnHints) -> TxnHints {
     }
 }
 
-/// Knobs from `key=value` pairs.
 /// Check that every table of `w` declares an attribute schema that tiles its value
 /// (offset order, no gap, no overlap, sizes summing to the value's bytes), and return
 /// each table's schema as `(name, bytes)` pairs, by table name.
@@ -164,7 +163,11 @@ pub(crate) fn declared_schemas<W: Workload>(w: &W) -> BTreeMap<String, Vec<(Stri
         assert!(!spec.attrs.is_empty(), "table `{}` declares no attributes", spec.name);
         dmtx_store::check_attrs(&spec.name, spec.value_bytes, &spec.attrs).unwrap_or_else(|e| panic!("{e}"));
         let sum: u32 = spec.attrs.iter().map(|a| a.bytes).sum();
-        assert_eq!(sum, spec.value_bytes, "table `{}`: attribute sizes sum to the value", spec.name);
+        assert_eq!(
+            sum, spec.value_bytes,
+            "table `{}`: attribute sizes sum to the value",
+            spec.name
+        );
         out.insert(
             spec.name.clone(),
             spec.attrs.iter().map(|a| (a.name.clone(), a.bytes)).collect(),
@@ -173,6 +176,7 @@ pub(crate) fn declared_schemas<W: Workload>(w: &W) -> BTreeMap<String, Vec<(Stri
     out
 }
 
+/// Knobs from `key=value` pairs.
 pub(crate) fn knobs(pairs: &[&str]) -> dmtx_runtime::Knobs {
     dmtx_runtime::Knobs::parse(pairs.iter().copied()).unwrap()
 }
