@@ -152,6 +152,17 @@ fn a_bench_record_holds_the_footprint_per_table_and_per_node() {
         assert_eq!(savings["value_region_bytes"], 0, "{proto}");
         assert!(savings["loaded_bytes_total"].as_u64().unwrap() > 0);
         assert!(v["memory"]["per_mn"][0]["footprint_bytes"].as_u64().unwrap() > 0);
+        // The load's measured bytes, against the plan's estimate.
+        for t in &m.tables {
+            let w = t.written_bytes.expect("this process loaded the tables");
+            assert!(
+                w.abs_diff(t.loaded_bytes) * 10 <= w,
+                "{proto} {}: wrote {w}, estimated {}",
+                t.name,
+                t.loaded_bytes
+            );
+        }
+        assert!(summary.contains("; the load wrote "), "{summary}");
     }
 }
 
