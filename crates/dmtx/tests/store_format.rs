@@ -174,8 +174,7 @@ fn a_spec_that_does_not_fit_its_format_is_refused_by_the_plan() {
     let cfg = BenchConfig::from_args(&small("ford", "smallbank", &[])).unwrap();
     let plan = |spec: TableSpec, layout: &dyn SlotLayout| {
         MemoryPlan::new(&[spec], layout, &cfg, &[0, 0])
-            .err()
-            .expect("refused")
+            .expect_err("refused")
             .to_string()
     };
     let gap =
