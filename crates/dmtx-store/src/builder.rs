@@ -116,6 +116,8 @@ pub struct TableBuilder<'l> {
     /// Region-relative offset of the value region's first free byte.
     region_cursor: u64,
     records: u64,
+    /// A slot's bytes while the layout encodes them.
+    scratch: Vec<u8>,
 }
 
 impl<'l> TableBuilder<'l> {
@@ -145,6 +147,7 @@ impl<'l> TableBuilder<'l> {
             overflow_used: 0,
             region_cursor: VALUE_REGION_HEADER_BYTES,
             records: 0,
+            scratch: Vec::new(),
         })
     }
 
@@ -235,20 +238,44 @@ impl<'l> TableBuilder<'l> {
             }
         };
         let at = self.shape.slot_off(bucket, slot) as usize;
-        // The slot is encoded in a copy: the value area borrows the image too.
-        let mut encoded = vec![0u8; self.shape.slot_bytes as usize];
-        let mut values = ValueArea {
-            table: &self.spec.name,
-            image: &mut self.image,
-            region: self.shape.value_region,
-            cursor: &mut self.region_cursor,
-            knob: self.format.value_region_knob,
+        let slot_bytes = self.shape.slot_bytes as usize;
+        let encoded = match self.shape.value_region {
+            // Values in the slot: encoded in place.
+            None => {
+                let mut values = ValueArea {
+                    table: &self.spec.name,
+                    image: None,
+                    region: None,
+                    cursor: &mut self.region_cursor,
+                    knob: self.format.value_region_knob,
+                };
+                let slot = self.image.get_mut(at, slot_bytes);
+                self.layout.encode_record(&self.spec, key, value, slot, &mut values)
+            }
+            // The value area borrows the image too: the slot is encoded in a scratch
+            // copy, reused from insert to insert.
+            Some(region) => {
+                let mut scratch = std::mem::take(&mut self.scratch);
+                scratch.clear();
+                scratch.resize(slot_bytes, 0);
+                let mut values = ValueArea {
+                    table: &self.spec.name,
+                    image: Some(&mut self.image),
+                    region: Some(region),
+                    cursor: &mut self.region_cursor,
+                    knob: self.format.value_region_knob,
+                };
+                let r = self
+                    .layout
+                    .encode_record(&self.spec, key, value, &mut scratch, &mut values);
+                if r.is_ok() {
+                    self.image.get_mut(at, slot_bytes).copy_from_slice(&scratch);
+                }
+                self.scratch = scratch;
+                r
+            }
         };
-        self.layout
-            .encode_record(&self.spec, key, value, &mut encoded, &mut values)?;
-        self.image
-            .get_mut(at, self.shape.slot_bytes as usize)
-            .copy_from_slice(&encoded);
+        encoded?;
         self.records += 1;
         Ok(())
     }

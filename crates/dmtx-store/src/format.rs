@@ -312,7 +312,8 @@ impl<'a> RegionBytes<'a> {
 /// value the slot only points to. Space is handed out in order and never given back.
 pub struct ValueArea<'i> {
     pub(crate) table: &'i str,
-    pub(crate) image: &'i mut Image,
+    /// The table's image, when it has a value region (`None` with `region`).
+    pub(crate) image: Option<&'i mut Image>,
     pub(crate) region: Option<ValueRegion>,
     /// Region-relative offset of the first free byte.
     pub(crate) cursor: &'i mut u64,
@@ -324,7 +325,7 @@ impl ValueArea<'_> {
     /// table-relative offset and the bytes, zeroed, to fill.
     pub fn alloc(&mut self, len: usize, align: u64) -> Result<(u64, &mut [u8])> {
         assert!(align.is_power_of_two(), "alignment {align} is not a power of two");
-        let Some(region) = self.region else {
+        let (Some(region), Some(image)) = (self.region, self.image.as_deref_mut()) else {
             return Err(StoreError::NoValueRegion {
                 table: self.table.to_owned(),
             });
@@ -342,7 +343,7 @@ impl ValueArea<'_> {
         }
         *self.cursor = end;
         let abs = region.offset + at;
-        Ok((abs, self.image.get_mut(abs as usize, len)))
+        Ok((abs, image.get_mut(abs as usize, len)))
     }
 }
 
