@@ -112,7 +112,10 @@ impl MemoryPlan {
                 None => placement(spec.id, mn_count, replicas)?,
             };
             for mn in &nodes {
-                tables_per_mn[mn.index()] += bytes.next_multiple_of(64);
+                // A table with a value region starts on a page (`create_table`): up to a
+                // page of alignment before it, besides the usual 64-byte rounding.
+                let align_slack = if fp.value_region_bytes > 0 { 4096 } else { 0 };
+                tables_per_mn[mn.index()] += bytes.next_multiple_of(64) + align_slack;
                 loaded_per_mn[mn.index()] += fp.loaded_bytes;
                 full_per_mn[mn.index()] += fp.full_bytes;
             }

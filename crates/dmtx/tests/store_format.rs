@@ -279,3 +279,23 @@ fn scan_table_reads_values_from_the_value_region() {
         assert_eq!(seen, model, "replica {replica}");
     }
 }
+
+/// Goal: the plan's need per memory node is enough for tables with a value region,
+/// which start on a page. Method: plan such a table, give each node exactly the planned
+/// need, and place the table's replicas there.
+#[test]
+fn the_planned_need_holds_a_table_with_a_value_region() {
+    let cfg = BenchConfig::from_args(&small("ford", "smallbank", &[])).unwrap();
+    let layout = Boxed { region_bytes: 64 << 10 };
+    let spec = TableSpec::new(0, "kv", 40, 500);
+    let plan = MemoryPlan::new(std::slice::from_ref(&spec), &layout, &cfg, &[0, 0]).unwrap();
+    let need = *plan.need_per_mn.iter().max().unwrap();
+    let cluster = LocalCluster::new(2, need);
+    let mut t = TableBuilder::try_new(spec, &layout).unwrap();
+    for k in 0..500 {
+        t.insert(k, &[k as u8; 40]).unwrap();
+    }
+    let meta = create_table(&cluster, t, &plan.tables[0].nodes).unwrap();
+    assert_eq!(plan.tables[0].value_region_bytes, 64 << 10);
+    assert_eq!(meta.value_region.unwrap().bytes, 64 << 10);
+}
