@@ -9,7 +9,7 @@
 //! | bytes | field |
 //! |-------|-------|
 //! | 0..8  | magic `b"DMTXMETA"` |
-//! | 8..12 | format version u32 (3: table entries carry their placement by runs, named entries follow the tables) |
+//! | 8..12 | format version u32 (4: table entries carry their value region and attribute schema) |
 //! | 12..14 | node id u16 |
 //! | 14..22 | region bytes u64 |
 //! | 22..30 | allocator cursor (`next_free`) u64 |
@@ -17,8 +17,13 @@
 //! | 34..34+T | the table list, encoded as a CONTROL_RESULT `TABLES` payload ([`crate::server::wire`]) |
 //! | 34+T.. | the named entries: count u32, per entry name len u16 + UTF-8, value len u32 + bytes |
 //!
-//! Sidecars of earlier formats (1: no runs, no named entries; 2: one of the two) are
-//! refused with the fix: their table entries do not decode as this build writes them.
+//! Sidecars of earlier formats (1: no runs, no named entries; 2: one of the two; 3: no
+//! value region, no attributes) are refused with the fix: their table entries do not
+//! decode as this build writes them.
+//!
+//! A table's value region ([`crate::ValueRegion`]) lies inside the space allocated for
+//! the table, so its bytes are in the region file like the buckets', and the sidecar
+//! records where it is with the rest of the table's metadata.
 //!
 //! # Crash ordering
 //!
@@ -39,7 +44,7 @@ use crate::server::wire::{decode_named_entries, encode_named_entries, ControlRep
 use crate::TableMeta;
 
 const MAGIC: &[u8; 8] = b"DMTXMETA";
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 const HEADER_BYTES: usize = 30;
 
 /// A backed node's durable state besides its region bytes.
@@ -231,6 +236,11 @@ mod tests {
                 overflow_bucket_count: 1,
                 replicas: vec![(MnId(2), 64), (MnId(0), 64)],
                 runs: None,
+                value_region: Some(crate::ValueRegion {
+                    offset: 704,
+                    bytes: 4096,
+                }),
+                attrs: vec![crate::Attr::new("balance", 0, 4), crate::Attr::new("flags", 4, 4)],
             }],
             named: BTreeMap::from([("log/0".to_owned(), vec![7; 20]), ("ts".to_owned(), vec![])]),
         }
@@ -287,13 +297,13 @@ mod tests {
     /// Goal: a sidecar of an earlier format is refused with the fix, not misread.
     #[test]
     fn an_older_sidecar_is_refused_with_the_fix() {
-        let s = Sidecar::of(&scratch("v2"));
+        let s = Sidecar::of(&scratch("v3"));
         s.save(&meta()).unwrap();
         let mut bytes = fs::read(&s.path).unwrap();
-        bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+        bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
         fs::write(&s.path, &bytes).unwrap();
         let e = s.load(MnId(2), 1 << 20).unwrap_err().to_string();
-        assert!(e.contains("format version 2, this build reads 3"), "{e}");
+        assert!(e.contains("format version 3, this build reads 4"), "{e}");
         assert!(e.contains("move the backing file and its .meta aside"), "{e}");
     }
 }

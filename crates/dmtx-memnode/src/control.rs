@@ -6,6 +6,11 @@ use dmtx_verbs::MnId;
 /// live. Every replica has the same layout; only the base offset differs per node, and
 /// everything stored inside a table (overflow links) is relative to that base, so one
 /// cached table-relative address serves every replica.
+///
+/// A table may also carry a value region ([`ValueRegion`]): space after its buckets, on
+/// every replica, where a protocol that keeps values out of its slots (Motor's Vpkgs and
+/// attribute bars) puts them. And it carries its value's attribute schema ([`Attr`]),
+/// which such a protocol needs to store only the attributes a write changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TableMeta {
     /// Dense, cluster-unique table id.
@@ -29,6 +34,54 @@ pub struct TableMeta {
     /// How keys map to hashed buckets when the table grows by runs of keys: `None`
     /// hashes every key over all buckets (FORD §5.1).
     pub runs: Option<Runs>,
+    /// Where the table's value region lies, table-relative; `None` when the protocol
+    /// keeps every value in its slot (FORD, FaRM).
+    pub value_region: Option<ValueRegion>,
+    /// The value's attributes in offset order, tiling `0..value_bytes`; empty when the
+    /// workload declared none (the value is then one attribute).
+    pub attrs: Vec<Attr>,
+}
+
+/// A table's value region on each replica: `bytes` bytes at table-relative `offset`,
+/// after the buckets, so what a slot stores about it (a value's offset) is the same on
+/// every replica. Its first 8 bytes are a cursor, the bytes handed out from the start of
+/// the region (the cursor word included); the loader leaves it past the values it
+/// wrote, and coordinators reserve space by FAA on it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ValueRegion {
+    /// Table-relative offset of the region's first byte, a multiple of 64.
+    pub offset: u64,
+    /// Bytes of the region, its cursor word included.
+    pub bytes: u64,
+}
+
+/// One attribute of a table's value (a column of its rows, Motor §4.2): `bytes` bytes at
+/// `offset` in the value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Attr {
+    /// The attribute's name, as the workload's schema spells it.
+    pub name: String,
+    /// Byte offset in the value.
+    pub offset: u32,
+    /// Bytes.
+    pub bytes: u32,
+}
+
+impl Attr {
+    /// `bytes` bytes at `offset`, called `name`.
+    pub fn new(name: impl Into<String>, offset: u32, bytes: u32) -> Self {
+        Self {
+            name: name.into(),
+            offset,
+            bytes,
+        }
+    }
+
+    /// One past its last byte.
+    #[inline]
+    pub fn end(&self) -> u32 {
+        self.offset + self.bytes
+    }
 }
 
 /// Placement by runs for a table whose keys grow along one field (TPC-C's O_ID): the

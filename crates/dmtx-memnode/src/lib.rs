@@ -32,7 +32,7 @@ pub mod server;
 
 pub use backing::BackingError;
 pub use control::{
-    check_named, Control, ControlError, NamedLimitKind, Result, Runs, TableMeta, NAMED_COUNT_MAX,
+    check_named, Attr, Control, ControlError, NamedLimitKind, Result, Runs, TableMeta, ValueRegion, NAMED_COUNT_MAX,
     NAMED_VALUE_BYTES_MAX, NAME_BYTES_MAX,
 };
 pub use local::LocalCluster;

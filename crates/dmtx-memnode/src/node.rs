@@ -325,6 +325,8 @@ mod tests {
             overflow_bucket_count: 1,
             replicas: vec![(MnId(0), 64)],
             runs: None,
+            value_region: None,
+            attrs: Vec::new(),
         }
     }
 

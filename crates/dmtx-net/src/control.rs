@@ -1,4 +1,4 @@
-//! [`RemoteControl`]: the init-time [`Control`] interface over wire v1.
+//! [`RemoteControl`]: the init-time [`Control`] interface over wire v2.
 
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Mutex;

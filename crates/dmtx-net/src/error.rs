@@ -40,7 +40,7 @@ pub enum NetError {
         /// The node's message.
         message: String,
     },
-    /// The node sent something that is not wire v1.
+    /// The node sent something that is not wire v2.
     #[error("{mn} broke the protocol: {why}; is it a dmtx memory node of the same version?")]
     Protocol {
         /// The node.

@@ -5,7 +5,7 @@
 //! that worker's own connection to every node — its queue pairs — as a [`TcpTransport`]
 //! (a [`dmtx_verbs::Transport`]). [`RemoteControl`] implements
 //! [`dmtx_memnode::Control`] (allocate, load, publish and fetch tables) over separate
-//! connections. Both speak wire v1, defined in [`dmtx_memnode::server::wire`] next to
+//! connections. Both speak wire v2, defined in [`dmtx_memnode::server::wire`] next to
 //! the server. [`msg`] carries CN↔CN messages over TCP ([`msg::TcpMsgFabric`]).
 //!
 //! # Behaviour

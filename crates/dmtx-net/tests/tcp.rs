@@ -269,6 +269,13 @@ fn remote_control_round_trips() {
         overflow_bucket_count: 2,
         replicas: vec![(MnId(1), at), (MnId(0), 4096)],
         runs: None,
+        // The per-table format travels with the table: a value region after the buckets
+        // and the value's attribute schema.
+        value_region: Some(dmtx_memnode::ValueRegion {
+            offset: 3648,
+            bytes: 8192,
+        }),
+        attrs: vec![dmtx_memnode::Attr::new("balance", 0, 8)],
     };
     ctl.put_table(MnId(1), &meta).unwrap();
     assert!(matches!(

@@ -763,6 +763,8 @@ mod tests {
             bucket_count: 1,
             overflow_bucket_count: 0,
             runs: None,
+            value_region: None,
+            attrs: Vec::new(),
             replicas: vec![(dmtx_verbs::MnId(0), 0)],
         };
         let fabric = dmtx_verbs::MemFabric::new(vec![]);
@@ -814,6 +816,8 @@ mod tests {
             bucket_count: 1,
             overflow_bucket_count: 0,
             runs: None,
+            value_region: None,
+            attrs: Vec::new(),
             replicas: vec![(dmtx_verbs::MnId(0), 0)],
         };
         let fabric = dmtx_verbs::MemFabric::new(vec![]);

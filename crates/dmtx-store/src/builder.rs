@@ -3,6 +3,9 @@
 use dmtx_memnode::{Control, TableMeta};
 use dmtx_verbs::MnId;
 
+use crate::format::{
+    check_spec, Attr, RegionBytes, TableFormat, ValueArea, VALUE_REGION_CURSOR_OFFSET, VALUE_REGION_HEADER_BYTES,
+};
 use crate::image::Image;
 use crate::shape::{scan_bucket, Shape, SlotLayout, BUCKET_NEXT_OFFSET, OVERFLOW_CURSOR_OFFSET};
 use crate::{Result, StoreError};
@@ -32,6 +35,10 @@ pub struct TableSpec {
     /// Placement by runs of a growing key field (see [`KeyRuns`]); `None` hashes every
     /// key over all hashed buckets, FORD's index as the paper has it.
     pub runs: Option<KeyRuns>,
+    /// The value's attributes (columns) in offset order, tiling `0..value_bytes`
+    /// ([`crate::check_attrs`]); empty when the workload declares none, and the value
+    /// is then one attribute ([`TableSpec::schema`]).
+    pub attrs: Vec<Attr>,
 }
 
 /// How a table whose keys grow along one field is placed: the hashed buckets form one
@@ -66,7 +73,15 @@ impl TableSpec {
             initial: capacity,
             growth_knob: None,
             runs: None,
+            attrs: Vec::new(),
         }
+    }
+
+    /// This spec with its value's attributes, in offset order (checked with the rest of
+    /// the spec before a run, [`crate::check_spec`]).
+    pub fn with_attrs(mut self, attrs: Vec<Attr>) -> Self {
+        self.attrs = attrs;
+        self
     }
 
     /// This spec for a table loaded with `initial` records that grows during the run up
@@ -94,25 +109,51 @@ impl TableSpec {
 pub struct TableBuilder<'l> {
     spec: TableSpec,
     layout: &'l dyn SlotLayout,
+    format: TableFormat,
     shape: Shape,
     image: Image,
     overflow_used: u64,
+    /// Region-relative offset of the value region's first free byte.
+    region_cursor: u64,
     records: u64,
+    /// A slot's bytes while the layout encodes them.
+    scratch: Vec<u8>,
 }
 
 impl<'l> TableBuilder<'l> {
-    /// An empty table sized for `spec`.
+    /// An empty table sized for `spec`, in the format `layout` gives it.
+    ///
+    /// # Panics
+    ///
+    /// When `spec` fails [`check_spec`]; [`TableBuilder::try_new`] returns the error.
     pub fn new(spec: TableSpec, layout: &'l dyn SlotLayout) -> Self {
-        let shape = Shape::for_spec(&spec, layout);
+        Self::try_new(spec, layout).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// An empty table sized for `spec`, or why `spec` cannot be built in `layout`'s
+    /// format (an attribute schema that does not tile the value, a value region too
+    /// small for the load).
+    pub fn try_new(spec: TableSpec, layout: &'l dyn SlotLayout) -> Result<Self> {
+        check_spec(&spec, layout)?;
+        let format = layout.format(&spec);
+        let shape = Shape::for_format(&spec, &format);
         let image = Image::zeroed(shape.table_bytes() as usize);
-        Self {
+        Ok(Self {
             spec,
             layout,
+            format,
             shape,
             image,
             overflow_used: 0,
+            region_cursor: VALUE_REGION_HEADER_BYTES,
             records: 0,
-        }
+            scratch: Vec::new(),
+        })
+    }
+
+    /// The format the layout gave the table.
+    pub fn format(&self) -> TableFormat {
+        self.format
     }
 
     /// The geometry.
@@ -197,13 +238,50 @@ impl<'l> TableBuilder<'l> {
             }
         };
         let at = self.shape.slot_off(bucket, slot) as usize;
-        let slot = self.image.get_mut(at, self.shape.slot_bytes as usize);
-        self.layout.encode(self.spec.id, key, value, slot);
+        let slot_bytes = self.shape.slot_bytes as usize;
+        let encoded = match self.shape.value_region {
+            // Values in the slot: encoded in place.
+            None => {
+                let mut values = ValueArea {
+                    table: &self.spec.name,
+                    image: None,
+                    region: None,
+                    cursor: &mut self.region_cursor,
+                    knob: self.format.value_region_knob,
+                };
+                let slot = self.image.get_mut(at, slot_bytes);
+                self.layout.encode_record(&self.spec, key, value, slot, &mut values)
+            }
+            // The value area borrows the image too: the slot is encoded in a scratch
+            // copy, reused from insert to insert.
+            Some(region) => {
+                let mut scratch = std::mem::take(&mut self.scratch);
+                scratch.clear();
+                scratch.resize(slot_bytes, 0);
+                let mut values = ValueArea {
+                    table: &self.spec.name,
+                    image: Some(&mut self.image),
+                    region: Some(region),
+                    cursor: &mut self.region_cursor,
+                    knob: self.format.value_region_knob,
+                };
+                let r = self
+                    .layout
+                    .encode_record(&self.spec, key, value, &mut scratch, &mut values);
+                if r.is_ok() {
+                    self.image.get_mut(at, slot_bytes).copy_from_slice(&scratch);
+                }
+                self.scratch = scratch;
+                r
+            }
+        };
+        encoded?;
         self.records += 1;
         Ok(())
     }
 
-    /// Remove a record; true if it was there.
+    /// Remove a record; true if it was there. What it kept in the value region stays
+    /// (the loader's space is handed out in order and never given back).
     pub fn remove(&mut self, key: u64) -> bool {
         let (bucket, scan, _) = self.walk(key);
         let Some(slot) = scan.found else { return false };
@@ -213,12 +291,20 @@ impl<'l> TableBuilder<'l> {
         true
     }
 
-    /// The value of `key`, if present.
-    pub fn get(&self, key: u64) -> Option<&[u8]> {
+    /// The value of `key`, if present, decoded by the layout ([`SlotLayout::value_into`]).
+    pub fn get(&self, key: u64) -> Option<Vec<u8>> {
         let (bucket, scan, _) = self.walk(key);
         let at = self.shape.slot_off(bucket, scan.found?) as usize;
         let slot = self.image.get(at, self.shape.slot_bytes as usize);
-        Some(self.layout.value(slot, self.spec.value_bytes))
+        let region = match self.shape.value_region {
+            Some(r) => RegionBytes::new(&self.spec.name, r, self.image.get(r.offset as usize, r.bytes as usize)),
+            None => RegionBytes::none(&self.spec.name),
+        };
+        let mut out = vec![0u8; self.spec.value_bytes as usize];
+        self.layout
+            .value_into(slot, &region, &mut out)
+            .unwrap_or_else(|e| panic!("{e}: the builder wrote this slot itself"));
+        Some(out)
     }
 
     /// The finished image, overflow cursor included.
@@ -232,6 +318,13 @@ impl<'l> TableBuilder<'l> {
         self.image
             .get_mut(c, 8)
             .copy_from_slice(&self.overflow_used.to_le_bytes());
+        if let Some(r) = self.shape.value_region {
+            debug_assert!(self.region_cursor <= r.bytes);
+            let c = (r.offset + VALUE_REGION_CURSOR_OFFSET) as usize;
+            self.image
+                .get_mut(c, 8)
+                .copy_from_slice(&self.region_cursor.to_le_bytes());
+        }
         (self.spec, self.shape, self.image)
     }
 }
@@ -247,7 +340,9 @@ pub fn placement(table_id: u32, mn_count: usize, replicas: usize) -> Result<Vec<
     Ok((0..replicas).map(|i| MnId(((first + i) % mn_count) as u16)).collect())
 }
 
-/// Ship a built table to its replicas and publish its metadata on each.
+/// Ship a built table to its replicas and publish its metadata on each: its geometry,
+/// its value region (allocated with the table, on every replica) and its attribute
+/// schema ([`TableSpec::schema`]).
 ///
 /// Only the pages the builder wrote are shipped: the space `alloc` hands out reads as
 /// zero (a region starts zeroed: `mem` and `tcp` nodes map fresh anonymous memory, a
@@ -260,13 +355,20 @@ pub fn create_table(control: &dyn Control, table: TableBuilder<'_>, replicas: &[
     const LOAD_CHUNK_BYTES: usize = 4 << 20;
     let runs = image.written_runs(LOAD_CHUNK_BYTES);
     let mut placed = Vec::with_capacity(replicas.len());
+    // A table with a value region starts on a page, so the region's pages (page-aligned
+    // in the table) hold nothing else; one without keeps FORD's 64-byte alignment.
+    let align = match shape.value_region {
+        Some(_) => crate::image::PAGE_BYTES as u64,
+        None => 64,
+    };
     for &mn in replicas {
-        let base = control.alloc(mn, image.len() as u64, 64)?;
+        let base = control.alloc(mn, image.len() as u64, align)?;
         for &(start, end) in &runs {
             control.load(mn, base + start as u64, &image.bytes()[start..end])?;
         }
         placed.push((mn, base));
     }
+    let attrs = spec.schema().into_owned();
     let meta = TableMeta {
         id: spec.id,
         name: spec.name,
@@ -278,6 +380,8 @@ pub fn create_table(control: &dyn Control, table: TableBuilder<'_>, replicas: &[
         overflow_bucket_count: shape.overflow_count,
         replicas: placed,
         runs: shape.runs,
+        value_region: shape.value_region,
+        attrs,
     };
     for &mn in replicas {
         control.put_table(mn, &meta)?;
@@ -347,7 +451,7 @@ mod tests {
                 prop_assert_eq!(t.len(), model.len() as u64);
             }
             for (k, v) in &model {
-                prop_assert_eq!(t.get(*k), Some(&[*v; 8][..]));
+                prop_assert_eq!(t.get(*k), Some(vec![*v; 8]));
             }
         }
     }
@@ -558,6 +662,331 @@ mod tests {
             );
             assert!(f.loaded_bytes <= f.full_bytes && f.full_bytes <= f.reserved_bytes.next_multiple_of(4096));
         }
+    }
+
+    /// A layout that keeps values out of its slots, as Motor keeps Vpkgs: slot =
+    /// [occupied 8 B][key 8 B], and in tables named `wide*` [value's table-relative offset
+    /// 8 B] too (slots sized per table); the value, padded to 8, in the value region.
+    struct Boxed {
+        region_bytes: u64,
+    }
+    impl SlotLayout for Boxed {
+        fn slot_bytes(&self, _v: u32) -> u32 {
+            16
+        }
+        fn encode(&self, _t: u32, _k: u64, _v: &[u8], _s: &mut [u8]) {
+            unreachable!("Boxed encodes through encode_record")
+        }
+        fn key(&self, slot: &[u8]) -> Option<u64> {
+            Plain.key(slot)
+        }
+        fn format(&self, spec: &TableSpec) -> TableFormat {
+            let slot = if spec.name.starts_with("wide") { 24 } else { 16 };
+            TableFormat::in_slot(slot).with_value_region(
+                self.region_bytes,
+                spec.value_bytes.next_multiple_of(8),
+                Some("region_bytes"),
+            )
+        }
+        fn encode_record(
+            &self,
+            spec: &TableSpec,
+            key: u64,
+            value: &[u8],
+            slot: &mut [u8],
+            values: &mut ValueArea<'_>,
+        ) -> Result<()> {
+            let (at, bytes) = values.alloc(spec.value_bytes.next_multiple_of(8) as usize, 8)?;
+            bytes[..value.len()].copy_from_slice(value);
+            slot[0..8].copy_from_slice(&1u64.to_le_bytes());
+            slot[8..16].copy_from_slice(&key.to_le_bytes());
+            // Wide slots hold the value's offset; narrow ones have no room for it and
+            // keep it in a side word of the region, whose offset rides in the occupied
+            // word's upper bits (so a record takes two region allocations).
+            match slot.len() {
+                24 => slot[16..24].copy_from_slice(&at.to_le_bytes()),
+                _ => {
+                    let (side, b) = values.alloc(8, 8)?;
+                    b.copy_from_slice(&at.to_le_bytes());
+                    slot[0..8].copy_from_slice(&(1 | (side << 8)).to_le_bytes());
+                }
+            }
+            Ok(())
+        }
+        fn value_into(&self, slot: &[u8], region: &RegionBytes<'_>, out: &mut [u8]) -> Result<()> {
+            let at = match slot.len() {
+                24 => u64::from_le_bytes(slot[16..24].try_into().unwrap()),
+                _ => {
+                    let side = u64::from_le_bytes(slot[0..8].try_into().unwrap()) >> 8;
+                    u64::from_le_bytes(region.get(side, 8)?.try_into().unwrap())
+                }
+            };
+            out.copy_from_slice(region.get(at, out.len())?);
+            Ok(())
+        }
+    }
+
+    proptest! {
+        /// Goal: a layout that keeps values in the value region is still the hash index.
+        /// Method: the model test of `hash_index_matches_a_map`, values read back through
+        /// `value_into`.
+        #[test]
+        fn values_in_a_value_region_match_a_map(steps in prop::collection::vec(step(), 1..200), wide in any::<bool>()) {
+            let spec = TableSpec::new(1, if wide { "wide" } else { "narrow" }, 12, 16);
+            let mut t = TableBuilder::new(spec, &Boxed { region_bytes: 64 << 10 });
+            prop_assert_eq!(t.shape().slot_bytes, if wide { 24 } else { 16 });
+            let mut model = BTreeMap::new();
+            for s in steps {
+                match s {
+                    Step::Insert(k, v) => match t.insert(k, &[v; 12]) {
+                        Ok(()) => { prop_assert!(model.insert(k, v).is_none()); }
+                        Err(StoreError::DuplicateKey { .. }) => prop_assert!(model.contains_key(&k)),
+                        Err(StoreError::TableFull { .. }) => prop_assert!(!model.contains_key(&k)),
+                        Err(e) => prop_assert!(false, "{e}"),
+                    },
+                    Step::Remove(k) => prop_assert_eq!(t.remove(k), model.remove(&k).is_some()),
+                    Step::Get(k) => prop_assert_eq!(t.get(k).map(|v| v[0]), model.get(&k).copied()),
+                }
+            }
+            for (k, v) in &model {
+                prop_assert_eq!(t.get(*k), Some(vec![*v; 12]));
+            }
+        }
+    }
+
+    /// Read every record of a published table from `region` through the layout, as a
+    /// compute node would: bucket by bucket, values from the fetched value region.
+    fn read_back(
+        meta: &TableMeta,
+        base: u64,
+        region: &dmtx_verbs::Region,
+        layout: &dyn SlotLayout,
+    ) -> BTreeMap<u64, Vec<u8>> {
+        let shape = Shape::of(meta);
+        let r = shape.value_region.expect("a value region in the metadata");
+        let mut region_bytes = vec![0u8; r.bytes as usize];
+        region.read(base + r.offset, &mut region_bytes).unwrap();
+        let values = RegionBytes::new(&meta.name, r, &region_bytes);
+        let mut out = BTreeMap::new();
+        for idx in 0..shape.bucket_count + shape.overflow_count {
+            let mut b = vec![0u8; shape.bucket_bytes as usize];
+            region.read(base + shape.bucket_off(idx), &mut b).unwrap();
+            for s in b[crate::BUCKET_HEADER_BYTES as usize..].chunks_exact(shape.slot_bytes as usize) {
+                if let Some(k) = layout.key(s) {
+                    let mut v = vec![0u8; meta.value_bytes as usize];
+                    layout.value_into(s, &values, &mut v).unwrap();
+                    out.insert(k, v);
+                }
+            }
+        }
+        out
+    }
+
+    fn boxed_table(layout: &Boxed, records: u64) -> (TableBuilder<'_>, BTreeMap<u64, Vec<u8>>) {
+        let spec = TableSpec::new(5, "wide_accounts", 20, records)
+            .with_attrs(vec![Attr::new("balance", 0, 8), Attr::new("owner", 8, 12)]);
+        let mut t = TableBuilder::new(spec, layout);
+        let mut model = BTreeMap::new();
+        for k in 0..records {
+            let v: Vec<u8> = (0..20).map(|i| (k as u8).wrapping_mul(7).wrapping_add(i)).collect();
+            t.insert(k * 1000 + 3, &v).unwrap();
+            model.insert(k * 1000 + 3, v);
+        }
+        (t, model)
+    }
+
+    /// Goal: a table's value region is allocated with it on every replica and recorded
+    /// in its metadata, and its values read back from any replica. Method: load a table
+    /// of a value-region layout on two nodes, check the metadata (region, schema, cursor
+    /// word), then read every record from both replicas' bytes.
+    #[test]
+    fn create_table_places_the_value_region_on_every_replica() {
+        let layout = Boxed { region_bytes: 1 << 20 };
+        let (t, model) = boxed_table(&layout, 300);
+        let fp = crate::footprint(&t.spec, &layout);
+        let cluster = dmtx_memnode::LocalCluster::new(2, 8 << 20);
+        let meta = create_table(&cluster, t, &[MnId(1), MnId(0)]).unwrap();
+        let r = meta.value_region.expect("value region recorded");
+        assert_eq!(r.bytes, 1 << 20);
+        assert!(r.offset >= Shape::of(&meta).index_bytes() && r.offset.is_multiple_of(4096));
+        assert_eq!(fp.value_region_bytes, r.bytes);
+        assert_eq!(fp.reserved_bytes, r.offset + r.bytes);
+        assert_eq!(meta.attrs, vec![Attr::new("balance", 0, 8), Attr::new("owner", 8, 12)]);
+        assert_eq!(cluster.tables(MnId(0)).unwrap(), vec![meta.clone()]);
+        for &(mn, base) in &meta.replicas {
+            assert!(
+                base.is_multiple_of(4096),
+                "{mn}: a table with a region starts on a page"
+            );
+            let region = cluster.node(mn).unwrap().region();
+            let mut cursor = [0u8; 8];
+            region
+                .read(base + r.offset + VALUE_REGION_CURSOR_OFFSET, &mut cursor)
+                .unwrap();
+            // 300 values of 24 B plus 0 side words (wide slots hold the offset).
+            assert_eq!(u64::from_le_bytes(cursor), VALUE_REGION_HEADER_BYTES + 300 * 24);
+            assert_eq!(read_back(&meta, base, region, &layout), model, "{mn}");
+        }
+    }
+
+    /// Goal: a `--backing` node keeps a table's value region across a restart: its
+    /// metadata in the sidecar, its bytes in the file. Method: load a value-region table
+    /// onto a file-backed node, reopen the node on the same file, read every record back.
+    #[test]
+    fn a_backed_node_keeps_the_value_region_across_a_restart() {
+        struct One(dmtx_memnode::MemNode);
+        impl Control for One {
+            fn mn_count(&self) -> usize {
+                1
+            }
+            fn alloc(&self, _mn: MnId, bytes: u64, align: u64) -> dmtx_memnode::Result<u64> {
+                self.0.alloc(bytes, align)
+            }
+            fn load(&self, _mn: MnId, offset: u64, bytes: &[u8]) -> dmtx_memnode::Result<()> {
+                self.0.load(offset, bytes)
+            }
+            fn put_table(&self, _mn: MnId, meta: &TableMeta) -> dmtx_memnode::Result<()> {
+                self.0.put_table(meta)
+            }
+            fn tables(&self, _mn: MnId) -> dmtx_memnode::Result<Vec<TableMeta>> {
+                Ok(self.0.tables())
+            }
+            fn put_named(&self, _mn: MnId, name: &str, value: &[u8]) -> dmtx_memnode::Result<()> {
+                self.0.put_named(name, value)
+            }
+            fn named(&self, _mn: MnId, name: &str) -> dmtx_memnode::Result<Vec<u8>> {
+                self.0.named(name)
+            }
+            fn names(&self, _mn: MnId) -> dmtx_memnode::Result<Vec<String>> {
+                Ok(self.0.names())
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("dmtx-store-backed-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("mn0");
+        let layout = Boxed { region_bytes: 64 << 10 };
+        let (t, model) = boxed_table(&layout, 100);
+        let meta = {
+            let (node, reopened) = dmtx_memnode::MemNode::open_backed(MnId(0), &path, 1 << 20).unwrap();
+            assert!(!reopened);
+            create_table(&One(node), t, &[MnId(0)]).unwrap()
+        };
+        let (node, reopened) = dmtx_memnode::MemNode::open_backed(MnId(0), &path, 1 << 20).unwrap();
+        assert!(reopened);
+        assert_eq!(
+            node.tables(),
+            vec![meta.clone()],
+            "the sidecar keeps the region and the schema"
+        );
+        assert_eq!(read_back(&meta, meta.replicas[0].1, node.region(), &layout), model);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Goal: a value region that does not fit is a clear error naming the table and the
+    /// knob, before the build (too small for the load) or at the insert that overflows.
+    #[test]
+    fn a_value_region_that_does_not_fit_names_the_knob() {
+        let spec = TableSpec::new(1, "wide_t", 16, 100);
+        let e = TableBuilder::try_new(
+            spec.clone(),
+            &Boxed {
+                region_bytes: 64 + 99 * 16,
+            },
+        )
+        .err()
+        .expect("too small for 100 records")
+        .to_string();
+        assert!(
+            e.contains("table `wide_t`: value region of 1648 bytes cannot hold its 100 loaded records (1664 bytes"),
+            "{e}"
+        );
+        assert!(e.contains("raise `region_bytes`"), "{e}");
+        // Sized for the load, but the layout writes more than it said per record.
+        let narrow = TableSpec::new(1, "narrow_t", 16, 100);
+        let mut t = TableBuilder::try_new(
+            narrow,
+            &Boxed {
+                region_bytes: 64 + 100 * 16,
+            },
+        )
+        .unwrap();
+        let mut err = None;
+        for k in 0..100 {
+            if let Err(e) = t.insert(k, &[1; 16]) {
+                err = Some(e);
+                break;
+            }
+        }
+        let e = err.expect("side words overflow the region").to_string();
+        assert!(
+            e.contains("table `narrow_t`: value region of 1664 bytes is full"),
+            "{e}"
+        );
+        assert!(e.contains("raise `region_bytes`"), "{e}");
+        // A layout without a region that stores a value there.
+        struct Lost;
+        impl SlotLayout for Lost {
+            fn slot_bytes(&self, _v: u32) -> u32 {
+                16
+            }
+            fn encode(&self, _t: u32, _k: u64, _v: &[u8], _s: &mut [u8]) {}
+            fn key(&self, _s: &[u8]) -> Option<u64> {
+                None
+            }
+            fn encode_record(
+                &self,
+                _: &TableSpec,
+                _: u64,
+                _: &[u8],
+                _: &mut [u8],
+                values: &mut ValueArea<'_>,
+            ) -> Result<()> {
+                values.alloc(8, 8).map(|_| ())
+            }
+        }
+        let e = TableBuilder::new(TableSpec::new(2, "lost", 8, 4), &Lost)
+            .insert(1, &[0; 8])
+            .unwrap_err();
+        assert!(matches!(e, StoreError::NoValueRegion { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_spec_whose_schema_does_not_cover_the_value_is_refused_before_the_build() {
+        let spec = TableSpec::new(1, "district", 16, 10).with_attrs(vec![Attr::new("d_ytd", 0, 8)]);
+        let e = TableBuilder::try_new(spec, &Plain).err().expect("refused").to_string();
+        assert!(
+            e.contains("table `district`: attribute schema covers 8 bytes, the value has 16"),
+            "{e}"
+        );
+    }
+
+    /// Goal: the planner's estimate counts the value region. Method: a value-region
+    /// table's `footprint` against the pages its load writes.
+    #[test]
+    fn footprint_counts_the_value_region() {
+        let layout = Boxed { region_bytes: 4 << 20 };
+        let (t, _) = boxed_table(&layout, 20_000);
+        let f = crate::footprint(&t.spec, &layout);
+        assert_eq!(f.slot_bytes, 24);
+        assert_eq!(
+            f.value_region_loaded_bytes,
+            (64 + 20_000 * 24u64).next_multiple_of(4096)
+        );
+        let real = t.written_pages() * 4096;
+        assert!(
+            f.loaded_bytes.abs_diff(real) * 10 <= real,
+            "estimated {} B loaded, the load wrote {real} B",
+            f.loaded_bytes
+        );
+        let plain = crate::footprint(&TableSpec::new(5, "wide_accounts", 20, 20_000), &Plain);
+        assert_eq!(plain.value_region_bytes, 0);
+        // Full: the whole region (the run may fill it) besides the index of a full table.
+        assert_eq!(
+            f.full_bytes,
+            f.value_region_bytes + (f.loaded_bytes - f.value_region_loaded_bytes),
+            "the table is loaded to its capacity"
+        );
     }
 
     #[test]

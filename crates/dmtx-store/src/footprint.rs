@@ -1,4 +1,5 @@
-//! What a table costs in memory, computed from its spec before anything is built.
+//! What a table costs in memory, computed from its spec and its format before anything
+//! is built: the hash index and, when the format has one, the value region.
 
 use crate::image::PAGE_BYTES;
 use crate::shape::{Shape, SlotLayout, TABLE_HEADER_BYTES};
@@ -10,24 +11,35 @@ use crate::TableSpec;
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Footprint {
     /// Region space the table takes (address space; costs memory only where written):
-    /// header, hashed buckets and the overflow reserve, `Shape::table_bytes`.
+    /// header, hashed buckets and the overflow reserve, then the value region if the
+    /// format has one, `Shape::table_bytes`.
     pub reserved_bytes: u64,
     /// Expected resident memory once the `initial` records are loaded: the pages the
     /// loader writes (the header, every page of hashed buckets that receives a record,
-    /// the overflow buckets the load takes), since [`crate::create_table`] ships only
-    /// those.
+    /// the overflow buckets the load takes, the value region's header and loaded
+    /// values), since [`crate::create_table`] ships only those.
     pub loaded_bytes: u64,
     /// Expected resident memory when the table holds `capacity` records, the most it
     /// reaches if the run uses all its room: every page of hashed buckets its records
-    /// can reach, plus the overflow buckets that many records take.
+    /// can reach, plus the overflow buckets that many records take; and the whole value
+    /// region, which the run may fill.
     pub full_bytes: u64,
+    /// Bytes of one slot, as the protocol's format for this table sizes it.
+    pub slot_bytes: u32,
+    /// Region space of the value region (0: none); part of `reserved_bytes`.
+    pub value_region_bytes: u64,
+    /// Expected resident bytes of the value region once loaded (its header and the
+    /// loaded records' values, whole pages); part of `loaded_bytes`.
+    pub value_region_loaded_bytes: u64,
 }
 
-/// The footprint of a table built for `spec` with `layout`'s slots (the same geometry
-/// as [`Shape::for_spec`]; nothing is allocated).
+/// The footprint of a table built for `spec` in `layout`'s format for it (the same
+/// geometry as [`Shape::for_spec`]; nothing is allocated).
 pub fn footprint(spec: &TableSpec, layout: &dyn SlotLayout) -> Footprint {
-    let shape = Shape::for_spec(spec, layout);
+    let format = layout.format(spec);
+    let shape = Shape::for_format(spec, &format);
     let reserved_bytes = shape.table_bytes();
+    let index_reserved = shape.index_bytes();
     // The hashed buckets `records` records can reach: all of them, or with runs the
     // segments of the runs they fill (records are counted in run order).
     let reach = |records: u64| -> u64 {
@@ -50,13 +62,28 @@ pub fn footprint(spec: &TableSpec, layout: &dyn SlotLayout) -> Footprint {
         let bytes = PAGE_BYTES as u64 // the header's page
             + touched * PAGE_BYTES as u64
             + (overflow * shape.bucket_bytes as u64).next_multiple_of(PAGE_BYTES as u64);
-        bytes.min(reserved_bytes.next_multiple_of(PAGE_BYTES as u64))
+        bytes.min(index_reserved.next_multiple_of(PAGE_BYTES as u64))
     };
     debug_assert!(TABLE_HEADER_BYTES as usize <= PAGE_BYTES);
+    // The loader writes the region from its start, in order: whole pages of it.
+    let page = PAGE_BYTES as u64;
+    let (region_loaded, region_full) = match shape.value_region {
+        Some(r) => (
+            format
+                .loaded_region_bytes(spec.initial)
+                .min(r.bytes)
+                .next_multiple_of(page),
+            r.bytes.next_multiple_of(page),
+        ),
+        None => (0, 0),
+    };
     Footprint {
         reserved_bytes,
-        loaded_bytes: resident(spec.initial),
-        full_bytes: resident(spec.capacity),
+        loaded_bytes: resident(spec.initial) + region_loaded,
+        full_bytes: resident(spec.capacity) + region_full,
+        slot_bytes: shape.slot_bytes,
+        value_region_bytes: shape.value_region.map_or(0, |r| r.bytes),
+        value_region_loaded_bytes: region_loaded,
     }
 }
 

@@ -1,6 +1,10 @@
 //! Address arithmetic and bucket search.
 
-use dmtx_memnode::{Runs, TableMeta};
+use dmtx_memnode::{Runs, TableMeta, ValueRegion};
+
+use crate::format::{RegionBytes, TableFormat, ValueArea};
+use crate::image::PAGE_BYTES;
+use crate::{Result, TableSpec};
 
 /// Bytes before bucket 0.
 pub const TABLE_HEADER_BYTES: u64 = 64;
@@ -14,16 +18,63 @@ pub const BUCKET_LOCK_OFFSET: u64 = 0;
 /// Bucket-relative offset of the `next` link (overflow index + 1; 0 = end of chain).
 pub const BUCKET_NEXT_OFFSET: u64 = 8;
 
-/// How a protocol lays a record out in a slot.
+/// How a protocol lays a record out in a slot, and each table out on a memory node.
+///
+/// A layout that keeps the value in the slot (FORD, FaRM) implements the four required
+/// methods and leaves the rest. One that keeps values elsewhere (Motor's Vpkgs and
+/// attribute bars) gives each table a value region ([`format`](SlotLayout::format)),
+/// writes values there when loading ([`encode_record`](SlotLayout::encode_record)) and
+/// assembles them into a buffer when reading ([`value_into`](SlotLayout::value_into)).
 pub trait SlotLayout: Send + Sync + 'static {
-    /// Bytes of a slot for values of `value_bytes` (a multiple of 8).
+    /// Bytes of a slot for values of `value_bytes` (a multiple of 8): the slot size of
+    /// the default [`format`](SlotLayout::format).
     fn slot_bytes(&self, value_bytes: u32) -> u32;
     /// Encode a committed record for bulk loading into a zeroed slot.
     fn encode(&self, table: u32, key: u64, value: &[u8], slot: &mut [u8]);
     /// The key of an occupied slot, `None` for a free one.
     fn key(&self, slot: &[u8]) -> Option<u64>;
-    /// The value bytes of an occupied slot.
-    fn value<'a>(&self, slot: &'a [u8], value_bytes: u32) -> &'a [u8];
+    /// The value bytes of an occupied slot, for layouts that keep the value in the slot.
+    ///
+    /// # Panics
+    ///
+    /// The default panics: a layout that keeps values outside its slots has no value to
+    /// borrow, and generic code reads values with [`value_into`](SlotLayout::value_into).
+    fn value<'a>(&self, slot: &'a [u8], value_bytes: u32) -> &'a [u8] {
+        let _ = (slot, value_bytes);
+        panic!("this layout keeps values outside its slots; read them with `SlotLayout::value_into`")
+    }
+
+    /// The format of the table `spec` describes: its slot size (a protocol may size
+    /// slots per table, from a per-table VNum), its value region, if any. The default
+    /// keeps values in slots of [`slot_bytes`](SlotLayout::slot_bytes)`(spec.value_bytes)`.
+    fn format(&self, spec: &TableSpec) -> TableFormat {
+        TableFormat::in_slot(self.slot_bytes(spec.value_bytes))
+    }
+
+    /// Encode a committed record for bulk loading: its slot, zeroed, and whatever the
+    /// layout keeps in the table's value region, allocated from `values`. The default
+    /// is [`encode`](SlotLayout::encode).
+    fn encode_record(
+        &self,
+        spec: &TableSpec,
+        key: u64,
+        value: &[u8],
+        slot: &mut [u8],
+        values: &mut ValueArea<'_>,
+    ) -> Result<()> {
+        let _ = values;
+        self.encode(spec.id, key, value, slot);
+        Ok(())
+    }
+
+    /// Decode the newest value of an occupied slot into `out` (the table's value size),
+    /// reading what the slot points to in `region`. The default copies
+    /// [`value`](SlotLayout::value).
+    fn value_into(&self, slot: &[u8], region: &RegionBytes<'_>, out: &mut [u8]) -> Result<()> {
+        let _ = region;
+        out.copy_from_slice(self.value(slot, out.len() as u32));
+        Ok(())
+    }
 }
 
 /// The 64-bit finalizer of MurmurHash3: cheap, and every key bit moves every hash bit.
@@ -52,6 +103,8 @@ pub struct Shape {
     pub slots: u32,
     /// Placement by runs of a growing key field; `None` hashes keys over all buckets.
     pub runs: Option<Runs>,
+    /// The value region after the buckets, if the table's format has one.
+    pub value_region: Option<ValueRegion>,
 }
 
 impl Shape {
@@ -64,21 +117,31 @@ impl Shape {
             slot_bytes: meta.slot_bytes,
             slots: meta.slots_per_bucket,
             runs: meta.runs,
+            value_region: meta.value_region,
         }
     }
 
-    /// The geometry of a table built for `spec` with `layout`'s slots: what
+    /// The geometry of a table built for `spec` in `layout`'s format for it: what
     /// [`TableBuilder::new`](crate::TableBuilder::new) allocates, computed without
     /// allocating (memory planning sizes every table from this before loading any).
-    pub fn for_spec(spec: &crate::TableSpec, layout: &dyn SlotLayout) -> Self {
+    pub fn for_spec(spec: &TableSpec, layout: &dyn SlotLayout) -> Self {
+        Self::for_format(spec, &layout.format(spec))
+    }
+
+    /// The geometry of a table built for `spec` in `format`.
+    pub fn for_format(spec: &TableSpec, format: &TableFormat) -> Self {
         assert!(
             spec.slots_per_bucket > 0,
             "table `{}`: slots_per_bucket must be > 0",
             spec.name
         );
         assert!(spec.load_factor > 0.0 && spec.load_factor <= 1.0);
-        let slot_bytes = layout.slot_bytes(spec.value_bytes);
-        assert_eq!(slot_bytes % 8, 0, "slot layouts keep slots word-aligned");
+        let slot_bytes = format.slot_bytes;
+        assert!(
+            slot_bytes > 0 && slot_bytes.is_multiple_of(8),
+            "table `{}`: slot of {slot_bytes} bytes; slot layouts keep slots word-aligned and non-empty",
+            spec.name
+        );
         let per_bucket = spec.slots_per_bucket as f64 * spec.load_factor;
         let buckets_for = |records: u64| ((records.max(1) as f64 / per_bucket).ceil() as u64).max(1);
         let (bucket_count, runs) = match spec.runs {
@@ -109,19 +172,43 @@ impl Shape {
         // small (a few dozen buckets), at about 1% extra space on large tables.
         let reserve = bucket_count as f64 * spec.overflow_fraction;
         let overflow_count = ((reserve + 3.0 * reserve.sqrt()).ceil() as u64).max(1);
-        Shape {
+        let mut shape = Shape {
             bucket_count,
             overflow_count,
             bucket_bytes: BUCKET_HEADER_BYTES + spec.slots_per_bucket * slot_bytes,
             slot_bytes,
             slots: spec.slots_per_bucket,
             runs,
+            value_region: None,
+        };
+        if format.value_region_bytes > 0 {
+            assert!(
+                format.value_region_bytes >= crate::format::VALUE_REGION_HEADER_BYTES,
+                "table `{}`: a value region holds at least its header",
+                spec.name
+            );
+            // Page-aligned, so the region's pages are its own and the bucket pages'
+            // residency does not depend on it.
+            shape.value_region = Some(ValueRegion {
+                offset: shape.index_bytes().next_multiple_of(PAGE_BYTES as u64),
+                bytes: format.value_region_bytes,
+            });
         }
+        shape
     }
 
-    /// Bytes the whole table occupies on a replica.
-    pub fn table_bytes(&self) -> u64 {
+    /// Bytes of the hash index on a replica: header, hashed and overflow buckets.
+    pub fn index_bytes(&self) -> u64 {
         TABLE_HEADER_BYTES + (self.bucket_count + self.overflow_count) * self.bucket_bytes as u64
+    }
+
+    /// Bytes the whole table occupies on a replica: the index, then the value region if
+    /// the table has one.
+    pub fn table_bytes(&self) -> u64 {
+        match self.value_region {
+            Some(v) => v.offset + v.bytes,
+            None => self.index_bytes(),
+        }
     }
 
     /// The hashed bucket of `key` (FORD §5.1 S1): its hash over all hashed buckets, or
@@ -214,6 +301,7 @@ mod tests {
             slot_bytes: 0,
             slots: 0,
             runs: None,
+            value_region: None,
         };
         let mut hits = vec![0u32; 1024];
         for k in 0..1024 * 8 {

@@ -39,7 +39,7 @@
 
 use bytemuck::{Pod, Zeroable};
 use dmtx_runtime::{Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, ObjRef, Protocol, Table, TxnHints};
-use dmtx_store::{key_hash, StoreError, TableSpec};
+use dmtx_store::{attrs, key_hash, Attr, StoreError, TableSpec};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -78,6 +78,19 @@ pub struct KvsValue {
     pub writer: u64,
     /// Hash of the four words above (invariant 2).
     pub checksum: u64,
+}
+
+impl KvsValue {
+    /// The value's attributes: its five words.
+    pub fn attrs() -> Vec<Attr> {
+        attrs!(KvsValue {
+            "balance" => balance,
+            "writes" => writes,
+            "key" => key,
+            "writer" => writer,
+            "checksum" => checksum,
+        })
+    }
 }
 
 const _: () = assert!(std::mem::size_of::<KvsValue>() == 40);
@@ -297,7 +310,8 @@ impl Workload for Kvs {
             "kvs",
             std::mem::size_of::<KvsValue>() as u32,
             self.cfg.keys,
-        )]
+        )
+        .with_attrs(KvsValue::attrs())]
     }
 
     fn load(&self, table: u32, insert: &mut RecordSink<'_>) -> Result<(), StoreError> {
@@ -459,6 +473,16 @@ impl Workload for Kvs {
 mod tests {
     use super::*;
     use crate::testkit::{self, knobs};
+
+    #[test]
+    fn the_value_declares_its_five_words_as_attributes() {
+        let s = testkit::declared_schemas(&Kvs::from_knobs(&Knobs::default()).unwrap());
+        let words: Vec<(String, u32)> = ["balance", "writes", "key", "writer", "checksum"]
+            .iter()
+            .map(|n| (n.to_string(), 8))
+            .collect();
+        assert_eq!(s["kvs"], words);
+    }
 
     #[test]
     fn from_knobs_defaults_and_errors() {

@@ -39,7 +39,7 @@
 //! exactly the keys `0..accounts`.
 
 use dmtx_runtime::{Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, Protocol, Table, TxnHints};
-use dmtx_store::{StoreError, TableSpec};
+use dmtx_store::{Attr, StoreError, TableSpec};
 use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
 
@@ -297,8 +297,10 @@ impl Workload for SmallBank {
 
     fn tables(&self) -> Vec<TableSpec> {
         vec![
-            TableSpec::new(SAVINGS_TABLE_ID, "savings", 8, self.cfg.accounts),
-            TableSpec::new(CHECKING_TABLE_ID, "checking", 8, self.cfg.accounts),
+            TableSpec::new(SAVINGS_TABLE_ID, "savings", 8, self.cfg.accounts)
+                .with_attrs(vec![Attr::new("balance", 0, 8)]),
+            TableSpec::new(CHECKING_TABLE_ID, "checking", 8, self.cfg.accounts)
+                .with_attrs(vec![Attr::new("balance", 0, 8)]),
         ]
     }
 
@@ -459,6 +461,14 @@ mod tests {
     use super::*;
     use crate::testkit::{self, knobs};
     use dmtx_runtime::AbortReason;
+
+    #[test]
+    fn both_tables_declare_the_balance_attribute() {
+        let s = testkit::declared_schemas(&SmallBank::from_knobs(&Knobs::default()).unwrap());
+        for t in ["savings", "checking"] {
+            assert_eq!(s[t], vec![("balance".to_string(), 8)], "{t}");
+        }
+    }
 
     #[test]
     fn mix_table_matches_ford_table_2() {

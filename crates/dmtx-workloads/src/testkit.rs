@@ -154,6 +154,28 @@ fn weakest(a: Option<TxnHints>, b: TxnHints) -> TxnHints {
     }
 }
 
+/// Check that every table of `w` declares an attribute schema that tiles its value
+/// (offset order, no gap, no overlap, sizes summing to the value's bytes), and return
+/// each table's schema as `(name, bytes)` pairs, by table name.
+pub(crate) fn declared_schemas<W: Workload>(w: &W) -> BTreeMap<String, Vec<(String, u32)>> {
+    let mut out = BTreeMap::new();
+    for spec in w.tables() {
+        assert!(!spec.attrs.is_empty(), "table `{}` declares no attributes", spec.name);
+        dmtx_store::check_attrs(&spec.name, spec.value_bytes, &spec.attrs).unwrap_or_else(|e| panic!("{e}"));
+        let sum: u32 = spec.attrs.iter().map(|a| a.bytes).sum();
+        assert_eq!(
+            sum, spec.value_bytes,
+            "table `{}`: attribute sizes sum to the value",
+            spec.name
+        );
+        out.insert(
+            spec.name.clone(),
+            spec.attrs.iter().map(|a| (a.name.clone(), a.bytes)).collect(),
+        );
+    }
+    out
+}
+
 /// Knobs from `key=value` pairs.
 pub(crate) fn knobs(pairs: &[&str]) -> dmtx_runtime::Knobs {
     dmtx_runtime::Knobs::parse(pairs.iter().copied()).unwrap()

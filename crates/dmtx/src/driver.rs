@@ -474,9 +474,12 @@ fn run_planned<P: Protocol>(
         false => Vec::new(),
     };
     let mut records_loaded = 0;
+    // What each table's load wrote per replica, in plan order (the measured footprint).
+    let mut written_bytes = Vec::with_capacity(plan.tables.len());
     for (table, builder) in plan.tables.iter().zip(builders) {
         let builder = builder?;
         records_loaded += builder.len();
+        written_bytes.push(builder.written_pages() * 4096);
         if hooks.stop.load(Ordering::Relaxed) {
             return Err(RunError::Interrupted {
                 phase: "loading tables",
@@ -949,7 +952,7 @@ fn run_planned<P: Protocol>(
         abort_reasons: P::ABORT_REASONS,
         protocol_metrics: P::METRICS.iter().copied().zip(protocol_metrics).collect(),
         addr_cache: Some((cache_stats, cache_entries)),
-        memory: Some(crate::results::MemoryResult::of(&plan)),
+        memory: Some(crate::results::MemoryResult::of(&plan).with_written(&written_bytes)),
         metrics,
         timeseries,
         cfg,
@@ -1050,7 +1053,7 @@ fn build_tables<'l, P: Protocol>(
             .iter()
             .map(|spec| {
                 s.spawn(move || {
-                    let mut builder = TableBuilder::new(spec.clone(), layout);
+                    let mut builder = TableBuilder::try_new(spec.clone(), layout)?;
                     let mut n = 0u64;
                     let loaded = workload.load(spec.id, &mut |key, value| {
                         n += 1;

@@ -2,7 +2,8 @@
 //! anything is built, and the refusal when it cannot fit.
 //!
 //! A run needs, on each memory node, its share of the table replicas (FORD's hash index:
-//! hashed and overflow buckets, [`dmtx_store::footprint`]) and every coordinator's areas
+//! hashed and overflow buckets, and the value region when the protocol's format gives
+//! the table one, [`dmtx_store::footprint`]) and every coordinator's areas
 //! (undo logs), and on the compute node the table images it builds before shipping them.
 //! Regions are reserved sparse: only the pages a load or an insert writes cost memory,
 //! so a table has three sizes: reserved (region space; must fit `--mn-bytes`), loaded
@@ -20,7 +21,7 @@
 use std::fmt;
 
 use dmtx_runtime::{Knobs, Protocol};
-use dmtx_store::{footprint, placement, SlotLayout, TableSpec};
+use dmtx_store::{check_spec, footprint, placement, SlotLayout, TableSpec};
 use dmtx_verbs::MnId;
 use dmtx_workloads::Workload;
 
@@ -50,6 +51,13 @@ pub struct TablePlan {
     pub loaded_bytes: u64,
     /// Resident bytes of one replica if the run fills its room.
     pub full_bytes: u64,
+    /// Bytes of one slot, as the protocol's format sizes it for this table.
+    pub slot_bytes: u32,
+    /// Region bytes of one replica's value region (0: the protocol keeps values in the
+    /// slots); part of `replica_bytes`.
+    pub value_region_bytes: u64,
+    /// Resident bytes of one replica's value region once loaded; part of `loaded_bytes`.
+    pub value_region_loaded_bytes: u64,
     /// The nodes holding its replicas, primary first.
     pub nodes: Vec<MnId>,
 }
@@ -93,6 +101,9 @@ impl MemoryPlan {
         let mut tables = Vec::with_capacity(specs.len());
         let mut build_bytes = 0;
         for spec in specs {
+            // A schema that does not tile the value, or a value region too small for
+            // the load, is refused here, before anything is built.
+            check_spec(spec, layout)?;
             let fp = footprint(spec, layout);
             let bytes = fp.reserved_bytes;
             let nodes = match cfg.cluster.as_ref().and_then(|v| v.primary_of(&spec.name)) {
@@ -101,7 +112,10 @@ impl MemoryPlan {
                 None => placement(spec.id, mn_count, replicas)?,
             };
             for mn in &nodes {
-                tables_per_mn[mn.index()] += bytes.next_multiple_of(64);
+                // A table with a value region starts on a page (`create_table`): up to a
+                // page of alignment before it, besides the usual 64-byte rounding.
+                let align_slack = if fp.value_region_bytes > 0 { 4096 } else { 0 };
+                tables_per_mn[mn.index()] += bytes.next_multiple_of(64) + align_slack;
                 loaded_per_mn[mn.index()] += fp.loaded_bytes;
                 full_per_mn[mn.index()] += fp.full_bytes;
             }
@@ -112,6 +126,9 @@ impl MemoryPlan {
                 replica_bytes: bytes,
                 loaded_bytes: fp.loaded_bytes,
                 full_bytes: fp.full_bytes,
+                slot_bytes: fp.slot_bytes,
+                value_region_bytes: fp.value_region_bytes,
+                value_region_loaded_bytes: fp.value_region_loaded_bytes,
                 nodes,
             });
         }

@@ -40,7 +40,7 @@
 //! | `metrics` | object, absent when empty | the workload's headline figures beyond txn/s, name → {`value`, `about`}: TPC-C's `tpmc` (NewOrders, rolled back ones included, per minute of `elapsed_s`) and `warehouses` |
 //! | `protocol_metrics` | object, absent when the protocol declares none | the protocol's own figures (`Protocol::METRICS`), name → {`kind` (`counter`: events, read `sum` and `per_commit`; `value`: observations, read `count`, `mean`, `max`; `duration`: times in ns, read also `p50`, `p99` and `share` (the sum over coordinators × the measured time), with `hist_ns` as `[ns, count]` pairs for `dmtx report` to merge), `count` (values added), `sum`, `mean` (`sum / count`), `max`, `per_commit` (`sum / committed`, null when nothing committed), `about`}; summed over every coordinator from the end of the warm-up. FORD: `rereads` (re-reads of a record a lock-free read found torn or invisible) |
 //! | `addr_cache` | object | the address cache over the measured window (counting restarts when a thread's first coordinator leaves the warm-up), every worker thread summed: `hits` (lookups answered), `hits_shared` (of those, by the compute node's level: another thread had learned the address), `misses` (the protocol walked the bucket chain), `hit_rate` (`hits / (hits + misses)`), `evictions` (cached addresses found stale and dropped), `entries` (addresses cached at the end, summed over compute nodes) |
-//! | `memory` | object | the memory plan the run was sized by: `tables` (per table `name`, `capacity` (records it has room for), `nodes` (memory nodes of its replicas, primary first), per replica `reserved_bytes` (region bytes), `loaded_bytes` (resident once loaded), `full_bytes` (resident if the run fills its room)), `per_mn` (per memory node `mn`, `tables_bytes`, `loaded_bytes`, `full_bytes` (its table replicas), `coordinators_bytes` (coordinator areas: logs), `need_bytes` (the region size it needs at least)) |
+//! | `memory` | object | the memory plan the run was sized by (Motor §7.5's footprint): `tables` (per table `name`, `capacity` (records it has room for), `nodes` (memory nodes of its replicas, primary first), `slot_bytes` (as the protocol's format sizes it), per replica `reserved_bytes` (region bytes), `loaded_bytes` (resident once loaded), `full_bytes` (resident if the run fills its room), `value_region_bytes` and `value_region_loaded_bytes` (its value region, part of the above; 0 when values live in the slots), `loaded_bytes_total` over its replicas, and `written_bytes` (what the load wrote per replica, measured; absent when this process did not load)), `per_mn` (per memory node `mn`, `tables_bytes`, `loaded_bytes`, `full_bytes` (its table replicas), `value_region_bytes` (their value regions), `coordinators_bytes` (coordinator areas: logs), `footprint_bytes` (resident once loaded: its table replicas and coordinator areas), `need_bytes` (the region size it needs at least)) |
 //! | `cn` | object, absent unless `--cn` | this compute node of a multi-process run: `id`, `compute_nodes` (in the run), `run_id` (shared by the run's CNs), `latency_ns` (the committed-latency histogram as `[ns, count]` pairs, for `dmtx report` to merge); with more than one CN, `invariant` says it was not checked and `check` is null (check the CNs' histories together with `dmtx check`) |
 //! | `run_info` | object | what no two runs repeat: `host`, `started_at` (RFC 3339, UTC), `started_at_unix_s`, `dmtx_version`, `cpus`, `load_s` (building and loading the tables, real time), `load_records` (records loaded, one copy each), `load_records_per_s`, `real_s` (the measured run's real time), `real_s_per_sim_s` (`sim` only: real seconds per simulated second, over all the virtual time the run simulated, warm-up and drain included) |
 //!
@@ -431,6 +431,25 @@ pub struct TableMemory {
     pub loaded_bytes: u64,
     /// Resident bytes of one replica if the run fills its room.
     pub full_bytes: u64,
+    /// Bytes of one slot, as the protocol's format sizes it for this table (absent from
+    /// older records).
+    #[serde(default)]
+    pub slot_bytes: u32,
+    /// Region bytes of one replica's value region, part of `reserved_bytes` (0: values
+    /// live in the slots).
+    #[serde(default)]
+    pub value_region_bytes: u64,
+    /// Resident bytes of one replica's value region once loaded, part of `loaded_bytes`.
+    #[serde(default)]
+    pub value_region_loaded_bytes: u64,
+    /// Resident bytes of all its replicas once loaded: `loaded_bytes` × replicas.
+    #[serde(default)]
+    pub loaded_bytes_total: u64,
+    /// Bytes the load wrote into one replica (whole 4 KiB pages), measured while
+    /// building: what `loaded_bytes` estimates. Absent when this process did not load
+    /// the tables (a `--cn` run's other compute nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_bytes: Option<u64>,
 }
 
 /// One memory node's footprint.
@@ -448,9 +467,27 @@ pub struct MnMemory {
     pub coordinators_bytes: u64,
     /// Region bytes it needs at least (tables, coordinator areas, header).
     pub need_bytes: u64,
+    /// Resident bytes once loaded: its table replicas and coordinator areas (absent from
+    /// older records).
+    #[serde(default)]
+    pub footprint_bytes: u64,
+    /// Region bytes of the value regions of its table replicas, part of `tables_bytes`.
+    #[serde(default)]
+    pub value_region_bytes: u64,
 }
 
 impl MemoryResult {
+    /// This record with the bytes each table's load wrote per replica, in plan order
+    /// (none when this process loaded nothing).
+    pub fn with_written(mut self, written: &[u64]) -> Self {
+        if written.len() == self.tables.len() {
+            for (t, &w) in self.tables.iter_mut().zip(written) {
+                t.written_bytes = Some(w);
+            }
+        }
+        self
+    }
+
     /// From the run's plan.
     pub fn of(plan: &crate::plan::MemoryPlan) -> Self {
         let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
@@ -465,6 +502,11 @@ impl MemoryResult {
                     reserved_bytes: t.replica_bytes,
                     loaded_bytes: t.loaded_bytes,
                     full_bytes: t.full_bytes,
+                    slot_bytes: t.slot_bytes,
+                    value_region_bytes: t.value_region_bytes,
+                    value_region_loaded_bytes: t.value_region_loaded_bytes,
+                    loaded_bytes_total: t.loaded_bytes * t.nodes.len() as u64,
+                    written_bytes: None,
                 })
                 .collect(),
             per_mn: (0..plan.need_per_mn.len())
@@ -475,6 +517,13 @@ impl MemoryResult {
                     full_bytes: at(&plan.full_per_mn, i),
                     coordinators_bytes: at(&plan.coordinators_per_mn, i),
                     need_bytes: plan.need_per_mn[i],
+                    footprint_bytes: at(&plan.loaded_per_mn, i) + at(&plan.coordinators_per_mn, i),
+                    value_region_bytes: plan
+                        .tables
+                        .iter()
+                        .filter(|t| t.nodes.iter().any(|m| m.index() == i))
+                        .map(|t| t.value_region_bytes)
+                        .sum(),
                 })
                 .collect(),
         }
@@ -1453,8 +1502,12 @@ impl BenchResult {
                 .tables
                 .iter()
                 .map(|t| {
+                    let region = match t.value_region_bytes {
+                        0 => String::new(),
+                        r => format!(" (value region {})", crate::units::bytes(r)),
+                    };
                     format!(
-                        "{} {}/{}/{}",
+                        "{} {}/{}/{}{region}",
                         t.name,
                         crate::units::bytes(t.reserved_bytes),
                         crate::units::bytes(t.loaded_bytes),
@@ -1466,6 +1519,38 @@ impl BenchResult {
                 o,
                 "  memory      per replica reserved/loaded/full: {}",
                 tables.join(", ")
+            );
+            let mns: Vec<String> = m
+                .per_mn
+                .iter()
+                .map(|n| {
+                    format!(
+                        "mn{} {} (tables {} + coordinator areas {})",
+                        n.mn,
+                        crate::units::bytes(n.footprint_bytes),
+                        crate::units::bytes(n.loaded_bytes),
+                        crate::units::bytes(n.coordinators_bytes)
+                    )
+                })
+                .collect();
+            let total: u64 = m.per_mn.iter().map(|n| n.footprint_bytes).sum();
+            // The load's own count, where this process loaded: what the tables' part of
+            // the estimate stands for.
+            let written: Option<u64> = m
+                .tables
+                .iter()
+                .map(|t| t.written_bytes.map(|w| w * t.nodes.len() as u64))
+                .sum();
+            let _ = writeln!(
+                o,
+                "  footprint   {} over {} memory nodes once loaded: {}{}",
+                crate::units::bytes(total),
+                m.per_mn.len(),
+                mns.join(", "),
+                match written {
+                    Some(w) => format!("; the load wrote {} of tables", crate::units::bytes(w)),
+                    None => String::new(),
+                }
             );
             let mns: Vec<String> = m
                 .per_mn

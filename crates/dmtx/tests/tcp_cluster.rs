@@ -254,6 +254,8 @@ fn a_backed_memnode_process_keeps_flushed_data_and_tables_across_a_crash() {
         overflow_bucket_count: 1,
         replicas: vec![(MnId(0), 4096)],
         runs: None,
+        value_region: None,
+        attrs: Vec::new(),
     };
     let at = {
         let node = memnode_with(&dir, 0, &backing);

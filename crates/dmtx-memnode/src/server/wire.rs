@@ -1,4 +1,4 @@
-//! Wire protocol v1 between compute nodes and a memory-node server.
+//! Wire protocol v2 between compute nodes and a memory-node server.
 //!
 //! Shared by the server ([`crate::server`]) and the `tcp` transport client (`dmtx-net`).
 //! Everything is little-endian, encoded and decoded by hand into caller-owned buffers, so
@@ -36,7 +36,10 @@
 //! slots per bucket u32, bucket bytes u32, bucket count u64, overflow bucket count u64,
 //! replica count u16 (≤ [`REPLICAS_MAX`]), per replica: node u16, offset u64; then runs
 //! u8 (0 none, 1 some), and with 1: seq shift u8, seq bits u8, run log2 u8, segment
-//! buckets u64 ([`crate::Runs`]).
+//! buckets u64 ([`crate::Runs`]); then value region u8 (0 none, 1 some), and with 1:
+//! offset u64, bytes u64 ([`crate::ValueRegion`]); then attribute count u16 (≤
+//! [`ATTRS_MAX`]), per attribute: name len u16 + UTF-8, offset u32, bytes u32
+//! ([`crate::Attr`]). Version 2 added the value region and the attributes.
 //!
 //! A named entry's limits ([`crate::NAME_BYTES_MAX`], [`crate::NAMED_VALUE_BYTES_MAX`],
 //! [`crate::NAMED_COUNT_MAX`]) are the node's to enforce: PUT_NAMED past one decodes, and
@@ -60,13 +63,16 @@ pub const FRAME_PAYLOAD_MAX: u32 = 16 << 20;
 /// `b"DMTX"` read as a little-endian u32; the first field of HELLO.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"DMTX");
 /// The protocol version this code speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// Longest cluster token.
 pub const TOKEN_BYTES_MAX: usize = 256;
 /// Most regions a node announces.
 pub const REGIONS_MAX: usize = 64;
 /// Most replicas a table names.
 pub const REPLICAS_MAX: usize = 1024;
+/// Most attributes a table's schema declares (a protocol's bitmap of changed attributes
+/// is one 64-bit word).
+pub const ATTRS_MAX: usize = 64;
 
 /// Bytes a VERBS op takes on the wire before its kind-specific fields.
 pub const OP_HEADER_BYTES: usize = 1 + 8 + 8;
@@ -794,6 +800,24 @@ pub fn encode_table(out: &mut Vec<u8>, t: &TableMeta) {
             out.extend_from_slice(&r.segment_buckets.to_le_bytes());
         }
     }
+    match &t.value_region {
+        None => out.push(0),
+        Some(v) => {
+            out.push(1);
+            out.extend_from_slice(&v.offset.to_le_bytes());
+            out.extend_from_slice(&v.bytes.to_le_bytes());
+        }
+    }
+    assert!(
+        t.attrs.len() <= ATTRS_MAX,
+        "table with more than {ATTRS_MAX} attributes"
+    );
+    out.extend_from_slice(&(t.attrs.len() as u16).to_le_bytes());
+    for a in &t.attrs {
+        put_str16(out, &a.name);
+        out.extend_from_slice(&a.offset.to_le_bytes());
+        out.extend_from_slice(&a.bytes.to_le_bytes());
+    }
 }
 
 fn decode_table(c: &mut Cur<'_>) -> Result<TableMeta> {
@@ -826,6 +850,29 @@ fn decode_table(c: &mut Cur<'_>) -> Result<TableMeta> {
             segment_buckets: c.u64("runs segment buckets")?,
         }),
     };
+    let value_region = match c.u8("value region flag")? {
+        0 => None,
+        _ => Some(crate::ValueRegion {
+            offset: c.u64("value region offset")?,
+            bytes: c.u64("value region bytes")?,
+        }),
+    };
+    let n = c.u16("attribute count")? as usize;
+    if n > ATTRS_MAX {
+        return Err(WireError::TooLong {
+            what: "attribute list",
+            len: n,
+            max: ATTRS_MAX,
+        });
+    }
+    let mut attrs = Vec::new();
+    for _ in 0..n {
+        attrs.push(crate::Attr {
+            name: c.str16("attribute name")?,
+            offset: c.u32("attribute offset")?,
+            bytes: c.u32("attribute bytes")?,
+        });
+    }
     Ok(TableMeta {
         id,
         name,
@@ -837,6 +884,8 @@ fn decode_table(c: &mut Cur<'_>) -> Result<TableMeta> {
         overflow_bucket_count,
         replicas,
         runs,
+        value_region,
+        attrs,
     })
 }
 
@@ -1393,6 +1442,46 @@ mod tests {
         assert_eq!(split_frame(&b), Err(WireError::Reserved));
     }
 
+    /// Goal: a table's value region and attribute schema cross the wire, and a lying
+    /// attribute count is a typed error. Method: encode a PUT_TABLE with both, decode it;
+    /// then patch the count past [`ATTRS_MAX`].
+    #[test]
+    fn value_region_and_attributes_cross_the_wire() {
+        let t = TableMeta {
+            id: 4,
+            name: "customer".into(),
+            value_bytes: 12,
+            slot_bytes: 320,
+            slots_per_bucket: 4,
+            bucket_bytes: 1296,
+            bucket_count: 8,
+            overflow_bucket_count: 2,
+            replicas: vec![(MnId(0), 4096), (MnId(1), 8192)],
+            runs: None,
+            value_region: Some(crate::ValueRegion {
+                offset: 13_024,
+                bytes: 1 << 20,
+            }),
+            attrs: vec![crate::Attr::new("c_balance", 0, 8), crate::Attr::new("c_data", 8, 4)],
+        };
+        let req = ControlReq::PutTable(t.clone());
+        let mut p = Vec::new();
+        req.encode(&mut p);
+        assert_eq!(ControlReq::decode(&p).unwrap(), req);
+        // The attribute count sits after the value region: 2 attributes of (2 + name) + 8.
+        let attrs_bytes: usize = t.attrs.iter().map(|a| 2 + a.name.len() + 8).sum();
+        let count_at = p.len() - attrs_bytes - 2;
+        assert_eq!(u16::from_le_bytes([p[count_at], p[count_at + 1]]), 2);
+        p[count_at..count_at + 2].copy_from_slice(&(ATTRS_MAX as u16 + 1).to_le_bytes());
+        assert!(matches!(
+            ControlReq::decode(&p),
+            Err(WireError::TooLong {
+                what: "attribute list",
+                ..
+            })
+        ));
+    }
+
     fn table() -> impl Strategy<Value = TableMeta> {
         (
             any::<u32>(),
@@ -1401,8 +1490,10 @@ mod tests {
             any::<[u64; 2]>(),
             prop::collection::vec((any::<u16>(), any::<u64>()), 0..4),
             prop::option::of(any::<([u8; 3], u64)>()),
+            prop::option::of(any::<(u64, u64)>()),
+            prop::collection::vec(("[a-z_]{0,10}", any::<u32>(), any::<u32>()), 0..5),
         )
-            .prop_map(|(id, name, v, c, r, runs)| TableMeta {
+            .prop_map(|(id, name, v, c, r, runs, region, attrs)| TableMeta {
                 id,
                 name,
                 value_bytes: v[0],
@@ -1418,6 +1509,11 @@ mod tests {
                     run_log2: b[2],
                     segment_buckets,
                 }),
+                value_region: region.map(|(offset, bytes)| crate::ValueRegion { offset, bytes }),
+                attrs: attrs
+                    .into_iter()
+                    .map(|(name, offset, bytes)| crate::Attr { name, offset, bytes })
+                    .collect(),
             })
     }
 

@@ -76,6 +76,8 @@ mod testkit {
             bucket_count: 4,
             overflow_bucket_count: 2,
             runs: None,
+            value_region: None,
+            attrs: Vec::new(),
             replicas: mns
                 .iter()
                 .enumerate()

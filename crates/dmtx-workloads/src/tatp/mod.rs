@@ -472,6 +472,12 @@ impl Workload for Tatp {
             ));
         }
         specs
+            .into_iter()
+            .map(|spec| {
+                let attrs = schema::table_attrs(spec.id);
+                spec.with_attrs(attrs)
+            })
+            .collect()
     }
 
     fn load(&self, table: u32, insert: &mut RecordSink<'_>) -> Result<(), StoreError> {

@@ -11,7 +11,7 @@
 
 use bytemuck::{Pod, Zeroable};
 use dmtx_runtime::Table;
-use dmtx_store::key_hash;
+use dmtx_store::{attrs, key_hash, Attr};
 
 /// Id of SUBSCRIBER.
 pub const SUBSCRIBER_TABLE_ID: u32 = 0;
@@ -241,6 +241,63 @@ const _: () = {
     assert!(std::mem::size_of::<CfIndex>() == 8);
     assert!(std::mem::size_of::<SubNbrIndex>() == 8);
 };
+
+/// The attributes (columns) of table `table`'s value, by id, in record order. Columns
+/// packed below a byte (bit_1..bit_10, hex_1..hex_10) are one attribute per packed
+/// group; byte2_1..byte2_10 are one each; padding is `_pad`.
+pub fn table_attrs(table: u32) -> Vec<Attr> {
+    match table {
+        SUBSCRIBER_TABLE_ID => {
+            let mut a = attrs!(Subscriber {
+                "s_id" => s_id,
+                "msc_location" => msc_location,
+                "vlr_location" => vlr_location,
+                "bits" => bits,
+                "ul_stamp" => ul_stamp,
+                "hex" => hex,
+            });
+            let byte2 = std::mem::offset_of!(Subscriber, byte2) as u32;
+            a.extend((0..10u32).map(|i| Attr::new(format!("byte2_{}", i + 1), byte2 + i, 1)));
+            a.extend(attrs!(Subscriber { "sub_nbr" => sub_nbr, "usd_stamp" => usd_stamp }));
+            a
+        }
+        ACCESS_INFO_TABLE_ID => attrs!(AccessInfo {
+            "s_id" => s_id,
+            "ai_type" => ai_type,
+            "data1" => data1,
+            "data2" => data2,
+            "data3" => data3,
+            "data4" => data4,
+            "_pad" => _pad,
+        }),
+        SPECIAL_FACILITY_TABLE_ID => attrs!(SpecialFacility {
+            "s_id" => s_id,
+            "sf_type" => sf_type,
+            "is_active" => is_active,
+            "error_cntl" => error_cntl,
+            "data_a" => data_a,
+            "data_b" => data_b,
+            "_pad" => _pad,
+            "usd_stamp" => usd_stamp,
+        }),
+        CALL_FORWARDING_TABLE_ID => attrs!(CallForwarding {
+            "s_id" => s_id,
+            "sf_type" => sf_type,
+            "start_time" => start_time,
+            "end_time" => end_time,
+            "numberx" => numberx,
+            "_pad" => _pad,
+        }),
+        CF_INDEX_TABLE_ID => attrs!(CfIndex {
+            "s_id" => s_id,
+            "sf_type" => sf_type,
+            "slots" => slots,
+            "_pad" => _pad,
+        }),
+        SUB_NBR_INDEX_TABLE_ID => attrs!(SubNbrIndex { "s_id" => s_id, "_pad" => _pad }),
+        _ => panic!("TATP has no table {table}"),
+    }
+}
 
 /// Masks of `{1, 2, 3, 4}` (bit `t-1` for type `t`) by size - 1.
 const SUBSETS_OF_4: [&[u8]; 4] = [

@@ -641,3 +641,25 @@ fn rtts_per_type_under_ford() {
         assert_eq!(measured.get(&k), Some(&rtts), "{k:?}: all {measured:?}");
     }
 }
+
+/// Goal: every TATP table declares its columns as attributes, tiling the value. Method:
+/// the schemas with and without SUB_NBR_INDEX, and spot checks of the spec's widths.
+#[test]
+fn every_table_declares_its_columns_as_attributes() {
+    for index in [true, false] {
+        let w = Tatp::new(TatpConfig {
+            subscribers: 100,
+            sub_nbr_index: index,
+            ..TatpConfig::default()
+        })
+        .unwrap();
+        let s = testkit::declared_schemas(&w);
+        assert_eq!(s.contains_key("sub_nbr_index"), index);
+        let sub: BTreeMap<&str, u32> = s["subscriber"].iter().map(|(n, b)| (n.as_str(), *b)).collect();
+        assert_eq!(sub["sub_nbr"], 15);
+        assert_eq!(sub["vlr_location"], 4);
+        assert!((1..=10).all(|i| sub[format!("byte2_{i}").as_str()] == 1));
+        let cf: BTreeMap<&str, u32> = s["call_forwarding"].iter().map(|(n, b)| (n.as_str(), *b)).collect();
+        assert_eq!(cf["numberx"], 15);
+    }
+}

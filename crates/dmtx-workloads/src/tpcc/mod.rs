@@ -589,8 +589,10 @@ impl Workload for Tpcc {
         let history = self.history_runs();
         (0..TABLE_COUNT)
             .map(|t| {
-                let spec =
-                    |capacity: u64| TableSpec::new(t, TABLE_NAMES[t as usize], VALUE_BYTES[t as usize], capacity);
+                let spec = |capacity: u64| {
+                    TableSpec::new(t, TABLE_NAMES[t as usize], VALUE_BYTES[t as usize], capacity)
+                        .with_attrs(schema::table_attrs(t))
+                };
                 match t {
                     WAREHOUSE_ID => spec(w),
                     DISTRICT_ID | DELIVERY_CURSOR_ID => spec(dists),

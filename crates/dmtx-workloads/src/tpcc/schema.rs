@@ -8,7 +8,7 @@
 
 use bytemuck::{Pod, Zeroable};
 use dmtx_runtime::Table;
-use dmtx_store::key_hash;
+use dmtx_store::{attrs, key_hash, Attr};
 use rand::Rng;
 
 use crate::zipf::uniform;
@@ -342,6 +342,114 @@ pub const VALUE_BYTES: [u32; TABLE_COUNT as usize] = [
     std::mem::size_of::<LastOrder>() as u32,
     std::mem::size_of::<DeliveryCursor>() as u32,
 ];
+
+/// The attributes (columns) of table `table`'s value, by id: the spec's columns at their
+/// widths (§1.3), in record order, padding as `_pad`; key columns are in the key, not
+/// here. Motor §4.2 stores only the attributes a write changed (NewOrder changes
+/// DISTRICT's 4-byte D_NEXT_O_ID of its 104 bytes).
+pub fn table_attrs(table: u32) -> Vec<Attr> {
+    match table {
+        WAREHOUSE_ID => attrs!(Warehouse {
+            "w_ytd" => ytd,
+            "w_tax" => tax,
+            "w_name" => name,
+            "w_street_1" => address.street_1,
+            "w_street_2" => address.street_2,
+            "w_city" => address.city,
+            "w_state" => address.state,
+            "w_zip" => address.zip,
+            "_pad" => _pad,
+        }),
+        DISTRICT_ID => attrs!(District {
+            "d_ytd" => ytd,
+            "d_tax" => tax,
+            "d_next_o_id" => next_o_id,
+            "payments" => payments,
+            "d_name" => name,
+            "d_street_1" => address.street_1,
+            "d_street_2" => address.street_2,
+            "d_city" => address.city,
+            "d_state" => address.state,
+            "d_zip" => address.zip,
+            "_pad" => _pad,
+        }),
+        CUSTOMER_ID => attrs!(Customer {
+            "c_since" => since,
+            "c_credit_lim" => credit_lim,
+            "c_balance" => balance,
+            "c_ytd_payment" => ytd_payment,
+            "c_discount" => discount,
+            "c_payment_cnt" => payment_cnt,
+            "c_delivery_cnt" => delivery_cnt,
+            "c_first" => first,
+            "c_middle" => middle,
+            "c_last" => last,
+            "c_street_1" => address.street_1,
+            "c_street_2" => address.street_2,
+            "c_city" => address.city,
+            "c_state" => address.state,
+            "c_zip" => address.zip,
+            "c_phone" => phone,
+            "c_credit" => credit,
+            "c_data" => data,
+            "_pad" => _pad,
+        }),
+        HISTORY_ID => attrs!(History {
+            "h_date" => date,
+            "h_amount" => amount,
+            "h_c_id" => c_id,
+            "h_c_w_id" => c_w_id,
+            "h_c_d_id" => c_d_id,
+            "h_data" => data,
+            "_pad" => _pad,
+        }),
+        NEW_ORDER_ID => attrs!(NewOrder { "no_o_id" => o_id, "_pad" => _pad }),
+        ORDER_ID => attrs!(Order {
+            "o_entry_d" => entry_d,
+            "o_c_id" => c_id,
+            "o_carrier_id" => carrier_id,
+            "o_ol_cnt" => ol_cnt,
+            "o_all_local" => all_local,
+            "_pad" => _pad,
+        }),
+        ORDER_LINE_ID => attrs!(OrderLine {
+            "ol_delivery_d" => delivery_d,
+            "ol_amount" => amount,
+            "ol_i_id" => i_id,
+            "ol_supply_w_id" => supply_w_id,
+            "ol_quantity" => quantity,
+            "_pad" => _pad,
+            "ol_dist_info" => dist_info,
+        }),
+        ITEM_ID => attrs!(Item {
+            "i_im_id" => im_id,
+            "i_price" => price,
+            "i_name" => name,
+            "i_data" => data,
+            "_pad" => _pad,
+        }),
+        STOCK_ID => {
+            let mut a = attrs!(Stock {
+                "s_quantity" => quantity,
+                "s_ytd" => ytd,
+                "s_order_cnt" => order_cnt,
+                "s_remote_cnt" => remote_cnt,
+            });
+            // S_DIST_01 .. S_DIST_10: one column each.
+            let dist = std::mem::offset_of!(Stock, dist) as u32;
+            a.extend((0..10u32).map(|i| Attr::new(format!("s_dist_{:02}", i + 1), dist + 24 * i, 24)));
+            a.extend(attrs!(Stock { "s_data" => data, "_pad" => _pad }));
+            a
+        }
+        CUSTOMER_NAME_ID => attrs!(CustomerName { "count" => count, "c_ids" => c_ids }),
+        LAST_ORDER_ID => attrs!(LastOrder { "o_id" => o_id, "_pad" => _pad }),
+        DELIVERY_CURSOR_ID => attrs!(DeliveryCursor {
+            "next_o_id" => next_o_id,
+            "seen_next_o_id" => seen_next_o_id,
+        }),
+        _ => panic!("TPC-C has no table {table}"),
+    }
+}
 
 // ---------------------------------------------------------------------------------------
 // Keys (LOTUS §4.2): bits 0..12 hold the critical field, bits 12..64 the other fields.

@@ -730,3 +730,51 @@ fn one_full_scale_warehouse_fits_a_test_memory_node() {
     assert!(one < 256 << 20, "{one}");
     assert!((200_000_000..230_000_000).contains(&per_warehouse), "{per_warehouse}");
 }
+
+/// Goal: every TPC-C table declares the spec's columns (§1.3) at the spec's widths, and
+/// they tile the value. Method: the declared schemas against the widths of the spec's
+/// character columns and the integer widths of the record types.
+#[test]
+fn every_table_declares_the_spec_columns_at_their_widths() {
+    let s = testkit::declared_schemas(&small(&[]));
+    assert_eq!(s.len(), TABLE_COUNT as usize);
+    let width = |table: &str, col: &str| -> u32 {
+        s[table]
+            .iter()
+            .find(|(n, _)| n == col)
+            .unwrap_or_else(|| panic!("{table} has no attribute {col}"))
+            .1
+    };
+    // The spec's character columns: (table, column, width).
+    let spec_widths = [
+        ("warehouse", "w_name", 10),
+        ("warehouse", "w_street_1", 20),
+        ("warehouse", "w_street_2", 20),
+        ("warehouse", "w_city", 20),
+        ("warehouse", "w_state", 2),
+        ("warehouse", "w_zip", 9),
+        ("district", "d_name", 10),
+        ("district", "d_zip", 9),
+        ("customer", "c_first", 16),
+        ("customer", "c_middle", 2),
+        ("customer", "c_last", 16),
+        ("customer", "c_street_1", 20),
+        ("customer", "c_phone", 16),
+        ("customer", "c_credit", 2),
+        ("customer", "c_data", 500),
+        ("history", "h_data", 24),
+        ("order_line", "ol_dist_info", 24),
+        ("item", "i_name", 24),
+        ("item", "i_data", 50),
+        ("stock", "s_data", 50),
+        ("stock", "s_dist_01", 24),
+        ("stock", "s_dist_10", 24),
+    ];
+    for (t, c, w) in spec_widths {
+        assert_eq!(width(t, c), w, "{t}.{c}");
+    }
+    // Motor §4.2's example: NewOrder changes DISTRICT's 4-byte D_NEXT_O_ID.
+    assert_eq!(width("district", "d_next_o_id"), 4);
+    assert_eq!(width("customer", "c_balance"), 8);
+    assert_eq!(s["stock"].iter().filter(|(n, _)| n.starts_with("s_dist_")).count(), 10);
+}

@@ -116,7 +116,7 @@
 use dmtx_runtime::{
     did_you_mean, Abort, CoordId, Coordinator, KnobError, KnobSpec, Knobs, ObjRef, Protocol, Table, TxnHints,
 };
-use dmtx_store::{KeyRuns, StoreError, TableSpec};
+use dmtx_store::{Attr, KeyRuns, StoreError, TableSpec};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
@@ -707,6 +707,11 @@ impl Workload for Ycsb {
     fn tables(&self) -> Vec<TableSpec> {
         let n = self.cfg.partitions as u64;
         let room = self.insert_room().div_ceil(n);
+        // A record's attributes are its fields, `field0` first (YCSB's column names).
+        let fb = self.cfg.field_bytes;
+        let attrs: Vec<Attr> = (0..self.cfg.fields)
+            .map(|f| Attr::new(format!("field{f}"), f * fb, fb))
+            .collect();
         (0..self.cfg.partitions)
             .map(|p| {
                 let name = if n == 1 {
@@ -715,7 +720,9 @@ impl Workload for Ycsb {
                     format!("ycsb_{p}")
                 };
                 let loaded = self.partition_len(p);
-                let spec = |capacity: u64| TableSpec::new(p, name, self.record_bytes() as u32, capacity);
+                let spec = |capacity: u64| {
+                    TableSpec::new(p, name, self.record_bytes() as u32, capacity).with_attrs(attrs.clone())
+                };
                 match (room, self.insert_runs(loaded, room)) {
                     (0, _) => spec(loaded),
                     (_, None) => spec(loaded + room).growing(loaded, INSERT_ROOM.name),

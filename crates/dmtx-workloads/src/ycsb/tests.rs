@@ -627,3 +627,15 @@ fn check_catches_the_lost_updates_of_a_broken_ford() {
     let e = check_under_ford_variant(&y, FordVariant::UnlockBeforeCommitWrite, 6, 300).unwrap_err();
     assert_eq!(e.invariant, "ycsb_write_count", "{e}");
 }
+
+/// Goal: a YCSB record declares its fields as attributes, per the `fields` and
+/// `field_bytes` knobs, in every partition.
+#[test]
+fn every_partition_declares_its_fields_as_attributes() {
+    let s = testkit::declared_schemas(&ycsb(&["fields=3", "field_bytes=16", "partitions=2", "records=100"]));
+    let want: Vec<(String, u32)> = (0..3).map(|f| (format!("field{f}"), 16)).collect();
+    assert_eq!(s.len(), 2);
+    for (t, attrs) in &s {
+        assert_eq!(attrs, &want, "{t}");
+    }
+}
