@@ -154,6 +154,9 @@ pub struct DrtmhConfig {
     /// Validate the read-only records in a round of their own, after every lock is
     /// held: closes the cross-node window at +1 round trip.
     pub strict: bool,
+    /// Retry a failed lock for up to this many µs instead of aborting (0: abort;
+    /// [`crate::onever::lock_time`]).
+    pub lock_wait_us: u64,
     /// Test-only variant.
     pub variant: DrtmhVariant,
 }
@@ -166,6 +169,7 @@ impl Default for DrtmhConfig {
             log_bytes: 64 << 10,
             truncate_batch: 1,
             strict: false,
+            lock_wait_us: 0,
             variant: DrtmhVariant::Fixed,
         }
     }
@@ -242,6 +246,7 @@ impl Protocol for Drtmh {
         farm::LOG_BYTES,
         farm::TRUNCATE_BATCH,
         STRICT,
+        crate::onever::lock_time::LOCK_WAIT_US,
     ];
     const METRICS: &'static [MetricSpec] = METRICS;
     const CPU_STEPS: &'static [(&'static str, u64)] = CPU_STEPS;
@@ -253,6 +258,7 @@ impl Protocol for Drtmh {
             log_bytes: farm::log_bytes(knobs)?,
             truncate_batch: farm::truncate_batch(knobs)?,
             strict: knobs.get(&STRICT)?,
+            lock_wait_us: knobs.get(&crate::onever::lock_time::LOCK_WAIT_US)?,
             variant: DrtmhVariant::Fixed,
         }))
     }

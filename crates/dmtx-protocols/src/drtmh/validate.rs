@@ -31,6 +31,7 @@ pub(super) async fn lock_validate(txn: &mut Txn<'_, Drtmh>) -> Result<(), Abort>
     let check_ro = ro > 0 && !lone;
     let strict = c.proto.config().strict;
     let lock = c.state.lock;
+    let now = c.ctx.clock.now_ns();
 
     // Round 1: the write set's CAS + version READ, and (unless strict) the read-only
     // READs after every CAS.
@@ -44,6 +45,7 @@ pub(super) async fn lock_validate(txn: &mut Txn<'_, Drtmh>) -> Result<(), Abort>
             let info = c.ctx.catalog.get(o.table).expect("table checked at add");
             o.proto.cas = Some(post.cas(info.ptr(0, o.proto.rel + VLOCK as u64), 0, lock));
             o.proto.read = Some(post.read(info.ptr(0, o.proto.rel + VERSION as u64), 8));
+            o.proto.holds.times.asking(now);
             locking += 1;
         }
     }
@@ -56,40 +58,27 @@ pub(super) async fn lock_validate(txn: &mut Txn<'_, Drtmh>) -> Result<(), Abort>
     let checked = locking + if strict || !check_ro { 0 } else { ro };
     c.ctx.step(super::STEP_LOCK_VALIDATE, checked as u32);
     if c.ctx.post(&mut c.state.post).await.is_err() {
-        // Which CASes ran is unknown: give back every lock this round may have taken,
-        // by CAS, so a lock we never got is left alone.
-        let bg = &mut c.state.bg;
-        bg.clear();
-        for o in c.set.objs.iter_mut() {
-            if o.proto.cas.take().is_none() {
-                continue;
-            }
-            let info = c.ctx.catalog.get(o.table).expect("table checked at add");
-            bg.cas(info.ptr(0, o.proto.rel + VLOCK as u64), lock, 0);
-        }
-        c.ctx.post_background(&mut c.state.bg);
+        crate::farm::give_back_unknown(txn);
         return Err(Abort::new(AbortReason::Fault));
     }
-    let post = &c.state.post;
-    let mut conflict = false;
-    let mut changed = false;
-    for o in c.set.objs.iter_mut() {
-        let Some(cas) = o.proto.cas.take() else {
-            continue;
-        };
-        if post.old(cas) == 0 {
-            o.proto.holds.locked = true;
-        } else {
-            conflict = true;
+    let taken = take_locks(
+        c.ctx.clock.now_ns(),
+        c.proto.config().lock_wait_us,
+        &c.state.post,
+        &mut c.set.objs,
+    );
+    match taken {
+        Taken::All { changed: true } | Taken::Waiting { changed: true } => {
+            return Err(Abort::new(AbortReason::Validation))
         }
-        let b = post.bytes(o.proto.read.expect("a locked object's version is read"));
-        changed |= u64::from_le_bytes(b[..8].try_into().unwrap()) != o.proto.version;
-    }
-    if conflict {
-        return Err(Abort::new(AbortReason::LockConflict));
-    }
-    if changed {
-        return Err(Abort::new(AbortReason::Validation));
+        Taken::Refused => return Err(Abort::new(AbortReason::LockConflict)),
+        Taken::Waiting { changed: false } => {
+            // Wait mode: retry the refused locks; this round's read-only READs are
+            // stale by then, so they go in a round of their own after.
+            wait_for_locks(txn).await?;
+            return validate_ro_alone(txn, check_ro).await;
+        }
+        Taken::All { changed: false } => {}
     }
     if !check_ro {
         return Ok(());
@@ -99,6 +88,75 @@ pub(super) async fn lock_validate(txn: &mut Txn<'_, Drtmh>) -> Result<(), Abort>
         return validate_ro_alone(txn, true).await;
     }
     check_ro_reads(c.proto.config().variant, &c.state.post, &c.set.objs)
+}
+
+/// What a lock round's CASes did.
+enum Taken {
+    /// Every lock is held; `changed`: a locked record's version moved since execution.
+    All { changed: bool },
+    /// Some CAS failed and wait mode (`lock_wait_us`) lets it be retried.
+    Waiting { changed: bool },
+    /// Some CAS failed: abort.
+    Refused,
+}
+
+/// Take the locks a completed round's CASes won (each with the version READ behind it).
+fn take_locks(now: u64, wait_us: u64, post: &Post, objs: &mut [dmtx_runtime::Obj<FarmObj>]) -> Taken {
+    let (mut refused, mut wait, mut changed) = (false, true, false);
+    for o in objs.iter_mut() {
+        let Some(cas) = o.proto.cas.take() else {
+            continue;
+        };
+        if post.old(cas) == 0 {
+            o.proto.holds.locked = true;
+            o.proto.holds.times.taken(now);
+            let b = post.bytes(o.proto.read.expect("a locked object's version is read"));
+            changed |= u64::from_le_bytes(b[..8].try_into().unwrap()) != o.proto.version;
+        } else {
+            refused = true;
+            wait &= o.proto.holds.times.may_wait(now, wait_us);
+        }
+    }
+    match (refused, wait) {
+        (false, _) => Taken::All { changed },
+        (true, true) => Taken::Waiting { changed },
+        (true, false) => Taken::Refused,
+    }
+}
+
+/// Wait mode: re-post each refused lock's CAS and version READ, a round trip per try,
+/// until every lock is held, a version moved or the wait ran out.
+async fn wait_for_locks(txn: &mut Txn<'_, Drtmh>) -> Result<(), Abort> {
+    loop {
+        let c = &mut *txn.coord;
+        let lock = c.state.lock;
+        let now = c.ctx.clock.now_ns();
+        let post = &mut c.state.post;
+        post.clear();
+        for o in c.set.objs.iter_mut() {
+            o.proto.read = None;
+            o.proto.cas = None;
+            if to_lock(o.access, &o.proto) {
+                let info = c.ctx.catalog.get(o.table).expect("table checked at add");
+                o.proto.cas = Some(post.cas(info.ptr(0, o.proto.rel + VLOCK as u64), 0, lock));
+                o.proto.read = Some(post.read(info.ptr(0, o.proto.rel + VERSION as u64), 8));
+                o.proto.holds.times.asking(now);
+            }
+        }
+        if c.ctx.post(&mut c.state.post).await.is_err() {
+            crate::farm::give_back_unknown(txn);
+            return Err(Abort::new(AbortReason::Fault));
+        }
+        let now = c.ctx.clock.now_ns();
+        match take_locks(now, c.proto.config().lock_wait_us, &c.state.post, &mut c.set.objs) {
+            Taken::All { changed: false } => return Ok(()),
+            Taken::Waiting { changed: false } => {}
+            Taken::All { changed: true } | Taken::Waiting { changed: true } => {
+                return Err(Abort::new(AbortReason::Validation))
+            }
+            Taken::Refused => return Err(Abort::new(AbortReason::LockConflict)),
+        }
+    }
 }
 
 /// Post a 16-byte READ (`vlock` + `version`) of each read-only object's primary.

@@ -106,6 +106,7 @@ use dmtx_store::SlotLayout;
 use dmtx_verbs::{AtomicId, MnId, Post, ReadId};
 
 use crate::onever::index_walk::{Stage, Walk};
+use crate::onever::lock_time;
 use crate::onever::record::OneVersionLayout;
 use crate::onever::redo_log::{RedoEntry, RedoLog, Truncation};
 use crate::onever::{Holds, OneVersionObj};
@@ -130,6 +131,12 @@ pub const METRIC_INSTALL_RETRIES: usize = 2;
 /// Metric index: commits stalled because a redo-log area was full, until truncation
 /// emptied it.
 pub const METRIC_LOG_FULL_STALLS: usize = 3;
+/// Where the FaRM family's lock times are in [`METRICS`].
+pub const LOCK_METRICS: lock_time::LockMetrics = lock_time::LockMetrics {
+    duration: 4,
+    hold: 5,
+    wait: 6,
+};
 
 /// FaRM's figures, in `protocol_metrics`.
 pub const METRICS: &[MetricSpec] = &[
@@ -153,6 +160,9 @@ pub const METRICS: &[MetricSpec] = &[
         MetricKind::Counter,
         "commits stalled on a full redo-log area until truncation emptied it",
     ),
+    lock_time::DURATION,
+    lock_time::HOLD,
+    lock_time::WAIT,
 ];
 
 /// Protocol variants. Every one but [`FarmVariant::Fixed`] is deliberately broken and
@@ -177,6 +187,9 @@ pub struct FarmConfig {
     pub log_bytes: u32,
     /// Committed transactions queued before the cleanup truncates them.
     pub truncate_batch: u32,
+    /// Retry a failed lock for up to this many µs instead of aborting (0: abort;
+    /// [`lock_time`]).
+    pub lock_wait_us: u64,
     /// Test-only variant.
     pub variant: FarmVariant,
 }
@@ -188,6 +201,7 @@ impl Default for FarmConfig {
             reread_max: 4,
             log_bytes: 64 << 10,
             truncate_batch: 1,
+            lock_wait_us: 0,
             variant: FarmVariant::Fixed,
         }
     }
@@ -384,11 +398,29 @@ impl FarmCoord {
     }
 }
 
+/// A lock round's post failed: which CASes ran is unknown, so give back, by CAS, every
+/// lock the round may have taken (a lock never got is left alone).
+pub(crate) fn give_back_unknown<P: RedoFamily>(txn: &mut Txn<'_, P>) {
+    let c = &mut *txn.coord;
+    let lock = c.state.lock;
+    let bg = &mut c.state.bg;
+    bg.clear();
+    for o in c.set.objs.iter_mut() {
+        if o.proto.cas.take().is_some() {
+            let info = c.ctx.catalog.get(o.table).expect("table checked at add");
+            bg.cas(info.ptr(0, o.proto.rel + crate::onever::record::VLOCK as u64), lock, 0);
+        }
+    }
+    c.ctx.post_background(&mut c.state.bg);
+}
+
 /// Release every lock an aborting transaction holds, in the background.
 pub(crate) fn release_on_abort<P: RedoFamily>(txn: &mut Txn<'_, P>) {
     let c = &mut *txn.coord;
     let st = &mut c.state;
     st.bg.clear();
+    let now = c.ctx.clock.now_ns();
+    lock_time::note_release(&mut c.ctx, &mut c.set.objs, LOCK_METRICS, now);
     crate::onever::release::push_release(&mut st.bg, &mut c.set.objs, &c.ctx.catalog, st.lock);
     c.ctx.post_background(&mut st.bg);
 }
@@ -451,7 +483,13 @@ impl Protocol for Farm {
     const NAME: &'static str = "farm";
     const ABOUT: &'static str =
         "FaRM on one-sided verbs (as in FORD §6.1): lock, validate, commit-backup redo logs, commit-primary";
-    const KNOBS: &'static [KnobSpec] = &[ADDR_CACHE, REREAD_MAX, LOG_BYTES, TRUNCATE_BATCH];
+    const KNOBS: &'static [KnobSpec] = &[
+        ADDR_CACHE,
+        REREAD_MAX,
+        LOG_BYTES,
+        TRUNCATE_BATCH,
+        lock_time::LOCK_WAIT_US,
+    ];
     const METRICS: &'static [MetricSpec] = METRICS;
     const CPU_STEPS: &'static [(&'static str, u64)] = CPU_STEPS;
 
@@ -461,6 +499,7 @@ impl Protocol for Farm {
             reread_max: knobs.get(&REREAD_MAX)?,
             log_bytes: log_bytes(knobs)?,
             truncate_batch: truncate_batch(knobs)?,
+            lock_wait_us: knobs.get(&lock_time::LOCK_WAIT_US)?,
             variant: FarmVariant::Fixed,
         }))
     }

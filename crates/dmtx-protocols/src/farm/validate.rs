@@ -10,8 +10,21 @@ use crate::onever::record::VLOCK;
 /// (inserts locked their slot during execution), all in one round trip. A failed CAS
 /// aborts at once (no waiting); the locks taken are released by `abort`.
 pub(super) async fn lock(txn: &mut Txn<'_, Farm>) -> Result<(), Abort> {
+    // Only wait mode (`lock_wait_us`) takes more than one round: it re-posts the CASes
+    // that failed.
+    loop {
+        if lock_round(txn).await? {
+            return Ok(());
+        }
+    }
+}
+
+/// One lock round over the write set's records not locked yet: `Ok(true)` once all are,
+/// `Ok(false)` when a failed CAS may be retried.
+async fn lock_round(txn: &mut Txn<'_, Farm>) -> Result<bool, Abort> {
     let c = &mut *txn.coord;
     let lock = c.state.lock;
+    let now = c.ctx.clock.now_ns();
     let post = &mut c.state.post;
     post.clear();
     for o in c
@@ -22,40 +35,35 @@ pub(super) async fn lock(txn: &mut Txn<'_, Farm>) -> Result<(), Abort> {
     {
         let info = c.ctx.catalog.get(o.table).expect("table checked at add");
         o.proto.cas = Some(post.cas(info.ptr(0, o.proto.rel + VLOCK as u64), 0, lock));
+        o.proto.holds.times.asking(now);
     }
     if post.is_empty() {
-        return Ok(());
+        return Ok(true);
     }
     if c.ctx.post(&mut c.state.post).await.is_err() {
-        // Which CASes ran is unknown: give back every lock this round may have taken,
-        // by CAS, so a lock we never got is left alone.
-        let bg = &mut c.state.bg;
-        bg.clear();
-        for o in c.set.objs.iter_mut() {
-            if o.proto.cas.take().is_none() {
-                continue;
-            }
-            let info = c.ctx.catalog.get(o.table).expect("table checked at add");
-            bg.cas(info.ptr(0, o.proto.rel + VLOCK as u64), lock, 0);
-        }
-        c.ctx.post_background(&mut c.state.bg);
+        super::give_back_unknown(txn);
         return Err(Abort::new(AbortReason::Fault));
     }
     let post = &c.state.post;
-    let mut conflict = false;
+    let now = c.ctx.clock.now_ns();
+    let wait_us = c.proto.config().lock_wait_us;
+    let (mut conflict, mut wait) = (false, true);
     for o in c.set.objs.iter_mut().filter(|o| o.access.writes()) {
         if let Some(cas) = o.proto.cas.take() {
             if post.old(cas) == 0 {
                 o.proto.holds.locked = true;
+                o.proto.holds.times.taken(now);
             } else {
                 conflict = true;
+                wait &= o.proto.holds.times.may_wait(now, wait_us);
             }
         }
     }
-    if conflict {
-        return Err(Abort::new(AbortReason::LockConflict));
+    match (conflict, wait) {
+        (false, _) => Ok(true),
+        (true, true) => Ok(false),
+        (true, false) => Err(Abort::new(AbortReason::LockConflict)),
     }
-    Ok(())
 }
 
 /// Validation: one 16-byte READ (`vlock` + `version`) of the primary per read-only

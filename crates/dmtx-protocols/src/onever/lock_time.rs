@@ -12,7 +12,8 @@
 //! - **hold** (`lock_hold_ns`): from the completion of the CAS that took the lock to the
 //!   release: how long others find it locked;
 //! - **wait** (`lock_wait_ns`): from the first attempt to the completion of the CAS that
-//!   took it (0 unless the first attempt failed, which only the wait mode survives).
+//!   took it: the CAS's round trip when the first try wins (every lock outside the
+//!   wait mode), plus the failed tries in the wait mode.
 //!
 //! A lock taken and never released by this transaction (its node crashed) records
 //! nothing. The release is the post of the unlocking op (in the background on FORD's
@@ -54,7 +55,7 @@ pub const HOLD: MetricSpec = MetricSpec::new(
 pub const WAIT: MetricSpec = MetricSpec::new(
     "lock_wait_ns",
     MetricKind::Duration,
-    "per locked record, first lock attempt to lock taken (0 unless `lock_wait_us` > 0)",
+    "per locked record, first lock attempt to the completion of the CAS that took it (one round trip unless `lock_wait_us` > 0 let it retry)",
 );
 
 /// Where a protocol's `METRICS` table has [`DURATION`], [`HOLD`] and [`WAIT`].
