@@ -1781,7 +1781,7 @@ mod tests {
         let of = |values: &[u64], committed| {
             let mut sum = MetricSum::default();
             values.iter().for_each(|&v| sum.add(v));
-            ProtocolMetricResult::of(&spec, &sum, committed)
+            ProtocolMetricResult::of(&spec, &sum, committed, 1000)
         };
         let a = of(&[10, 30], 2);
         assert_eq!(
@@ -1796,11 +1796,32 @@ mod tests {
             ("only_there".to_string(), of(&[1], 1)),
         ]);
         merge_protocol_metrics(&mut into, &other);
-        into.values_mut().for_each(|m| m.derive(3));
+        into.values_mut().for_each(|m| m.derive(3, 2000));
         let m = &into["hold_ns"];
         assert_eq!((m.count, m.sum, m.max, m.mean), (3, 90, 50, 30.0));
         assert_eq!(m.per_commit, Some(30.0));
+        assert_eq!((m.p50, m.share), (None, None), "a value has no percentiles");
         assert_eq!(into["only_there"].sum, 1);
+
+        // A duration's percentiles come from the merged histograms, its share from the
+        // summed coordinator time.
+        let dspec = MetricSpec::new("wait_ns", MetricKind::Duration, "a wait");
+        let dof = |values: &[u64]| {
+            let mut sum = MetricSum::default();
+            values.iter().for_each(|&v| sum.add_ns(v));
+            ProtocolMetricResult::of(&dspec, &sum, 1, 10_000)
+        };
+        let mut d = dof(&[100; 98]);
+        assert_eq!((d.p50, d.p99, d.share), (Some(100), Some(100), Some(0.98)));
+        d.merge(&dof(&[5000, 5000]));
+        d.derive(2, 20_000);
+        assert_eq!(d.count, 100);
+        assert_eq!(d.p50, Some(100));
+        assert!(d.p99.unwrap() >= 4990, "{d:?}");
+        assert_eq!(d.share, Some(0.99));
+        let json = serde_json::to_value(&d).unwrap();
+        let back: ProtocolMetricResult = serde_json::from_value(json).unwrap();
+        assert_eq!(back, d, "a duration round-trips through the record");
 
         let stats = |hits_local, misses| CacheStats {
             hits_local,
