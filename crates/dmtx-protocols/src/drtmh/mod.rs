@@ -20,7 +20,9 @@
 //!    object, `CAS(vlock, 0 → me)` on its primary with an 8-byte READ of its version
 //!    behind it in the same batch (CAS first, as FORD's code does); per read-only
 //!    object a 16-byte READ (`vlock` + `version`) of its primary. Every CAS precedes
-//!    every read-only READ in the post. A failed CAS aborts (no waiting); validation
+//!    every read-only READ in the post. A failed CAS aborts (no waiting, unless
+//!    `lock_wait_us`: then the refused CASes are re-posted with their version READs, a
+//!    round per try, and the read-only records validated in a round after); validation
 //!    fails if a version changed or a read-only record is locked by another
 //!    coordinator.
 //! 3. **Commit-backup** (FaRM's): redo records into this coordinator's log area on
@@ -92,6 +94,14 @@
 //! - **Versions are writer ids**, compared for equality only; inserts lock the home
 //!   bucket's chain while picking a slot; a delete writes the record back invalid
 //!   (§3.2); truncation is awaited in `cleanup` — all as FaRM ([`crate::farm`]).
+//!
+//! # Lock times (§6.2.1)
+//!
+//! Every lock this protocol takes is timed ([`crate::onever::lock_time`]): its
+//! `lock_duration_ns` (first attempt to release, the paper's figure), `lock_hold_ns` and
+//! `lock_wait_ns`, with p50, p99 and share of coordinator time in `protocol_metrics`.
+//! `--set lock_wait_us=N` is the paper's measuring mode: a refused lock is retried for up
+//! to N µs, one round trip per try, instead of aborting at once (the default, 0).
 //!
 //! # Failures
 //!

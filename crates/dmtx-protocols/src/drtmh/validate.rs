@@ -18,7 +18,7 @@ fn to_lock(access: Access, o: &FarmObj) -> bool {
 /// `CAS(vlock, 0 → me)` and an 8-byte READ of its version behind it; per read-only
 /// object a 16-byte READ (`vlock` + `version`); every CAS before every read-only READ.
 /// With `strict`, the read-only READs go in a second round trip, once every lock is
-/// held. Fails with `LockConflict` on a failed CAS (no waiting) and with `Validation`
+/// held. Fails with `LockConflict` on a failed CAS (no waiting, unless `lock_wait_us`) and with `Validation`
 /// when a version changed or a read-only record is locked by another coordinator.
 ///
 /// The read-only READs are skipped when the transaction writes nothing and read one

@@ -14,7 +14,8 @@
 //!    record taken out of it: the same round trips, more bytes. An insert reads the
 //!    bucket under the chain's insert lock, picks a free slot and locks it (§3.2).
 //! 2. **Lock** (`validate.rs`): `CAS(vlock, 0 → me)` on the primary of every read-write
-//!    and delete object, one round trip; a failed CAS aborts (no waiting).
+//!    and delete object, one round trip; a failed CAS aborts (no waiting, unless
+//!    `lock_wait_us`).
 //! 3. **Validation** (`validate.rs`): one 16-byte READ (`vlock` + `version`) of the
 //!    primary per read-only **and** read-write object; fails if a version changed or
 //!    the record is locked by another coordinator.
@@ -78,6 +79,14 @@
 //! - **Inserts lock the home bucket's chain** (the shared insert lock) while picking a
 //!   slot, so two transactions never insert one key twice; a delete writes the record
 //!   back invalid (§3.2).
+//!
+//! # Lock times (§6.2.1)
+//!
+//! Every lock this protocol takes is timed ([`crate::onever::lock_time`]): its
+//! `lock_duration_ns` (first attempt to release, the paper's figure), `lock_hold_ns` and
+//! `lock_wait_ns`, with p50, p99 and share of coordinator time in `protocol_metrics`.
+//! `--set lock_wait_us=N` is the paper's measuring mode: a refused lock is retried for up
+//! to N µs, one round trip per try, instead of aborting at once (the default, 0).
 //!
 //! # Failures
 //!

@@ -8,7 +8,8 @@ use crate::onever::record::VLOCK;
 
 /// Lock: one `CAS(vlock, 0 → me)` on the primary of every read-write and delete object
 /// (inserts locked their slot during execution), all in one round trip. A failed CAS
-/// aborts at once (no waiting); the locks taken are released by `abort`.
+/// aborts at once (no waiting; with `lock_wait_us` the refused CASes are re-posted, a
+/// round per try, until taken or out of time); the locks taken are released by `abort`.
 pub(super) async fn lock(txn: &mut Txn<'_, Farm>) -> Result<(), Abort> {
     // Only wait mode (`lock_wait_us`) takes more than one round: it re-posts the CASes
     // that failed.

@@ -94,6 +94,16 @@
 //!   in a history names exactly the transaction it read from (a counter repeats when a
 //!   key is deleted and re-inserted elsewhere).
 //!
+//! # Lock times (§6.2.1)
+//!
+//! Every lock this protocol takes is timed ([`crate::onever::lock_time`]): its
+//! `lock_duration_ns` (first attempt to release, the paper's figure), `lock_hold_ns` and
+//! `lock_wait_ns`, with p50, p99 and share of coordinator time in `protocol_metrics`.
+//! `--set lock_wait_us=N` is the paper's measuring mode: a refused lock is retried for up
+//! to N µs, one round trip per try, instead of aborting at once (the default, 0).
+//! `invisible_reread_ns` times each record a READ found invisible until a re-read sees
+//! it visible (or the abort): its `share` is §6.2.2's figure.
+//!
 //! # Failures (§4.8)
 //!
 //! - A verb fails before commit: abort, release locks.
