@@ -39,7 +39,7 @@
 //! | `timeseries` | object or null | commits per bucket of time over the measured window, on every transport: `bucket_s` (1.0 on `mem`/`tcp`, 0.001 on `sim`), `clock` (`real` or `virtual`), `committed` (commits that ended in each bucket, from the end of the warm-up; `ceil(elapsed_s / bucket_s)` buckets, a commit ending at the deadline counted in the last, so they sum to `committed`) |
 //! | `metrics` | object, absent when empty | the workload's headline figures beyond txn/s, name → {`value`, `about`}: TPC-C's `tpmc` (NewOrders, rolled back ones included, per minute of `elapsed_s`) and `warehouses` |
 //! | `protocol_metrics` | object, absent when the protocol declares none | the protocol's own figures (`Protocol::METRICS`), name → {`kind` (`counter`: events, read `sum` and `per_commit`; `value`: observations, read `count`, `mean`, `max`; `duration`: times in ns, read also `p50`, `p99` and `share` (the sum over coordinators × the measured time), with `hist_ns` as `[ns, count]` pairs for `dmtx report` to merge), `count` (values added), `sum`, `mean` (`sum / count`), `max`, `per_commit` (`sum / committed`, null when nothing committed), `about`}; summed over every coordinator from the end of the warm-up. FORD: `rereads` (re-reads of a record a lock-free read found torn or invisible) |
-//! | `addr_cache` | object | the address cache over the measured window (counting restarts when a thread's first coordinator leaves the warm-up), every worker thread summed: `hits` (lookups answered), `hits_shared` (of those, by the compute node's level: another thread had learned the address), `misses` (the protocol walked the bucket chain), `hit_rate` (`hits / (hits + misses)`), `evictions` (cached addresses found stale and dropped), `entries` (addresses cached at the end, summed over compute nodes) |
+//! | `addr_cache` | object | the address cache over the measured window (counting restarts when a thread's first coordinator leaves the warm-up), every worker thread summed: `hits` (lookups answered), `hits_shared` (of those, by the compute node's level: another thread had learned the address), `misses` (the protocol walked the bucket chain), `hit_rate` (`hits / (hits + misses)`), `evictions` (cached addresses found stale and dropped), `entries` (addresses cached at the end, summed over compute nodes), `bytes` (what they hold, 24 per entry: FORD §6.2.5's cache size) |
 //! | `memory` | object | the memory plan the run was sized by (Motor §7.5's footprint): `tables` (per table `name`, `capacity` (records it has room for), `nodes` (memory nodes of its replicas, primary first), `slot_bytes` (as the protocol's format sizes it), per replica `reserved_bytes` (region bytes), `loaded_bytes` (resident once loaded), `full_bytes` (resident if the run fills its room), `value_region_bytes` and `value_region_loaded_bytes` (its value region, part of the above; 0 when values live in the slots), `loaded_bytes_total` over its replicas, and `written_bytes` (what the load wrote per replica, measured; absent when this process did not load)), `per_mn` (per memory node `mn`, `tables_bytes`, `loaded_bytes`, `full_bytes` (its table replicas), `value_region_bytes` (their value regions), `coordinators_bytes` (coordinator areas: logs), `footprint_bytes` (resident once loaded: its table replicas and coordinator areas), `need_bytes` (the region size it needs at least)) |
 //! | `cn` | object, absent unless `--cn` | this compute node of a multi-process run: `id`, `compute_nodes` (in the run), `run_id` (shared by the run's CNs), `latency_ns` (the committed-latency histogram as `[ns, count]` pairs, for `dmtx report` to merge); with more than one CN, `invariant` says it was not checked and `check` is null (check the CNs' histories together with `dmtx check`) |
 //! | `run_info` | object | what no two runs repeat: `host`, `started_at` (RFC 3339, UTC), `started_at_unix_s`, `dmtx_version`, `cpus`, `load_s` (building and loading the tables, real time), `load_records` (records loaded, one copy each), `load_records_per_s`, `real_s` (the measured run's real time), `real_s_per_sim_s` (`sim` only: real seconds per simulated second, over all the virtual time the run simulated, warm-up and drain included) |
@@ -365,7 +365,14 @@ pub struct AddrCacheResult {
     pub evictions: u64,
     /// Addresses cached at the end, summed over compute nodes.
     pub entries: u64,
+    /// What those entries hold: [`ADDR_CACHE_ENTRY_BYTES`] each (FORD §6.2.5's cache
+    /// size; the hash maps' own overhead comes on top).
+    #[serde(default)]
+    pub bytes: u64,
 }
+
+/// Bytes one address-cache entry holds: table id, key and slot offset, 8 bytes each.
+pub const ADDR_CACHE_ENTRY_BYTES: u64 = 24;
 
 /// Add `other`'s figures into `into` by name (a name only `other` has is taken as it is);
 /// `derive` each afterwards.
@@ -391,6 +398,7 @@ impl AddrCacheResult {
         self.misses += other.misses;
         self.evictions += other.evictions;
         self.entries += other.entries;
+        self.bytes += other.bytes;
         self.hit_rate = ratio(self.hits, self.hits + self.misses);
     }
 
@@ -403,6 +411,7 @@ impl AddrCacheResult {
             hit_rate: ratio(s.hits(), s.hits() + s.misses),
             evictions: s.evictions,
             entries,
+            bytes: entries * ADDR_CACHE_ENTRY_BYTES,
         }
     }
 }
@@ -1485,13 +1494,14 @@ impl BenchResult {
         if let Some(c) = &self.addr_cache {
             let _ = writeln!(
                 o,
-                "  addr cache  {:.1}% hits ({} hits, {} of them from another thread, {} misses), {} stale evicted, {} entries",
+                "  addr cache  {:.1}% hits ({} hits, {} of them from another thread, {} misses), {} stale evicted, {} entries ({})",
                 c.hit_rate * 100.0,
                 c.hits,
                 c.hits_shared,
                 c.misses,
                 c.evictions,
-                c.entries
+                c.entries,
+                crate::units::bytes(c.bytes)
             );
         }
         for (name, m) in &self.protocol_metrics {

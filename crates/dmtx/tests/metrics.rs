@@ -524,4 +524,5 @@ fn farm_learns_addresses_only_with_its_cache_on() {
     let on = run_registry(&args(&["addr_cache=true"]));
     let c = on.addr_cache.as_ref().unwrap();
     assert!(c.entries > 0 && c.hits > c.misses, "{c:?}");
+    assert_eq!(c.bytes, c.entries * 24, "the cache's size: 24 bytes an entry");
 }
