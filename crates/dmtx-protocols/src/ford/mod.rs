@@ -103,10 +103,10 @@
 //! - A verb fails during release: the transaction is already committed; a node that
 //!   missed its release is repaired by recovery.
 
-mod commit;
-mod execute;
+pub(crate) mod commit;
+pub(crate) mod execute;
 pub mod layout;
-mod validate;
+pub(crate) mod validate;
 
 use dmtx_memnode::Control;
 use dmtx_runtime::{
@@ -257,23 +257,23 @@ impl Ford {
 pub struct FordObj {
     stage: Stage,
     /// Table-relative slot offset once known.
-    rel: u64,
+    pub(crate) rel: u64,
     /// Replica the object is read from (0 = primary).
     replica: u8,
     /// Locks and marks held on memory nodes.
     holds: Holds,
     /// Version read.
-    version: u64,
+    pub(crate) version: u64,
     /// Read from the primary and found unlocked: a lone read-only object read so needs no
     /// validation (`validate.rs`).
-    read_unlocked: bool,
+    pub(crate) read_unlocked: bool,
     /// Re-reads so far (invisible or torn).
     rereads: u32,
     /// Offset of the old image in `FordCoord::undo`.
     undo_at: u32,
     /// An insert's walk down its bucket chain.
     walk: Walk,
-    read: Option<ReadId>,
+    pub(crate) read: Option<ReadId>,
     cas: Option<AtomicId>,
 }
 
@@ -312,6 +312,21 @@ impl OneVersionObj for FordObj {
     #[inline]
     fn holds(&mut self) -> &mut Holds {
         &mut self.holds
+    }
+}
+
+/// A protocol that runs FORD's phases (`execute.rs`, `validate.rs`, `commit.rs`) on
+/// FORD's coordinator and object state: FORD itself, and FORD-LV
+/// ([`crate::fordlv`]), which puts its Vcache between FORD's execution and commit.
+pub(crate) trait FordBase: Protocol<CoordState = FordCoord, ObjState = FordObj> {
+    /// FORD's settings of this instance.
+    fn ford_config(&self) -> &FordConfig;
+}
+
+impl FordBase for Ford {
+    #[inline]
+    fn ford_config(&self) -> &FordConfig {
+        &self.cfg
     }
 }
 
