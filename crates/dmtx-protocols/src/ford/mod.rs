@@ -214,17 +214,17 @@ impl Default for FordConfig {
     }
 }
 
-const BACKUP_READ: KnobSpec = KnobSpec {
+pub(crate) const BACKUP_READ: KnobSpec = KnobSpec {
     name: "backup_read",
     default: "true",
     help: "read read-only data from backups (FORD §4.4)",
 };
-const REREAD_MAX: KnobSpec = KnobSpec {
+pub(crate) const REREAD_MAX: KnobSpec = KnobSpec {
     name: "reread_max",
     default: "4",
     help: "re-reads of an invisible or torn record before the transaction aborts",
 };
-const LOG_BYTES: KnobSpec = KnobSpec {
+pub(crate) const LOG_BYTES: KnobSpec = KnobSpec {
     name: "log_bytes",
     default: "65536",
     help: "undo-log bytes per coordinator per memory node",
@@ -334,7 +334,7 @@ impl FordBase for Ford {
 pub struct FordCoord {
     /// This coordinator's lock word (`global id + 1`, never 0, bit 63 clear).
     lock: u64,
-    post: Post,
+    pub(crate) post: Post,
     bg: Post,
     /// Undo-log areas, one per memory node.
     log: UndoLog,
