@@ -1,0 +1,108 @@
+//! FORD-LV passes the protocol suite (`dmtx_suite::run_all`) in each Vcache mode:
+//! contended transactions on `mem` with injected tears and on `sim`, with 1, 2 and 3
+//! replicas, through the isolation checker (session order included); every workload's
+//! invariants; and a seeded fault sweep. `local` runs one compute node (it refuses
+//! more); `partition` and `global` run two, so versions travel in CN↔CN messages.
+//!
+//! A failure names the case and prints `DMTX_SEED=<n>`; running the test with that
+//! environment variable replays exactly that seed.
+
+use dmtx_protocols::fordlv::FordLv;
+use dmtx_runtime::{Knobs, Protocol};
+use dmtx_suite::{contended, FaultMenu, Options, Setup, Transport};
+
+/// The faults FORD survives without recovery (FORD-LV's are FORD's).
+const FORDLV_FAULTS: FaultMenu = FaultMenu {
+    crash_cn: false,
+    ..FaultMenu::ALL
+};
+
+fn make(k: &Knobs) -> FordLv {
+    FordLv::from_knobs(k).expect("suite knobs are FORD-LV's")
+}
+
+fn knobs(set: &[&str]) -> Knobs {
+    Knobs::parse(set.iter().copied()).expect("FORD-LV knobs")
+}
+
+/// `local`: `run_all` on `mem` (its `sim` determinism case runs two compute nodes,
+/// which `local` refuses), then the `sim` cases and determinism on one node here.
+#[test]
+fn fordlv_local_passes_the_suite() {
+    let sets = vec![
+        knobs(&[]),
+        knobs(&["backup_read=false"]),
+        // A Vcache of one bucket: entries are evicted all the time.
+        knobs(&["vcache_bytes=104"]),
+    ];
+    let opts = Options {
+        knob_sets: sets.clone(),
+        transports: vec![Transport::Mem],
+        faults: Some(FORDLV_FAULTS),
+        ..Options::default()
+    };
+    let ran = dmtx_suite::run_all(make, &opts);
+    let mut sim = 0;
+    for k in &sets {
+        for replicas in [1, 2, 3] {
+            let env = dmtx_suite::Env::bank(make(k), Setup::new(replicas, 44));
+            let seed = contended::seed_or_env(0);
+            let out = contended::run(&env, Transport::Sim, seed, None);
+            out.assert_clean(&env, &format!("{k:?}, {replicas} replica(s) on sim"), seed);
+            sim += 1;
+        }
+        contended::assert_deterministic(|| make(k), &Setup::new(2, 20), contended::seed_or_env(0x5eed));
+    }
+    eprintln!("fordlv local: {} suite cases + {sim} sim cases", ran.cases);
+}
+
+/// `partition` and `global` on two compute nodes, without the fault sweep: FORD itself
+/// does not survive the sweep on two compute nodes (`ford_faults_on_two_compute_nodes`
+/// below, ignored), and FORD-LV's failure handling is FORD's.
+#[test]
+fn fordlv_partition_and_global_pass_the_suite() {
+    for mode in ["partition", "global"] {
+        let opts = Options {
+            knob_sets: vec![
+                knobs(&[&format!("vcache={mode}")]),
+                knobs(&[&format!("vcache={mode}"), "vcache_bytes=104"]),
+            ],
+            compute_nodes: 2,
+            faults: None,
+            ..Options::default()
+        };
+        let ran = dmtx_suite::run_all(make, &opts);
+        eprintln!("fordlv {mode}: {} suite cases", ran.cases);
+    }
+}
+
+/// Goal: `local` refuses a second compute node, naming the knob that fixes it.
+#[test]
+fn local_refuses_a_second_compute_node() {
+    let env = dmtx_suite::Env::bank(make(&knobs(&[])), Setup::new(2, 20));
+    assert!(env.mem_cn(0).worker(0).unwrap().coordinator(&env.proto, 0).is_ok());
+    let err = env
+        .mem_cn(1)
+        .worker(0)
+        .unwrap()
+        .coordinator(&env.proto, 0)
+        .err()
+        .expect("a second node is refused");
+    assert!(err.to_string().contains("vcache=partition"), "{err}");
+}
+
+/// FORD (not FORD-LV) under the suite's fault sweep on two compute nodes: seed 14
+/// panics with "locked record of table 0 key 4 is torn" (FORD's execution invariant),
+/// so the multi-CN modes of FORD-LV cannot pass the sweep until FORD does. Kept ignored
+/// as the reproduction (`-- --ignored`).
+#[test]
+#[ignore]
+fn ford_faults_on_two_compute_nodes() {
+    let setup = Setup {
+        compute_nodes: 2,
+        txns: 60,
+        ..Setup::new(3, 20)
+    };
+    let ford = || dmtx_protocols::ford::Ford::from_knobs(&Knobs::default()).expect("default knobs");
+    dmtx_suite::faults::sweep(ford, &setup, &FORDLV_FAULTS, 14..15);
+}
