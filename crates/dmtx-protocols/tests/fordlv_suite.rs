@@ -57,8 +57,10 @@ fn fordlv_local_passes_the_suite() {
 }
 
 /// `partition` and `global` on two compute nodes, without the fault sweep: FORD itself
-/// does not survive the sweep on two compute nodes (`ford_faults_on_two_compute_nodes`
-/// below, ignored), and FORD-LV's failure handling is FORD's.
+/// does not survive the sweep on two compute nodes (`dmtx_suite::faults::sweep` of
+/// `Ford` on `Setup { compute_nodes: 2, txns: 60, ..Setup::new(3, 20) }`, seed 14,
+/// panics: "locked record of table 0 key 4 is torn"), and FORD-LV's failure handling
+/// is FORD's code.
 #[test]
 fn fordlv_partition_and_global_pass_the_suite() {
     for mode in ["partition", "global"] {
@@ -91,18 +93,3 @@ fn local_refuses_a_second_compute_node() {
     assert!(err.to_string().contains("vcache=partition"), "{err}");
 }
 
-/// FORD (not FORD-LV) under the suite's fault sweep on two compute nodes: seed 14
-/// panics with "locked record of table 0 key 4 is torn" (FORD's execution invariant),
-/// so the multi-CN modes of FORD-LV cannot pass the sweep until FORD does. Kept ignored
-/// as the reproduction (`-- --ignored`).
-#[test]
-#[ignore]
-fn ford_faults_on_two_compute_nodes() {
-    let setup = Setup {
-        compute_nodes: 2,
-        txns: 60,
-        ..Setup::new(3, 20)
-    };
-    let ford = || dmtx_protocols::ford::Ford::from_knobs(&Knobs::default()).expect("default knobs");
-    dmtx_suite::faults::sweep(ford, &setup, &FORDLV_FAULTS, 14..15);
-}

@@ -9,18 +9,12 @@ use super::{FordLv, FordLvVariant, VcacheMode};
 use crate::ford;
 use crate::vcache::{Lookup, Stamp, Vcache};
 
-/// Publish `pubs`, then look up `checks` (the variant: the other way round), on a
-/// Vcache this thread can reach: the coordinator's own node's, or the one a request
-/// named. `out` gets one status per check.
-pub(super) fn apply(cache: &Vcache, variant: FordLvVariant, pubs: &[Ver], checks: &[Ver], out: &mut Vec<Status>) {
-    let publish = || {
-        for p in pubs {
-            cache.publish(p.table, p.key, p.version);
-        }
-    };
-    let before = variant == FordLvVariant::ValidateBeforePublish;
-    if !before {
-        publish();
+/// Publish `pubs`, then look up `checks`, on a Vcache this thread can reach: the
+/// coordinator's own node's, or the one a request named. `out` gets one status per
+/// check.
+pub(super) fn apply(cache: &Vcache, pubs: &[Ver], checks: &[Ver], out: &mut Vec<Status>) {
+    for p in pubs {
+        cache.publish(p.table, p.key, p.version);
     }
     for c in checks {
         out.push(match cache.lookup(c.table, c.key) {
@@ -28,9 +22,6 @@ pub(super) fn apply(cache: &Vcache, variant: FordLvVariant, pubs: &[Ver], checks
             Lookup::Hit { .. } => Status::Changed,
             Lookup::Miss(stamp) => Status::Miss(stamp),
         });
-    }
-    if before {
-        publish();
     }
 }
 
@@ -178,6 +169,7 @@ pub(super) async fn commit(txn: &mut Txn<'_, FordLv>) -> Result<(), Abort> {
 
     // 2. Publishes and checks on this node's Vcache.
     let c = &mut *txn.coord;
+    let late = variant == FordLvVariant::ValidateBeforePublish;
     if let Some(cache) = c.cn_state.cache.as_ref() {
         let p: Vec<Ver> = pubs.iter().filter(|(h, _)| *h == Home::Here).map(|(_, v)| *v).collect();
         let idx: Vec<usize> = checks
@@ -190,9 +182,11 @@ pub(super) async fn commit(txn: &mut Txn<'_, FordLv>) -> Result<(), Abort> {
             .filter(|(_, h, _)| *h == Home::Here)
             .map(|(_, _, v)| *v)
             .collect();
+        // The broken variant publishes this node's versions only after validating.
+        let p = if late { Vec::new() } else { p };
         if !p.is_empty() || !k.is_empty() {
             let mut out = Vec::with_capacity(k.len());
-            apply(cache, variant, &p, &k, &mut out);
+            apply(cache, &p, &k, &mut out);
             statuses.extend(idx.into_iter().zip(out).map(|(i, s)| (i, s, Home::Here)));
             c.ctx.metric(super::METRIC_BYTES, cache.bytes());
         }
@@ -239,6 +233,14 @@ pub(super) async fn commit(txn: &mut Txn<'_, FordLv>) -> Result<(), Abort> {
             return Err(a);
         }
         insert_fetched(txn, &misses, variant);
+    }
+    if late {
+        let c = &mut *txn.coord;
+        if let Some(cache) = c.cn_state.cache.as_ref() {
+            let mut none = Vec::new();
+            let p: Vec<Ver> = pubs.iter().filter(|(h, _)| *h == Home::Here).map(|(_, v)| *v).collect();
+            apply(cache, &p, &[], &mut none);
+        }
     }
 
     // 5. FORD's coalescent commit; then the entries are settled (or taken back).

@@ -249,8 +249,9 @@ pub enum FordLvVariant {
     Fixed,
     /// FORD's authors' rule: a key absent from the Vcache counts as unchanged.
     AbsentAsUnchanged,
-    /// Fig. 10's order: validate, then publish (and never pending): crossing
-    /// transactions, one validating before the other publishes, both commit.
+    /// Fig. 10's order: validate (misses over RDMA included), then publish: T2 (writes
+    /// A, reads B) validates B over RDMA while T1 (writes B, reads A) finds A unchanged
+    /// in the Vcache; both commit (write skew). Applies to this node's Vcache only.
     ValidateBeforePublish,
     /// A miss-path insert overwrites whatever the key holds, whenever it lands: an older
     /// version can replace a writer's newer one.

@@ -151,7 +151,7 @@ fn handle(cn: &LvCn, variant: FordLvVariant, p: &[u8], reply: &mut Vec<u8>) {
             }
             let vers: Vec<Ver> = (0..np + nc).map(|i| ver_at(body, 4 + i * VER_BYTES)).collect();
             let mut out = Vec::with_capacity(nc);
-            apply(cache, variant, &vers[..np], &vers[np..], &mut out);
+            apply(cache, &vers[..np], &vers[np..], &mut out);
             for s in out {
                 match s {
                     Status::Unchanged => reply.extend_from_slice(&[0; STATUS_BYTES]),
