@@ -107,7 +107,11 @@ impl Vcache {
     /// two).
     pub fn new(bytes: u64) -> Self {
         let n = (bytes / BUCKET_BYTES).max(1);
-        let n = if n.is_power_of_two() { n } else { n.next_power_of_two() / 2 };
+        let n = if n.is_power_of_two() {
+            n
+        } else {
+            n.next_power_of_two() / 2
+        };
         let n = n.min(1 << 31) as usize;
         Self {
             buckets: (0..n).map(|_| Bucket::default()).collect(),
@@ -263,7 +267,11 @@ impl Vcache {
         if stamp.seq & 1 == 1 || stamp.bucket as usize >= self.buckets.len() {
             return false;
         }
-        debug_assert_eq!(stamp.bucket, self.bucket_of(table, key), "a stamp of another key's bucket");
+        debug_assert_eq!(
+            stamp.bucket,
+            self.bucket_of(table, key),
+            "a stamp of another key's bucket"
+        );
         self.write(stamp.bucket, Some(stamp.seq), |b| {
             if Self::find(b, table, key).is_none() {
                 let (w, _) = Self::room(b, key);

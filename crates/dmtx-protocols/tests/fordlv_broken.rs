@@ -50,7 +50,10 @@ mod targeted {
     use dmtx_verbs::StallKind;
 
     fn env(variant: FordLvVariant) -> Env<FordLv> {
-        Env::bank(FordLv::with_variant(FordLvConfig::default(), variant), Setup::new(2, 20))
+        Env::bank(
+            FordLv::with_variant(FordLvConfig::default(), variant),
+            Setup::new(2, 20),
+        )
     }
 
     fn recorded(c: &mut Coordinator<FordLv>) -> Rc<RefCell<History>> {

@@ -85,7 +85,11 @@ fn a_backup_read_validates_in_the_vcache_once_cached() {
     let env = Env::bank(make(), Setup::new(2, 20));
     let w = env.mem_cn(0).worker(0).expect("worker");
     let mut c = w.coordinator(&env.proto, 0).expect("coordinator");
-    assert_eq!(read(&mut c, &[3]), (2, [0, 1, 1]), "cold: FORD's validation round, then inserted");
+    assert_eq!(
+        read(&mut c, &[3]),
+        (2, [0, 1, 1]),
+        "cold: FORD's validation round, then inserted"
+    );
     assert_eq!(read(&mut c, &[3]), (1, [1, 0, 0]), "warm: a hit, no validation round");
     assert_eq!(read(&mut c, &[3, 4]), (2, [1, 1, 1]), "one of two misses: FORD's round");
     assert_eq!(read(&mut c, &[3, 4]), (1, [2, 0, 0]));
@@ -101,5 +105,9 @@ fn a_backup_read_validates_in_the_vcache_once_cached() {
         bank::encode(3, b, s + 1, v);
         t.commit().await.expect("idle: commit");
     });
-    assert_eq!(read(&mut c, &[3, 4]), (1, [2, 0, 0]), "the writer's version is the cached one");
+    assert_eq!(
+        read(&mut c, &[3, 4]),
+        (1, [2, 0, 0]),
+        "the writer's version is the cached one"
+    );
 }

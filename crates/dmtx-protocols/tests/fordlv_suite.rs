@@ -92,4 +92,3 @@ fn local_refuses_a_second_compute_node() {
         .expect("a second node is refused");
     assert!(err.to_string().contains("vcache=partition"), "{err}");
 }
-

@@ -49,8 +49,11 @@ pub(crate) async fn execute<P: FordBase>(txn: &mut Txn<'_, P>) -> Result<(), Abo
     // A declared lone read goes to the primary, whose lock word tells whether it may
     // skip validation (`validate.rs`).
     let hints = c.set.hints;
-    let lone_read =
-        start == 0 && n == 1 && hints.read_only && hints.keys_declared && !c.proto.ford_config().variant.papers_lone_read();
+    let lone_read = start == 0
+        && n == 1
+        && hints.read_only
+        && hints.keys_declared
+        && !c.proto.ford_config().variant.papers_lone_read();
     let backup_read = c.proto.ford_config().backup_read && !lone_read;
     let spread = c.ctx.id.thread as usize + c.ctx.id.coroutine as usize;
     for o in &mut c.set.objs[start..n] {

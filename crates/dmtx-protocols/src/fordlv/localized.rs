@@ -278,8 +278,14 @@ fn insert_fetched(txn: &mut Txn<'_, FordLv>, misses: &[Miss], variant: FordLvVar
             Home::Here => {
                 let cache = c.cn_state.cache.as_ref().expect("a miss here has a Vcache");
                 let done = insert(cache, variant, v, stamp);
-                c.ctx
-                    .metric(if done { super::METRIC_INSERTS } else { super::METRIC_STALE_SKIPS }, 1);
+                c.ctx.metric(
+                    if done {
+                        super::METRIC_INSERTS
+                    } else {
+                        super::METRIC_STALE_SKIPS
+                    },
+                    1,
+                );
             }
             Home::Node(n) => match away.iter_mut().find(|(m, _)| *m == n) {
                 Some((_, list)) => list.push((v, stamp)),

@@ -108,8 +108,8 @@ use std::sync::Arc;
 
 use dmtx_memnode::Control;
 use dmtx_runtime::{
-    Abort, Cn, CoordCtx, Isolation, KnobError, KnobSpec, Knobs, MetricKind, MetricSpec, Protocol, Result,
-    RuntimeError, Txn, Worker,
+    Abort, Cn, CoordCtx, Isolation, KnobError, KnobSpec, Knobs, MetricKind, MetricSpec, Protocol, Result, RuntimeError,
+    Txn, Worker,
 };
 use dmtx_store::SlotLayout;
 
@@ -355,8 +355,15 @@ impl Protocol for FordLv {
     type ThreadState = LvThread;
 
     const NAME: &'static str = "fordlv";
-    const ABOUT: &'static str = "FORD-LV (TOS'23 §4.7): FORD with read-only versions validated in a compute-node Vcache";
-    const KNOBS: &'static [KnobSpec] = &[ford::BACKUP_READ, ford::REREAD_MAX, ford::LOG_BYTES, VCACHE, VCACHE_BYTES];
+    const ABOUT: &'static str =
+        "FORD-LV (TOS'23 §4.7): FORD with read-only versions validated in a compute-node Vcache";
+    const KNOBS: &'static [KnobSpec] = &[
+        ford::BACKUP_READ,
+        ford::REREAD_MAX,
+        ford::LOG_BYTES,
+        VCACHE,
+        VCACHE_BYTES,
+    ];
     const METRICS: &'static [MetricSpec] = METRICS;
     const CPU_STEPS: &'static [(&'static str, u64)] = CPU_STEPS;
 

@@ -209,15 +209,30 @@ mod tests {
         // A writer's own key, checked in its round, is pending: changed.
         handle(&cn, FordLvVariant::Fixed, &encode_round(&[a], &[a]), &mut reply);
         assert_eq!(decode_statuses(&reply), vec![Status::Changed]);
-        handle(&cn, FordLvVariant::Fixed, &encode_finalize(&[(a, true)]), &mut Vec::new());
+        handle(
+            &cn,
+            FordLvVariant::Fixed,
+            &encode_finalize(&[(a, true)]),
+            &mut Vec::new(),
+        );
         let b = Ver { key: 6, ..a };
         let mut reply = Vec::new();
         handle(&cn, FordLvVariant::Fixed, &encode_round(&[], &[a, b]), &mut reply);
         let got = decode_statuses(&reply);
         assert_eq!(got[0], Status::Unchanged);
         let Status::Miss(stamp) = got[1] else { panic!("{got:?}") };
-        handle(&cn, FordLvVariant::Fixed, &encode_inserts(&[(b, stamp)]), &mut Vec::new());
-        handle(&cn, FordLvVariant::Fixed, &encode_remove(&[(a, false)]), &mut Vec::new());
+        handle(
+            &cn,
+            FordLvVariant::Fixed,
+            &encode_inserts(&[(b, stamp)]),
+            &mut Vec::new(),
+        );
+        handle(
+            &cn,
+            FordLvVariant::Fixed,
+            &encode_remove(&[(a, false)]),
+            &mut Vec::new(),
+        );
         let mut reply = Vec::new();
         handle(&cn, FordLvVariant::Fixed, &encode_round(&[], &[a, b]), &mut reply);
         let got = decode_statuses(&reply);
