@@ -13,7 +13,8 @@
 //!
 //! What several protocols share lives beside them, never copied into each:
 //! [`onever`] holds the one-version record machinery (record layout, tear detector,
-//! bucket walk, undo log, replica fan-out, release and rollback).
+//! bucket walk, undo log, replica fan-out, release and rollback); [`vcache`] is the
+//! compute-node version cache (FORD §4.7) with its concurrency rules.
 
 #![warn(missing_docs)]
 #![allow(async_fn_in_trait)]

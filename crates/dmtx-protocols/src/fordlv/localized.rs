@@ -156,7 +156,11 @@ pub(super) async fn commit(txn: &mut Txn<'_, FordLv>) -> Result<(), Abort> {
                 continue;
             };
             let mine = checks.iter().filter(|(_, h, _)| *h == Home::Node(*n));
-            let got = serve::decode_statuses(&reply);
+            // Every check needs its status: one left out would pass unvalidated.
+            let Some(got) = serve::decode_statuses(&reply, mine.clone().count()) else {
+                failed = true;
+                continue;
+            };
             for ((i, _, _), s) in mine.zip(got) {
                 statuses.push((*i, s, Home::Node(*n)));
             }

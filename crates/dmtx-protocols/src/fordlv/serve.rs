@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! round     1 | n_pub u16 | n_check u16 | n_pub × ver | n_check × ver   (call)
-//!   reply   n_check × status: 0 unchanged | 1 changed | 2 miss, bucket u32, seq u64
+//!   reply   0xa5 | n_check × status: 0 unchanged | 1 changed | 2 miss, bucket u32, seq u64
 //! finalize  2 | n × (ver, keep u8)                                      (one-way)
 //! remove    3 | n × ver                                                 (one-way)
 //! insert    4 | n × (ver, bucket u32, seq u64)                          (one-way)
@@ -27,6 +27,9 @@ const OP_ROUND: u8 = 1;
 const OP_FINALIZE: u8 = 2;
 const OP_REMOVE: u8 = 3;
 const OP_INSERT: u8 = 4;
+
+/// First byte of a round's reply: the round was applied (an empty reply is not).
+const ROUND_SERVED: u8 = 0xa5;
 
 const VER_BYTES: usize = 20;
 const STATUS_BYTES: usize = 13;
@@ -84,16 +87,22 @@ pub(super) fn encode_round(pubs: &[Ver], checks: &[Ver]) -> Vec<u8> {
     out
 }
 
-/// The statuses of a round's reply, in check order.
-pub(super) fn decode_statuses(reply: &[u8]) -> Vec<Status> {
-    reply
-        .chunks_exact(STATUS_BYTES)
-        .map(|s| match s[0] {
-            0 => Status::Unchanged,
-            1 => Status::Changed,
-            _ => Status::Miss(Stamp::from_parts(u32_at(s, 1), u64_at(s, 5))),
-        })
-        .collect()
+/// The statuses of a round's reply, in check order; `None` unless the round was
+/// served (its publishes done) and answered every one of `checks` checks.
+pub(super) fn decode_statuses(reply: &[u8], checks: usize) -> Option<Vec<Status>> {
+    let (&served, rest) = reply.split_first()?;
+    if served != ROUND_SERVED || rest.len() != checks * STATUS_BYTES {
+        return None;
+    }
+    Some(
+        rest.chunks_exact(STATUS_BYTES)
+            .map(|s| match s[0] {
+                0 => Status::Unchanged,
+                1 => Status::Changed,
+                _ => Status::Miss(Stamp::from_parts(u32_at(s, 1), u64_at(s, 5))),
+            })
+            .collect(),
+    )
 }
 
 /// Finalize (`keep`) or drop (a delete) each published version.
@@ -152,6 +161,7 @@ fn handle(cn: &LvCn, variant: FordLvVariant, p: &[u8], reply: &mut Vec<u8>) {
             let vers: Vec<Ver> = (0..np + nc).map(|i| ver_at(body, 4 + i * VER_BYTES)).collect();
             let mut out = Vec::with_capacity(nc);
             apply(cache, &vers[..np], &vers[np..], &mut out);
+            reply.push(ROUND_SERVED);
             for s in out {
                 match s {
                     Status::Unchanged => reply.extend_from_slice(&[0; STATUS_BYTES]),
@@ -208,7 +218,9 @@ mod tests {
         let mut reply = Vec::new();
         // A writer's own key, checked in its round, is pending: changed.
         handle(&cn, FordLvVariant::Fixed, &encode_round(&[a], &[a]), &mut reply);
-        assert_eq!(decode_statuses(&reply), vec![Status::Changed]);
+        assert_eq!(decode_statuses(&reply, 1), Some(vec![Status::Changed]));
+        assert_eq!(decode_statuses(&reply, 2), None, "a check left unanswered");
+        assert_eq!(decode_statuses(&[], 0), None, "a round not served");
         handle(
             &cn,
             FordLvVariant::Fixed,
@@ -218,7 +230,7 @@ mod tests {
         let b = Ver { key: 6, ..a };
         let mut reply = Vec::new();
         handle(&cn, FordLvVariant::Fixed, &encode_round(&[], &[a, b]), &mut reply);
-        let got = decode_statuses(&reply);
+        let got = decode_statuses(&reply, 2).unwrap();
         assert_eq!(got[0], Status::Unchanged);
         let Status::Miss(stamp) = got[1] else { panic!("{got:?}") };
         handle(
@@ -235,7 +247,7 @@ mod tests {
         );
         let mut reply = Vec::new();
         handle(&cn, FordLvVariant::Fixed, &encode_round(&[], &[a, b]), &mut reply);
-        let got = decode_statuses(&reply);
+        let got = decode_statuses(&reply, 2).unwrap();
         assert!(matches!(got[0], Status::Miss(_)), "removed");
         assert_eq!(got[1], Status::Unchanged, "inserted under its stamp");
     }
