@@ -16,12 +16,15 @@ pub(super) fn apply(cache: &Vcache, pubs: &[Ver], checks: &[Ver], out: &mut Vec<
     for p in pubs {
         cache.publish(p.table, p.key, p.version);
     }
-    for c in checks {
-        out.push(match cache.lookup(c.table, c.key) {
-            Lookup::Hit { version, pending } if !pending && version == c.version => Status::Unchanged,
-            Lookup::Hit { .. } => Status::Changed,
-            Lookup::Miss(stamp) => Status::Miss(stamp),
-        });
+    out.extend(checks.iter().map(|c| check(cache, c)));
+}
+
+/// Look up one read-only version: unchanged only if settled at the version read.
+fn check(cache: &Vcache, c: &Ver) -> Status {
+    match cache.lookup(c.table, c.key) {
+        Lookup::Hit { version, pending } if !pending && version == c.version => Status::Unchanged,
+        Lookup::Hit { .. } => Status::Changed,
+        Lookup::Miss(stamp) => Status::Miss(stamp),
     }
 }
 
@@ -175,23 +178,17 @@ pub(super) async fn commit(txn: &mut Txn<'_, FordLv>) -> Result<(), Abort> {
     let c = &mut *txn.coord;
     let late = variant == FordLvVariant::ValidateBeforePublish;
     if let Some(cache) = c.cn_state.cache.as_ref() {
-        let p: Vec<Ver> = pubs.iter().filter(|(h, _)| *h == Home::Here).map(|(_, v)| *v).collect();
-        let idx: Vec<usize> = checks
-            .iter()
-            .filter(|(_, h, _)| *h == Home::Here)
-            .map(|(i, _, _)| *i)
-            .collect();
-        let k: Vec<Ver> = checks
-            .iter()
-            .filter(|(_, h, _)| *h == Home::Here)
-            .map(|(_, _, v)| *v)
-            .collect();
+        let mut used = false;
         // The broken variant publishes this node's versions only after validating.
-        let p = if late { Vec::new() } else { p };
-        if !p.is_empty() || !k.is_empty() {
-            let mut out = Vec::with_capacity(k.len());
-            apply(cache, &p, &k, &mut out);
-            statuses.extend(idx.into_iter().zip(out).map(|(i, s)| (i, s, Home::Here)));
+        for (_, v) in pubs.iter().filter(|(h, _)| *h == Home::Here && !late) {
+            cache.publish(v.table, v.key, v.version);
+            used = true;
+        }
+        for &(i, _, v) in checks.iter().filter(|(_, h, _)| *h == Home::Here) {
+            statuses.push((i, check(cache, &v), Home::Here));
+            used = true;
+        }
+        if used {
             c.ctx.metric(super::METRIC_BYTES, cache.bytes());
         }
     }
@@ -241,9 +238,9 @@ pub(super) async fn commit(txn: &mut Txn<'_, FordLv>) -> Result<(), Abort> {
     if late {
         let c = &mut *txn.coord;
         if let Some(cache) = c.cn_state.cache.as_ref() {
-            let mut none = Vec::new();
-            let p: Vec<Ver> = pubs.iter().filter(|(h, _)| *h == Home::Here).map(|(_, v)| *v).collect();
-            apply(cache, &p, &[], &mut none);
+            for (_, v) in pubs.iter().filter(|(h, _)| *h == Home::Here) {
+                cache.publish(v.table, v.key, v.version);
+            }
         }
     }
 
