@@ -27,7 +27,7 @@
 //!
 //! | kind | every RO version hits | a version misses (FORD's budget) |
 //! | --- | --- | --- |
-//! | read-only, 1 record, key declared | 1 (validation skipped, as FORD) | 1 |
+//! | read-only, 1 record, key declared | 1 (validation skipped, as FORD; checked when the primary was locked) | 1 (2 when locked) |
 //! | read-only, 1 record, undeclared (backup read) | 1 | 2 |
 //! | read-only, several | 1 | 2 |
 //! | read-write, no RO data | 2 (+ release) | 2 |
@@ -65,8 +65,8 @@
 //! ([`FordLvVariant`], `tests/fordlv_broken.rs`):
 //!
 //! - **An absent key is a miss**, never "unchanged" (FORD's authors' code treats it as
-//!   unchanged, and evicts silently when a bucket is full): an evicted or never-cached
-//!   version says nothing about writers.
+//!   unchanged, and overwrites silently when a bucket is full): an evicted or
+//!   never-cached version says nothing about writers.
 //! - **Publish before validating**, pending until the writes land: FORD's lock check
 //!   (its validation fails on a locked record) has no local counterpart otherwise. Two
 //!   crossing transactions (T1 writes B and reads A, T2 writes A and reads B) each
@@ -88,9 +88,14 @@
 //!
 //! - From the paper: ③ (publish) runs before ② (validate), pending; Fig. 10 updates
 //!   the versions after validation. Versions are writer ids, as in dmtx's FORD.
-//! - From FORD's code: absent is a miss; inserts are guarded; eviction prefers settled
-//!   entries; the Vcache has a fixed size (`vcache_bytes`, default 16 MiB, the paper
-//!   used 1 GB, §6.3.2) and never grows.
+//! - From FORD's code (`core/cache/version_status.h`): there an absent key counts as
+//!   unchanged (`CheckVersion`), a cached version is "changed" when newer than the
+//!   reader's transaction id, `SetVersion` writes after validation with no pending
+//!   mark and takes a bucket's first slot when it is full, and misses are filled in
+//!   unguarded. dmtx: absent is a miss; a version is unchanged only if equal to the
+//!   version read and settled; publishes are pending until the writes land; inserts are
+//!   guarded; eviction prefers settled entries. The Vcache has a fixed size
+//!   (`vcache_bytes`, default 16 MiB; the paper used 1 GB, §6.3.2) and never grows.
 //! - Everything FORD's module lists (lock check in validation, undo logs in the commit
 //!   batch, checksums) holds here too: the code is FORD's.
 //!
