@@ -53,6 +53,17 @@ fn fordlv_local_passes_the_suite() {
         }
         contended::assert_deterministic(|| make(k), &Setup::new(2, 20), contended::seed_or_env(0x5eed));
     }
+    // Every workload on `sim` too (`run_all` ran them on `mem`).
+    for (i, (name, set)) in dmtx_suite::workloads::SMALL.iter().enumerate() {
+        let seed = contended::seed_or_env(i as u64);
+        let setup = Setup {
+            txns: 40,
+            ..Setup::new(2, 20)
+        };
+        let run = dmtx_suite::workloads::run_named(|| make(&sets[0]), name, set, setup, Transport::Sim, seed);
+        dmtx_suite::workloads::assert_clean(&format!("fordlv {name} on sim"), &run, seed);
+        sim += 1;
+    }
     eprintln!("fordlv local: {} suite cases + {sim} sim cases", ran.cases);
 }
 
