@@ -74,12 +74,14 @@ fn fordlv_local_passes_the_suite() {
 /// is FORD's code.
 #[test]
 fn fordlv_partition_and_global_pass_the_suite() {
-    for mode in ["partition", "global"] {
+    // `global` also with a one-bucket Vcache, so remote inserts and evictions race.
+    for (mode, tiny) in [("partition", false), ("global", true)] {
+        let mut knob_sets = vec![knobs(&[&format!("vcache={mode}")])];
+        if tiny {
+            knob_sets.push(knobs(&[&format!("vcache={mode}"), "vcache_bytes=104"]));
+        }
         let opts = Options {
-            knob_sets: vec![
-                knobs(&[&format!("vcache={mode}")]),
-                knobs(&[&format!("vcache={mode}"), "vcache_bytes=104"]),
-            ],
+            knob_sets,
             compute_nodes: 2,
             faults: None,
             ..Options::default()
