@@ -19,6 +19,15 @@ pub enum RuntimeError {
     /// CN↔CN messaging could not be set up.
     #[error(transparent)]
     Msg(#[from] dmtx_verbs::msg::MsgError),
+    /// The protocol cannot run on this compute node as configured (a knob that needs one
+    /// compute node, on another).
+    #[error("{protocol}: {why}")]
+    Protocol {
+        /// The protocol's name.
+        protocol: &'static str,
+        /// What is wrong and what to change.
+        why: String,
+    },
 }
 
 /// `Result` with a [`RuntimeError`].

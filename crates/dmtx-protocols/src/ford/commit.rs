@@ -9,10 +9,10 @@
 use dmtx_runtime::{yield_now, Abort, AbortReason, Access, Txn};
 
 use super::layout::{encode_image, meta, INVISIBLE, VERSION, VLOCK};
-use super::{Ford, FordVariant};
+use super::{FordBase, FordVariant};
 use crate::onever::{lock_time, release as rel, replicas};
 
-pub(super) async fn commit(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
+pub(crate) async fn commit<P: FordBase>(txn: &mut Txn<'_, P>) -> Result<(), Abort> {
     let c = &mut *txn.coord;
     if !c.set.objs.iter().any(|o| o.access.writes()) {
         return Ok(());
@@ -44,7 +44,7 @@ pub(super) async fn commit(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
         }
     }
 
-    let unlock_early = c.proto.config().variant == FordVariant::UnlockBeforeCommitWrite;
+    let unlock_early = c.proto.ford_config().variant == FordVariant::UnlockBeforeCommitWrite;
     if unlock_early {
         // Broken on purpose: the locks go before the new values are in place.
         st.bg.clear();
@@ -116,7 +116,7 @@ pub(super) async fn commit(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
 
 /// Background release (§4.3.2): unlock and make visible, mark the undo logs committed.
 /// Never waited for; also the abort path.
-pub(super) fn release(txn: &mut Txn<'_, Ford>, committed: bool) {
+pub(crate) fn release<P: FordBase>(txn: &mut Txn<'_, P>, committed: bool) {
     let c = &mut *txn.coord;
     let st = &mut c.state;
     st.bg.clear();
@@ -132,12 +132,12 @@ pub(super) fn release(txn: &mut Txn<'_, Ford>, committed: bool) {
 /// The commit post failed (§4.8 case 2): put the old images back on every replica that
 /// can still be reached, then release, in one post so each node restores before it
 /// unlocks.
-async fn rollback(txn: &mut Txn<'_, Ford>) {
+async fn rollback<P: FordBase>(txn: &mut Txn<'_, P>) {
     let c = &mut *txn.coord;
     c.ctx.fault_point("ford.commit.rollback");
     let st = &mut c.state;
     st.post.clear();
-    let restore = c.proto.config().variant != FordVariant::SkipUndoOnFailedCommit;
+    let restore = c.proto.ford_config().variant != FordVariant::SkipUndoOnFailedCommit;
     let (catalog, cache) = (&c.ctx.catalog, &c.ctx.cache);
     rel::push_rollback(
         &mut st.post,

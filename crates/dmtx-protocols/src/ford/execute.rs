@@ -10,7 +10,7 @@
 use dmtx_runtime::{Abort, AbortReason, Access, Txn};
 
 use super::layout::{SlotView, INVISIBLE, VLOCK};
-use super::{Ford, FordVariant};
+use super::{FordBase, FordVariant};
 use crate::onever::index_walk::{self, Found, Stage};
 
 /// Rounds one `execute` may take before something is wrong (a chain longer than the
@@ -39,7 +39,7 @@ fn check_unlocked_read(v: SlotView<'_>, value_len: usize, variant: FordVariant) 
     }
 }
 
-pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
+pub(crate) async fn execute<P: FordBase>(txn: &mut Txn<'_, P>) -> Result<(), Abort> {
     let c = &mut *txn.coord;
     let start = c.set.fetched;
     let n = c.set.objs.len();
@@ -49,9 +49,12 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
     // A declared lone read goes to the primary, whose lock word tells whether it may
     // skip validation (`validate.rs`).
     let hints = c.set.hints;
-    let lone_read =
-        start == 0 && n == 1 && hints.read_only && hints.keys_declared && !c.proto.config().variant.papers_lone_read();
-    let backup_read = c.proto.config().backup_read && !lone_read;
+    let lone_read = start == 0
+        && n == 1
+        && hints.read_only
+        && hints.keys_declared
+        && !c.proto.ford_config().variant.papers_lone_read();
+    let backup_read = c.proto.ford_config().backup_read && !lone_read;
     let spread = c.ctx.id.thread as usize + c.ctx.id.coroutine as usize;
     for o in &mut c.set.objs[start..n] {
         let info = c.ctx.catalog.get(o.table).expect("table checked at add");
@@ -71,9 +74,9 @@ pub(super) async fn execute(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
     }
 
     let lock = c.state.lock;
-    let reread_max = c.proto.config().reread_max;
-    let variant = c.proto.config().variant;
-    let wait_us = c.proto.config().lock_wait_us;
+    let reread_max = c.proto.ford_config().reread_max;
+    let variant = c.proto.ford_config().variant;
+    let wait_us = c.proto.ford_config().lock_wait_us;
     // Rounds that only retried a lock (wait mode) are bounded by `lock_wait_us`, not here.
     let mut rounds = 0;
     while rounds < ROUNDS_MAX {

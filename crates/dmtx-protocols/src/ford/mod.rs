@@ -113,10 +113,10 @@
 //! - A verb fails during release: the transaction is already committed; a node that
 //!   missed its release is repaired by recovery.
 
-mod commit;
-mod execute;
+pub(crate) mod commit;
+pub(crate) mod execute;
 pub mod layout;
-mod validate;
+pub(crate) mod validate;
 
 use dmtx_memnode::Control;
 use dmtx_runtime::{
@@ -249,17 +249,17 @@ impl Default for FordConfig {
     }
 }
 
-const BACKUP_READ: KnobSpec = KnobSpec {
+pub(crate) const BACKUP_READ: KnobSpec = KnobSpec {
     name: "backup_read",
     default: "true",
     help: "read read-only data from backups (FORD §4.4)",
 };
-const REREAD_MAX: KnobSpec = KnobSpec {
+pub(crate) const REREAD_MAX: KnobSpec = KnobSpec {
     name: "reread_max",
     default: "4",
     help: "re-reads of an invisible or torn record before the transaction aborts",
 };
-const LOG_BYTES: KnobSpec = KnobSpec {
+pub(crate) const LOG_BYTES: KnobSpec = KnobSpec {
     name: "log_bytes",
     default: "65536",
     help: "undo-log bytes per coordinator per memory node",
@@ -292,16 +292,16 @@ impl Ford {
 pub struct FordObj {
     stage: Stage,
     /// Table-relative slot offset once known.
-    rel: u64,
+    pub(crate) rel: u64,
     /// Replica the object is read from (0 = primary).
     replica: u8,
     /// Locks and marks held on memory nodes.
     holds: Holds,
     /// Version read.
-    version: u64,
+    pub(crate) version: u64,
     /// Read from the primary and found unlocked: a lone read-only object read so needs no
     /// validation (`validate.rs`).
-    read_unlocked: bool,
+    pub(crate) read_unlocked: bool,
     /// Re-reads so far (invisible or torn).
     rereads: u32,
     /// When a READ last found the record invisible (0: it has not).
@@ -310,7 +310,7 @@ pub struct FordObj {
     undo_at: u32,
     /// An insert's walk down its bucket chain.
     walk: Walk,
-    read: Option<ReadId>,
+    pub(crate) read: Option<ReadId>,
     cas: Option<AtomicId>,
 }
 
@@ -352,11 +352,26 @@ impl OneVersionObj for FordObj {
     }
 }
 
+/// A protocol that runs FORD's phases (`execute.rs`, `validate.rs`, `commit.rs`) on
+/// FORD's coordinator and object state: FORD itself, and FORD-LV
+/// ([`crate::fordlv`]), which puts its Vcache between FORD's execution and commit.
+pub(crate) trait FordBase: Protocol<CoordState = FordCoord, ObjState = FordObj> {
+    /// FORD's settings of this instance.
+    fn ford_config(&self) -> &FordConfig;
+}
+
+impl FordBase for Ford {
+    #[inline]
+    fn ford_config(&self) -> &FordConfig {
+        &self.cfg
+    }
+}
+
 /// FORD's per-coordinator state.
 pub struct FordCoord {
     /// This coordinator's lock word (`global id + 1`, never 0, bit 63 clear).
     lock: u64,
-    post: Post,
+    pub(crate) post: Post,
     bg: Post,
     /// Undo-log areas, one per memory node.
     log: UndoLog,

@@ -3,7 +3,7 @@
 use dmtx_runtime::{Abort, AbortReason, Access, Txn};
 
 use super::layout::VLOCK;
-use super::{Ford, FordVariant};
+use super::{FordBase, FordVariant};
 
 /// One 16-byte READ (`vlock` + `version`) of the primary per read-only object, all in
 /// one round trip. Fails if a version changed **or the record is locked**.
@@ -29,11 +29,20 @@ use super::{Ford, FordVariant};
 ///
 /// Locks live on primaries only, so validation reads primaries even when the data came
 /// from a backup (FORD §4.4 also reads versions from backups).
-pub(super) async fn validate(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
-    let c = &mut *txn.coord;
+pub(super) async fn validate<P: FordBase>(txn: &mut Txn<'_, P>) -> Result<(), Abort> {
+    if !needs_validation(txn) {
+        return Ok(());
+    }
+    validate_remote(txn, |_| true).await
+}
+
+/// Whether the transaction's read-only data need validating at all: not when it reads
+/// none, nor when it is a lone read settled by its own READ (see [`validate`]).
+pub(crate) fn needs_validation<P: FordBase>(txn: &Txn<'_, P>) -> bool {
+    let c = &*txn.coord;
     let writes = c.set.objs.iter().any(|o| o.access.writes());
     let reads = c.set.objs.iter().filter(|o| o.access == Access::ReadOnly).count();
-    let variant = c.proto.config().variant;
+    let variant = c.proto.ford_config().variant;
     let lone_read_settled = !writes
         && reads == 1
         && (variant.papers_lone_read()
@@ -41,13 +50,26 @@ pub(super) async fn validate(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
                 .objs
                 .iter()
                 .any(|o| o.access == Access::ReadOnly && o.proto.read_unlocked));
-    if reads == 0 || lone_read_settled || variant == FordVariant::SkipRoValidation {
-        return Ok(());
-    }
-    let papers_rule = c.proto.config().variant == FordVariant::VersionOnlyValidation;
+    !(reads == 0 || lone_read_settled || variant == FordVariant::SkipRoValidation)
+}
+
+/// The validation round over RDMA of the read-only objects `pick` selects (by index),
+/// in one round trip: fails if a version changed or a record is locked. Each picked
+/// object's 16-byte READ stays in `state.post` under `proto.read` ([`fetched`]).
+pub(crate) async fn validate_remote<P: FordBase>(
+    txn: &mut Txn<'_, P>,
+    pick: impl Fn(usize) -> bool,
+) -> Result<(), Abort> {
+    let c = &mut *txn.coord;
+    let writes = c.set.objs.iter().any(|o| o.access.writes());
+    let papers_rule = c.proto.ford_config().variant == FordVariant::VersionOnlyValidation;
     let post = &mut c.state.post;
     post.clear();
-    for o in c.set.objs.iter_mut().filter(|o| o.access == Access::ReadOnly) {
+    let mut reads = 0;
+    for (i, o) in c.set.objs.iter_mut().enumerate() {
+        if o.access != Access::ReadOnly || !pick(i) {
+            continue;
+        }
         let info = c.ctx.catalog.get(o.table).expect("table checked at add");
         let r = if papers_rule && !writes {
             o.proto.replica as usize
@@ -55,19 +77,29 @@ pub(super) async fn validate(txn: &mut Txn<'_, Ford>) -> Result<(), Abort> {
             0
         };
         o.proto.read = Some(post.read(info.ptr(r, o.proto.rel + VLOCK as u64), 16));
+        reads += 1;
     }
-    c.ctx.step(super::STEP_VALIDATE, reads as u32);
+    c.ctx.step(super::STEP_VALIDATE, reads);
     if c.ctx.post(&mut c.state.post).await.is_err() {
         return Err(Abort::new(AbortReason::Fault));
     }
     let post = &c.state.post;
-    for o in c.set.objs.iter().filter(|o| o.access == Access::ReadOnly) {
-        let b = post.bytes(o.proto.read.expect("validation posts a read"));
-        let vlock = u64::from_le_bytes(b[0..8].try_into().unwrap());
-        let version = u64::from_le_bytes(b[8..16].try_into().unwrap());
+    for (i, o) in c.set.objs.iter().enumerate() {
+        if o.access != Access::ReadOnly || !pick(i) {
+            continue;
+        }
+        let (vlock, version) = fetched(post, &o.proto);
         if version != o.proto.version || (!papers_rule && vlock != 0) {
             return Err(Abort::new(AbortReason::Validation));
         }
     }
     Ok(())
+}
+
+/// The `(vlock, version)` a validation READ of `obj` returned ([`validate_remote`]).
+pub(crate) fn fetched(post: &dmtx_verbs::Post, obj: &super::FordObj) -> (u64, u64) {
+    let b = post.bytes(obj.read.expect("validation posts a read"));
+    let vlock = u64::from_le_bytes(b[0..8].try_into().unwrap());
+    let version = u64::from_le_bytes(b[8..16].try_into().unwrap());
+    (vlock, version)
 }
