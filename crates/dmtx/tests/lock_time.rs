@@ -8,7 +8,7 @@ use dmtx::config::TransportKind;
 use dmtx::results::{BenchResult, ProtocolMetricResult};
 use dmtx::BenchArgs;
 
-const LOCKING: [&str; 3] = ["ford", "farm", "drtmh"];
+const LOCKING: [&str; 4] = ["ford", "farm", "drtmh", "fordlv"];
 
 /// §6.2.1's setup, scaled down: one hot record per read-write transaction, 16
 /// coordinators, on `sim` (the same numbers every run).

@@ -135,7 +135,10 @@ pub const CPU_STEPS: &[(&str, u64)] = &[
 /// FORD's figures come first, at FORD's indices: FORD's execution and commit add to
 /// them (re-reads, invisible re-read time, lock times).
 const FORD_METRICS: usize = 5;
-const _: () = assert!(ford::METRICS.len() == FORD_METRICS, "FORD-LV's table starts with all of FORD's figures");
+const _: () = assert!(
+    ford::METRICS.len() == FORD_METRICS,
+    "FORD-LV's table starts with all of FORD's figures"
+);
 /// Metric index: FORD's re-reads.
 pub const METRIC_REREADS: usize = ford::METRIC_REREADS;
 /// Metric index: read-only versions found in the Vcache (changed ones included).
