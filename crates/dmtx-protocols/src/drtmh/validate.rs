@@ -5,7 +5,7 @@ use dmtx_runtime::{Abort, AbortReason, Access, Txn};
 use dmtx_verbs::Post;
 
 use super::{Drtmh, DrtmhVariant};
-use crate::farm::FarmObj;
+use crate::farm::{FarmObj, LockTry};
 use crate::onever::record::{VERSION, VLOCK};
 
 /// Whether `o` is locked in this round: read-write and delete objects not locked yet
@@ -100,27 +100,25 @@ enum Taken {
     Refused,
 }
 
-/// Take the locks a completed round's CASes won (each with the version READ behind it).
+/// Take the locks a completed round's tries won (each CAS with the version READ behind
+/// it).
 fn take_locks(now: u64, wait_us: u64, post: &Post, objs: &mut [dmtx_runtime::Obj<FarmObj>]) -> Taken {
-    let (mut refused, mut wait, mut changed) = (false, true, false);
+    let (mut refused, mut wait, mut changed) = (false, false, false);
     for o in objs.iter_mut() {
-        let Some(cas) = o.proto.cas.take() else {
-            continue;
-        };
-        if post.old(cas) == 0 {
-            o.proto.holds.locked = true;
-            o.proto.holds.times.taken(now);
-            let b = post.bytes(o.proto.read.expect("a locked object's version is read"));
-            changed |= u64::from_le_bytes(b[..8].try_into().unwrap()) != o.proto.version;
-        } else {
-            refused = true;
-            wait &= o.proto.holds.times.may_wait(now, wait_us);
+        match crate::farm::lock_try_result(post, o, now, wait_us) {
+            None => {}
+            Some(LockTry::Taken) => {
+                let b = post.bytes(o.proto.read.expect("a locked object's version is read"));
+                changed |= u64::from_le_bytes(b[..8].try_into().unwrap()) != o.proto.version;
+            }
+            Some(LockTry::Waiting) => wait = true,
+            Some(LockTry::Refused) => refused = true,
         }
     }
     match (refused, wait) {
-        (false, _) => Taken::All { changed },
-        (true, true) => Taken::Waiting { changed },
-        (true, false) => Taken::Refused,
+        (true, _) => Taken::Refused,
+        (false, true) => Taken::Waiting { changed },
+        (false, false) => Taken::All { changed },
     }
 }
 
@@ -133,15 +131,9 @@ async fn wait_for_locks(txn: &mut Txn<'_, Drtmh>) -> Result<(), Abort> {
         let now = c.ctx.clock.now_ns();
         let post = &mut c.state.post;
         post.clear();
-        for o in c.set.objs.iter_mut() {
-            o.proto.read = None;
-            o.proto.cas = None;
-            if to_lock(o.access, &o.proto) {
-                let info = c.ctx.catalog.get(o.table).expect("table checked at add");
-                o.proto.cas = Some(post.cas(info.ptr(0, o.proto.rel + VLOCK as u64), 0, lock));
-                o.proto.read = Some(post.read(info.ptr(0, o.proto.rel + VERSION as u64), 8));
-                o.proto.holds.times.asking(now);
-            }
+        for o in c.set.objs.iter_mut().filter(|o| to_lock(o.access, &o.proto)) {
+            let info = c.ctx.catalog.get(o.table).expect("table checked at add");
+            crate::farm::post_lock_try(post, o, info, lock, now, true);
         }
         if c.ctx.post(&mut c.state.post).await.is_err() {
             crate::farm::give_back_unknown(txn);

@@ -407,6 +407,68 @@ impl FarmCoord {
     }
 }
 
+/// What a try at a record's lock did (the FaRM family's lock rounds).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum LockTry {
+    /// The CAS took the lock.
+    Taken,
+    /// The CAS was refused, or the polled lock word was read, and the wait mode
+    /// (`lock_wait_us`) keeps trying.
+    Waiting,
+    /// Refused: abort.
+    Refused,
+}
+
+/// Post a try at `o`'s lock (`o` not locked yet): its CAS, with an 8-byte READ of its
+/// version behind it when `version` (DrTM+H's lock&validate); or, while the wait mode
+/// polls the record ([`lock_time`]), an 8-byte READ of its lock word.
+pub(crate) fn post_lock_try(
+    post: &mut Post,
+    o: &mut dmtx_runtime::Obj<FarmObj>,
+    info: &dmtx_store::TableInfo,
+    lock: u64,
+    now: u64,
+    version: bool,
+) {
+    let p = &mut o.proto;
+    let vlock = info.ptr(0, p.rel + crate::onever::record::VLOCK as u64);
+    if p.holds.times.polling() {
+        p.cas = None;
+        p.read = Some(post.read(vlock, 8));
+        return;
+    }
+    p.cas = Some(post.cas(vlock, 0, lock));
+    p.read = version.then(|| post.read(info.ptr(0, p.rel + crate::onever::record::VERSION as u64), 8));
+    p.holds.times.asking(now);
+}
+
+/// What the try [`post_lock_try`] posted for `o` did, once `post` completed at `now`;
+/// `None` when it posted none. A taken lock is recorded in `o`'s holds.
+pub(crate) fn lock_try_result(
+    post: &Post,
+    o: &mut dmtx_runtime::Obj<FarmObj>,
+    now: u64,
+    wait_us: u64,
+) -> Option<LockTry> {
+    let p = &mut o.proto;
+    if p.holds.locked {
+        return None;
+    }
+    let waiting = |keep: bool| if keep { LockTry::Waiting } else { LockTry::Refused };
+    if p.holds.times.polling() {
+        let b = post.bytes(p.read.take()?);
+        let word = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+        return Some(waiting(p.holds.times.polled(word, now, wait_us)));
+    }
+    let cas = p.cas.take()?;
+    if post.old(cas) == 0 {
+        p.holds.locked = true;
+        p.holds.times.taken(now);
+        return Some(LockTry::Taken);
+    }
+    Some(waiting(p.holds.times.refused(now, wait_us)))
+}
+
 /// A lock round's post failed: which CASes ran is unknown, so give back, by CAS, every
 /// lock the round may have taken (a lock never got is left alone).
 pub(crate) fn give_back_unknown<P: RedoFamily>(txn: &mut Txn<'_, P>) {

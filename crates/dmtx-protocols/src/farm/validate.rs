@@ -3,7 +3,7 @@
 
 use dmtx_runtime::{Abort, AbortReason, Access, Txn};
 
-use super::{Farm, FarmVariant};
+use super::{Farm, FarmVariant, LockTry};
 use crate::onever::record::VLOCK;
 
 /// Lock: one `CAS(vlock, 0 → me)` on the primary of every read-write and delete object
@@ -35,8 +35,7 @@ async fn lock_round(txn: &mut Txn<'_, Farm>) -> Result<bool, Abort> {
         .filter(|o| o.access.writes() && !o.proto.holds.locked)
     {
         let info = c.ctx.catalog.get(o.table).expect("table checked at add");
-        o.proto.cas = Some(post.cas(info.ptr(0, o.proto.rel + VLOCK as u64), 0, lock));
-        o.proto.holds.times.asking(now);
+        super::post_lock_try(post, o, info, lock, now, false);
     }
     if post.is_empty() {
         return Ok(true);
@@ -45,26 +44,20 @@ async fn lock_round(txn: &mut Txn<'_, Farm>) -> Result<bool, Abort> {
         super::give_back_unknown(txn);
         return Err(Abort::new(AbortReason::Fault));
     }
-    let post = &c.state.post;
     let now = c.ctx.clock.now_ns();
     let wait_us = c.proto.config().lock_wait_us;
-    let (mut conflict, mut wait) = (false, true);
+    let (mut all, mut refused) = (true, false);
     for o in c.set.objs.iter_mut().filter(|o| o.access.writes()) {
-        if let Some(cas) = o.proto.cas.take() {
-            if post.old(cas) == 0 {
-                o.proto.holds.locked = true;
-                o.proto.holds.times.taken(now);
-            } else {
-                conflict = true;
-                wait &= o.proto.holds.times.may_wait(now, wait_us);
-            }
+        match super::lock_try_result(&c.state.post, o, now, wait_us) {
+            None | Some(LockTry::Taken) => {}
+            Some(LockTry::Waiting) => all = false,
+            Some(LockTry::Refused) => refused = true,
         }
     }
-    match (conflict, wait) {
-        (false, _) => Ok(true),
-        (true, true) => Ok(false),
-        (true, false) => Err(Abort::new(AbortReason::LockConflict)),
+    if refused {
+        return Err(Abort::new(AbortReason::LockConflict));
     }
+    Ok(all)
 }
 
 /// Validation: one 16-byte READ (`vlock` + `version`) of the primary per read-only

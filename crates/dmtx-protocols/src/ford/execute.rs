@@ -112,6 +112,10 @@ pub(crate) async fn execute<P: FordBase>(txn: &mut Txn<'_, P>) -> Result<(), Abo
                 Stage::Fetch if p.walk.reserving() => {
                     p.cas = Some(index_walk::post_reserve(post, info));
                 }
+                Stage::Fetch if p.holds.times.polling() => {
+                    // Wait mode: poll the lock word until it is clear (`lock_time`).
+                    p.read = Some(post.read(info.ptr(0, p.rel + VLOCK as u64), 8));
+                }
                 Stage::Fetch => {
                     if o.access.writes() && !p.holds.locked {
                         // A reserved overflow bucket is linked before its first slot is
@@ -217,12 +221,22 @@ pub(crate) async fn execute<P: FordBase>(txn: &mut Txn<'_, P>) -> Result<(), Abo
                     };
                     p.rel = rel;
                 }
+                Stage::Fetch if p.holds.times.polling() => {
+                    let b = post.bytes(p.read.expect("a poll posts a read"));
+                    let word = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+                    if p.holds.times.polled(word, now, wait_us) {
+                        waiting = true;
+                    } else {
+                        result = Err(abort(AbortReason::LockConflict));
+                    }
+                    continue;
+                }
                 Stage::Fetch => {
                     let v = SlotView(post.bytes(p.read.expect("fetch posts a read")));
                     if let Some(cas) = p.cas {
                         p.walk.linked();
                         if post.old(cas) != 0 {
-                            if access != Access::Insert && p.holds.times.may_wait(now, wait_us) {
+                            if access != Access::Insert && p.holds.times.refused(now, wait_us) {
                                 waiting = true;
                             } else {
                                 result = Err(abort(AbortReason::LockConflict));

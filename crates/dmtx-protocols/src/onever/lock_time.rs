@@ -21,10 +21,14 @@
 //!
 //! **Wait mode** (`lock_wait_us`, every lock-based one-version protocol's knob): 0 (the
 //! default) aborts on a failed lock, as end-to-end runs must (issue 27 item 3); a value
-//! above 0 re-posts the failed CAS, one round trip per try, until it wins or that many
-//! µs have passed since the record's first attempt, then aborts with `LockConflict`. The
-//! bound turns the deadlocks of multi-record transactions (each waiting on a lock the
-//! other holds) into aborts; the paper's one-record transactions never deadlock.
+//! above 0 waits for the record to be unlocked (§6.2.1's words): after a refused CAS the
+//! coordinator polls the lock word with 8-byte READs, one round trip each, and posts the
+//! CAS again once a READ finds it clear (test-and-test-and-set: waiters that kept
+//! re-posting CAS would queue at the NIC's atomic unit ahead of the holder's unlock and
+//! lengthen the very hold they measure). It gives up with `LockConflict` once that many
+//! µs have passed since the record's first attempt. The bound turns the deadlocks of
+//! multi-record transactions (each waiting on a lock the other holds) into aborts; the
+//! paper's one-record transactions never deadlock.
 //!
 //! Cost: two clock reads per locked record, one histogram add per figure at release.
 
@@ -74,6 +78,7 @@ pub struct LockMetrics {
 pub struct LockTimes {
     asked_ns: u64,
     taken_ns: u64,
+    polling: bool,
 }
 
 impl LockTimes {
@@ -91,10 +96,31 @@ impl LockTimes {
         self.taken_ns = now.max(1);
     }
 
-    /// Whether a failed attempt may be retried at `now` under `wait_us` (see the
-    /// module doc).
+    /// A CAS was refused at `now`: whether the wait mode (`wait_us`) keeps trying; if
+    /// so, the lock word is polled from now on ([`LockTimes::polling`]).
     #[inline]
-    pub fn may_wait(&self, now: u64, wait_us: u64) -> bool {
+    pub fn refused(&mut self, now: u64, wait_us: u64) -> bool {
+        self.polling = self.may_wait(now, wait_us);
+        self.polling
+    }
+
+    /// Whether the next try is a READ of the lock word (8 bytes) rather than a CAS.
+    #[inline]
+    pub fn polling(&self) -> bool {
+        self.polling
+    }
+
+    /// A poll READ found `word` at `now`: whether to keep waiting (the next try is the
+    /// CAS when the word was clear).
+    #[inline]
+    pub fn polled(&mut self, word: u64, now: u64, wait_us: u64) -> bool {
+        if word == 0 {
+            self.polling = false;
+        }
+        self.may_wait(now, wait_us)
+    }
+
+    fn may_wait(&self, now: u64, wait_us: u64) -> bool {
         wait_us > 0 && now.saturating_sub(self.asked_ns) < wait_us * 1000
     }
 }
@@ -124,9 +150,13 @@ mod tests {
         t.asking(1_000);
         t.asking(5_000);
         assert_eq!(t.asked_ns, 1_000, "a retry keeps the first attempt");
-        assert!(!t.may_wait(2_000, 0), "no wait mode: abort at once");
-        assert!(t.may_wait(2_000, 2), "1 µs into a 2 µs bound");
-        assert!(!t.may_wait(3_000, 2), "the bound has passed");
+        assert!(!t.refused(2_000, 0), "no wait mode: abort at once");
+        assert!(!t.polling());
+        assert!(t.refused(2_000, 2), "1 µs into a 2 µs bound");
+        assert!(t.polling(), "a refused lock is polled");
+        assert!(t.polled(7, 2_500, 2) && t.polling(), "still locked: poll again");
+        assert!(t.polled(0, 2_600, 2) && !t.polling(), "clear: the next try is the CAS");
+        assert!(!t.polled(7, 3_000, 2), "the bound has passed");
         t.taken(6_000);
         assert_eq!(t.taken_ns, 6_000);
     }
