@@ -25,8 +25,8 @@ fn knobs(set: &[&str]) -> Knobs {
     Knobs::parse(set.iter().copied()).expect("FORD-LV knobs")
 }
 
-/// `local`: `run_all` on `mem` (its `sim` determinism case runs two compute nodes,
-/// which `local` refuses), then the `sim` cases and determinism on one node here.
+/// `local`: `run_all` on `mem` and `tcp` (its `sim` determinism case runs two compute
+/// nodes, which `local` refuses), then the `sim` cases and determinism on one node here.
 #[test]
 fn fordlv_local_passes_the_suite() {
     let sets = vec![
@@ -37,7 +37,7 @@ fn fordlv_local_passes_the_suite() {
     ];
     let opts = Options {
         knob_sets: sets.clone(),
-        transports: vec![Transport::Mem],
+        transports: vec![Transport::Mem, Transport::Tcp],
         faults: Some(FORDLV_FAULTS),
         ..Options::default()
     };
