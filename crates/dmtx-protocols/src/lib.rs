@@ -21,4 +21,5 @@
 pub mod drtmh;
 pub mod farm;
 pub mod ford;
+pub mod motor;
 pub mod onever;

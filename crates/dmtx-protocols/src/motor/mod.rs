@@ -1,0 +1,552 @@
+//! Motor (Zhang et al., OSDI'24, `motor.txt`): multi-versioning on disaggregated
+//! memory with consecutive version tuples (CVTs), on one-sided verbs. Isolation:
+//! **serializable** (default) or **snapshot isolation** (`--set isolation=si`, §5.2).
+//!
+//! # Memory store (§4)
+//!
+//! A record is a CVT in a hash-bucket slot (so a bucket READ returns CVTs, §4.1) and a
+//! Vpkg in the table's value region; the old attributes of older versions are in an
+//! attribute bar, also in the value region (§4.2). All pointers are table-relative, so
+//! every replica holds the same bytes.
+//!
+//! ```text
+//! CVT (slot)  = header 40 B + VNum × Vcell 48 B          (VNum 4: 232 B)
+//!   header    = lock 8 | table id 4 + occupied 4 | key 8 | AttrBarPtr 8 | VpkgPtr 8
+//!   Vcell     = VcellSA 1 | Valid 1 | flags 1 | pad 1 | StartOffset 4 | Version 8
+//!             | writer txn id 8 | Bitmap 8 | attr check 8 | cell check 4 | pad 3 | VcellEA 1
+//! Vpkg        = VpkgSA (word) 8 | version 8 | check 8 | value (padded to 8) | VpkgEA (word) 8
+//! bar         = ABS bytes: the old attributes of successive versions, packed, as a ring
+//! value region = [64 B header][loaded Vpkgs][delta_spaces × delta_bytes delta spaces]
+//! ```
+//!
+//! Tear detector, beyond the paper's four one-byte anchors (`VcellSA/EA`,
+//! `VpkgSA/EA`, which catch a READ crossing one write boundary only): a 4-byte check in
+//! every Vcell over its other bytes, the version and an 8-byte checksum in every Vpkg,
+//! and an 8-byte checksum of every bar entry in the Vcell that describes it. Any mixture
+//! of old and new words in a CVT, a Vpkg or a bar entry fails one of them (except with
+//! probability about 2^-32 for a Vcell, 2^-64 otherwise). Cost per record: 12 B per
+//! Vcell + 16 B per Vpkg (the paper's anchors are 2 B each). The anchors-only check is
+//! kept as [`MotorVariant::AnchorsOnly`], which the tear tests catch.
+//!
+//! VNum is fixed for a run (§4.1): `vnum` (default 4, the paper's KVS and TPC-C value;
+//! §7.2 uses TATP 2, SmallBank 3), overridden per table by `vnum_tables=name:n,...`.
+//! The attribute bar size (ABS) is §4.2's formula over TotAttrSize frequencies
+//! ([`layout::attr_bar_bytes`]); with no sampled frequencies it is `VNum × value`
+//! (one TotAttrSize, the whole value, at frequency 1), or `bar_bytes` when set.
+//!
+//! # Protocol (§5.1–5.2)
+//!
+//! | phase | verbs |
+//! | --- | --- |
+//! | T_start | SR read-write: the raw counter; read-only (hinted) and every SI transaction: the completed-commit watermark |
+//! | execution round 1 | RO data: READ the CVT (cache hit) or the bucket (miss); RW data: CAS lock + READ CVT (hit) or bucket READ (miss); insert: CAS home-bucket insert lock + bucket READ |
+//! | execution round 2 | READ the old attributes, then the Vpkg; RW data found by bucket: CAS lock + re-READ of the CVT in front; insert: CAS lock + re-READ of the free CVT |
+//! | T_commit | after every lock is held |
+//! | validation (SR, RO data) | re-READ each RO CVT: abort if locked or V' ≠ V0 |
+//! | commit | per replica: Vpkg, bar entry, reclaimed Vcells, header, the new Vcell; unlock the primary (CAS owner → 0) |
+//!
+//! # Round trips per `execute()` + `commit()` (`MOTOR_BUDGET` in `tests/motor_rtt.rs`)
+//!
+//! | kind | RTTs | |
+//! | --- | --- | --- |
+//! | read-only | 2 | CVT, value; no validation |
+//! | read-write, no RO data | 3 | CVT (+lock), value, commit |
+//! | read-write with RO data | 4 SR / 3 SI | + validation in SR |
+//! | insert | 3 | bucket (+insert lock), CVT lock + re-read, commit |
+//! | delete | 3 | as read-write |
+//!
+//! An address-cache miss adds none (the bucket READ replaces the CVT READ). Timestamps
+//! are free with the default `ts=oracle` (one counter shared by every coordinator of the
+//! process, as Motor's code runs on its one CN); `ts=faa` takes them by FAA on a memory
+//! node, counted in `ts_rtts`, never in `rtts`.
+//!
+//! # Rules the paper leaves open, and the choices taken
+//!
+//! - **SI keeps first-committer-wins**: a read-write record whose (locked) CVT holds a
+//!   version above the snapshot aborts the transaction; SI drops only the RO-data
+//!   validation (and the early abort of RO data).
+//! - **Snapshots never miss a commit still being written**: read-only transactions and
+//!   every SI transaction read at the timestamp service's completed-commit watermark;
+//!   each first waits until the watermark passes the coordinator's own last commit
+//!   (session order; bounded, then `session_lag`). SR read-write transactions take the
+//!   raw counter: locks and validation cover their reads.
+//! - **A snapshot is inclusive**: `start_ts` is the largest version it may see (the
+//!   watermark, or the raw `T_start − 1`), as the checker reads it.
+//! - **Which Vcells are valid**: GC overwrites the oldest Vcell; a bar reclaim
+//!   invalidates every version up to the newest whose attributes it overwrote, so the
+//!   valid versions are always the newest of the record's history and "largest version
+//!   at or below the snapshot" is the snapshot's version; none at or below it is
+//!   `version_gone` (or absent, when the oldest kept is an insert into a fresh CVT).
+//! - **Bar entries are a ring**: StartOffset = the newest Vcell's StartOffset + its
+//!   entry's bytes, wrapping to 0 when the entry would pass ABS.
+//! - **The anchor** is one byte, the newest Vcell's plus one (wrapping); it is compared,
+//!   and the detector decides.
+//! - **Reads take attributes before the Vpkg** in their batch (issue 28 item 3).
+//! - **Inserts take the home bucket's insert lock** (the FORD index's) with the bucket
+//!   READ, so two inserts of one key never both find it absent; it is released with the
+//!   commit batch. A chain with no free CVT aborts `table_full` (no overflow linking).
+//! - **A read-write transaction that writes nothing** (no hint) validates its reads as
+//!   the RO data of a read-write one (SR), at a fresh timestamp.
+//!
+//! # Deviations
+//!
+//! - **Deletes write a tombstone Vcell** at T_commit (its Vpkg rewritten with the same
+//!   value and the new anchor) instead of invalidating V0 and rolling the full value
+//!   back (§5.1), which would make the previous version visible again. A deleted key
+//!   keeps its CVT; an insert of it later is a new version over the tombstone.
+//! - **Delta spaces**: each coordinator takes one of `delta_spaces` spaces of
+//!   `delta_bytes` in every table's value region at setup (handed out in process order);
+//!   bars and inserted Vpkgs come from it, and when it runs out the transaction aborts
+//!   `delta_full`, naming the knob (the paper asks the MN's CPU for more). The Vpkgs and
+//!   bars of deleted records are not reclaimed.
+//! - **Locks** hold the owner (`coordinator + 1`) and are released by CAS owner → 0.
+//!
+//! # Not done
+//!
+//! Coordinator-active GC's read-queue scheme (Fig. 4a), recovery hooks (§5.3 operation
+//! logs), the O2N/N2O and FaRMv2-DM baselines, overflow-bucket linking for inserts.
+
+mod exec;
+pub mod layout;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use dmtx_memnode::Control;
+use dmtx_runtime::named;
+use dmtx_runtime::timestamp::TimestampService;
+use dmtx_runtime::{
+    Abort, AbortReasonSpec, CoordCtx, FaaTimestamps, Isolation, KnobError, KnobSpec, Knobs, MetricKind,
+    MetricSpec, OracleTimestamps, Protocol, Result, Timestamps, Txn, TsKind,
+};
+use dmtx_store::SlotLayout;
+use dmtx_verbs::{MnId, Post};
+
+pub use layout::MotorLayout;
+
+/// Abort reason: the version the snapshot holds was reclaimed by GC.
+pub const R_VERSION_GONE: u8 = 0;
+/// Abort reason: a CVT holds a version newer than the snapshot (SR early abort, SI
+/// first-committer-wins, or a newer version in the re-read CVT).
+pub const R_NEWER: u8 = 1;
+/// Abort reason: the value did not match its version (anchors or detector).
+pub const R_ANCHOR: u8 = 2;
+/// Abort reason: the coordinator's delta space is full.
+pub const R_DELTA_FULL: u8 = 3;
+/// Abort reason: the watermark did not reach the coordinator's last commit in time.
+pub const R_SESSION_LAG: u8 = 4;
+
+/// Motor's own abort reasons.
+pub const ABORT_REASONS: &[AbortReasonSpec] = &[
+    AbortReasonSpec::new(
+        "version_gone",
+        true,
+        "the version the snapshot holds was reclaimed by GC (raise `vnum`)",
+    ),
+    AbortReasonSpec::new(
+        "newer_version",
+        true,
+        "a CVT held a version newer than the snapshot (early abort, first-committer-wins)",
+    ),
+    AbortReasonSpec::new(
+        "anchor_mismatch",
+        true,
+        "the value read did not match its version (anchors or tear detector)",
+    ),
+    AbortReasonSpec::new(
+        "delta_full",
+        false,
+        "the coordinator's delta space is full: raise `delta_bytes`",
+    ),
+    AbortReasonSpec::new(
+        "session_lag",
+        true,
+        "the watermark did not reach the coordinator's last commit in time",
+    ),
+];
+
+/// Metric: Vcells overwritten by GC (the oldest version, no free Vcell).
+pub const METRIC_GC_OVERWRITES: usize = 0;
+/// Metric: Vcells invalidated because a bar reclaim overwrote their attributes.
+pub const METRIC_BAR_RECLAIMS: usize = 1;
+/// Metric: reads that rebuilt an older version from bar attributes.
+pub const METRIC_OLD_READS: usize = 2;
+/// Metric: CVT re-reads after a torn READ.
+pub const METRIC_REREADS: usize = 3;
+
+/// Motor's figures.
+pub const METRICS: &[MetricSpec] = &[
+    MetricSpec::new(
+        "gc_overwrites",
+        MetricKind::Counter,
+        "Vcells of the oldest version overwritten because none was free",
+    ),
+    MetricSpec::new(
+        "bar_reclaims",
+        MetricKind::Counter,
+        "Vcells invalidated because a bar reclaim overwrote their attributes",
+    ),
+    MetricSpec::new(
+        "old_version_reads",
+        MetricKind::Counter,
+        "reads that rebuilt an older version from attribute-bar entries",
+    ),
+    MetricSpec::new("cvt_rereads", MetricKind::Counter, "CVT READs found torn and read again"),
+];
+
+/// Protocol variants. Every one but [`MotorVariant::Fixed`] is deliberately broken and
+/// exists only so tests can show the checks catch it.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum MotorVariant {
+    /// As documented.
+    #[default]
+    Fixed,
+    /// The paper's four anchors only: no detector (tears pass).
+    AnchorsOnly,
+    /// SR without validating the RO data of read-write transactions.
+    NoRoValidation,
+    /// Read-only transactions take T_start from the raw counter, not the watermark.
+    RawStartForRo,
+    /// SI without first-committer-wins: a RW record newer than the snapshot is
+    /// overwritten.
+    SiNoFirstCommitterWins,
+}
+
+/// Motor's settings.
+#[derive(Clone, Debug)]
+pub struct MotorConfig {
+    /// Snapshot isolation instead of serializability.
+    pub si: bool,
+    /// Timestamp kind (`oracle` or `faa`).
+    pub ts: TsKind,
+    /// Re-reads of a torn CVT before aborting.
+    pub reread_max: u32,
+    /// Test-only variant.
+    pub variant: MotorVariant,
+}
+
+const ISOLATION: KnobSpec = KnobSpec {
+    name: "isolation",
+    default: "sr",
+    help: "sr (serializable) or si (snapshot isolation, §5.2)",
+};
+const VNUM: KnobSpec = KnobSpec {
+    name: "vnum",
+    default: "4",
+    help: "Vcells per CVT (VNum, §4.1), fixed for the run; 2..=15",
+};
+const VNUM_TABLES: KnobSpec = KnobSpec {
+    name: "vnum_tables",
+    default: "",
+    help: "per-table VNum overrides: name:n,name:n",
+};
+const DELTA_BYTES: KnobSpec = KnobSpec {
+    name: "delta_bytes",
+    default: "16384",
+    help: "bytes of each coordinator's delta space in each table (attribute bars, inserted Vpkgs)",
+};
+const DELTA_SPACES: KnobSpec = KnobSpec {
+    name: "delta_spaces",
+    default: "64",
+    help: "delta spaces reserved in each table's value region: at least the run's coordinators",
+};
+const BAR_BYTES: KnobSpec = KnobSpec {
+    name: "bar_bytes",
+    default: "0",
+    help: "attribute-bar size (ABS) override in bytes; 0: VNum × value size",
+};
+const TS: KnobSpec = KnobSpec {
+    name: "ts",
+    default: "oracle",
+    help: "timestamps: oracle (CN-hosted counter, free) or faa (FAA on memory node 0)",
+};
+const REREAD_MAX: KnobSpec = KnobSpec {
+    name: "reread_max",
+    default: "4",
+    help: "re-reads of a torn CVT before the transaction aborts",
+};
+
+/// Name of the `faa` timestamp area.
+const TS_AREA: &str = "motor/timestamps";
+
+/// The Motor protocol.
+#[derive(Debug)]
+pub struct Motor {
+    cfg: MotorConfig,
+    layout: MotorLayout,
+    oracle: OracleTimestamps,
+    /// Delta spaces handed out in this process.
+    spaces: AtomicU32,
+}
+
+impl Motor {
+    /// Motor with `cfg` and `layout`.
+    pub fn new(cfg: MotorConfig, layout: MotorLayout) -> Self {
+        Self {
+            cfg,
+            layout,
+            oracle: OracleTimestamps::new(),
+            spaces: AtomicU32::new(0),
+        }
+    }
+
+    /// Motor from knobs with a test-only `variant`.
+    pub fn with_variant(knobs: &Knobs, variant: MotorVariant) -> std::result::Result<Self, KnobError> {
+        let mut m = Self::from_knobs(knobs)?;
+        m.cfg.variant = variant;
+        Ok(m)
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &MotorConfig {
+        &self.cfg
+    }
+
+    /// The layout.
+    pub fn motor_layout(&self) -> &MotorLayout {
+        &self.layout
+    }
+}
+
+fn parse_vnum_tables(s: &str) -> std::result::Result<Vec<(String, u32)>, KnobError> {
+    let bad = |why: String| KnobError::Invalid {
+        key: VNUM_TABLES.name.into(),
+        value: s.into(),
+        why,
+    };
+    let mut out = Vec::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        let (name, n) = part
+            .split_once(':')
+            .ok_or_else(|| bad(format!("`{part}` is not name:n")))?;
+        let n: u32 = n.parse().map_err(|_| bad(format!("`{n}` is not a number")))?;
+        if !(2..=15).contains(&n) {
+            return Err(bad(format!("VNum {n} of `{name}` is outside 2..=15")));
+        }
+        out.push((name.to_owned(), n));
+    }
+    Ok(out)
+}
+
+/// A writer's hold on a lock word.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Hold {
+    #[default]
+    Free,
+    Held,
+    /// The CAS failed as a verb: it may have applied.
+    Maybe,
+}
+
+/// Where an object is in its execution.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Stage {
+    #[default]
+    New,
+    /// Read bucket `.0` of the key's chain.
+    Bucket(u64),
+    /// Read the CVT at `rel` (cache hit, or a torn read again).
+    Cvt,
+    /// Read the value (and lock + re-read the CVT where still unlocked).
+    Value,
+    Done,
+}
+
+/// Motor's per-object state.
+#[derive(Debug, Default)]
+pub struct MotorObj {
+    pub(crate) stage: Stage,
+    pub(crate) rel: Option<u64>,
+    pub(crate) hold: Hold,
+    /// Home bucket whose insert lock this object holds (or may hold).
+    pub(crate) bucket_lock: Option<(u64, Hold)>,
+    /// An insert sharing a sibling's bucket lock.
+    pub(crate) shares_bucket_lock: bool,
+    /// The CVT as last read.
+    pub(crate) cvt: layout::Cvt,
+    /// The version read (V0), `None` for an insert into a fresh CVT.
+    pub(crate) v0: Option<layout::Vcell>,
+    /// An insert into a free CVT.
+    pub(crate) fresh: bool,
+    /// Offset of the old full value in `MotorCoord::old`.
+    pub(crate) old_at: usize,
+    pub(crate) rereads: u32,
+}
+
+/// Motor's per-coordinator state.
+pub struct MotorCoord {
+    pub(crate) ts: Timestamps,
+    /// Lock word: `global id + 1`.
+    pub(crate) me: u64,
+    /// Per table id: (next free, end) of this coordinator's delta space, table-relative.
+    pub(crate) delta: Vec<(u64, u64)>,
+    /// The largest timestamp this coordinator's transactions committed or validated at:
+    /// its next watermark snapshot waits for it.
+    pub(crate) session_floor: u64,
+    /// Old full values of written objects.
+    pub(crate) old: Vec<u8>,
+    pub(crate) bg: Post,
+}
+
+impl Protocol for Motor {
+    type CoordState = MotorCoord;
+    type ObjState = MotorObj;
+    type CnState = ();
+    type ThreadState = ();
+
+    const NAME: &'static str = "motor";
+    const ABOUT: &'static str =
+        "Motor (OSDI'24): multi-versioning in consecutive version tuples, SR or SI (`isolation=si`)";
+    const KNOBS: &'static [KnobSpec] = &[
+        ISOLATION,
+        VNUM,
+        VNUM_TABLES,
+        DELTA_BYTES,
+        DELTA_SPACES,
+        BAR_BYTES,
+        TS,
+        REREAD_MAX,
+    ];
+    const ABORT_REASONS: &'static [AbortReasonSpec] = ABORT_REASONS;
+    const METRICS: &'static [MetricSpec] = METRICS;
+
+    fn from_knobs(knobs: &Knobs) -> std::result::Result<Self, KnobError> {
+        let si = match knobs.get::<String>(&ISOLATION)?.as_str() {
+            "sr" => false,
+            "si" => true,
+            other => {
+                return Err(KnobError::Invalid {
+                    key: ISOLATION.name.into(),
+                    value: other.into(),
+                    why: "must be `sr` or `si`".into(),
+                })
+            }
+        };
+        let vnum = knobs.get_checked(&VNUM, |v: u32| {
+            if (2..=15).contains(&v) {
+                Ok(())
+            } else {
+                Err("must be in 2..=15 (§7.2's range)".into())
+            }
+        })?;
+        let ts: TsKind = knobs.get(&TS)?;
+        if !matches!(ts, TsKind::Oracle | TsKind::Faa) {
+            return Err(KnobError::Invalid {
+                key: TS.name.into(),
+                value: ts.name().into(),
+                why: "Motor runs `oracle` or `faa` timestamps".into(),
+            });
+        }
+        let delta_bytes = knobs.get_checked(&DELTA_BYTES, |v: u64| {
+            if v >= 1024 && v.is_multiple_of(8) {
+                Ok(())
+            } else {
+                Err("must be a multiple of 8, at least 1024".into())
+            }
+        })?;
+        let delta_spaces = knobs.get_checked(&DELTA_SPACES, |v: u32| {
+            if v >= 1 {
+                Ok(())
+            } else {
+                Err("must be at least 1".into())
+            }
+        })?;
+        let bar_bytes = knobs.get_checked(&BAR_BYTES, |v: u32| {
+            if v.is_multiple_of(8) {
+                Ok(())
+            } else {
+                Err("must be a multiple of 8".into())
+            }
+        })?;
+        let layout = MotorLayout {
+            vnum,
+            vnum_tables: parse_vnum_tables(&knobs.get::<String>(&VNUM_TABLES)?)?,
+            delta_bytes,
+            delta_spaces,
+            bar_bytes,
+        };
+        Ok(Self::new(
+            MotorConfig {
+                si,
+                ts,
+                reread_max: knobs.get(&REREAD_MAX)?,
+                variant: MotorVariant::Fixed,
+            },
+            layout,
+        ))
+    }
+
+    fn isolation(&self) -> Isolation {
+        if self.cfg.si {
+            Isolation::SnapshotIsolation
+        } else {
+            Isolation::Serializable
+        }
+    }
+
+    fn layout(&self) -> &dyn SlotLayout {
+        &self.layout
+    }
+
+    fn setup_run(&self, control: &dyn Control) -> Result<()> {
+        if self.cfg.ts == TsKind::Faa {
+            let area = named::alloc_and_publish(control, TS_AREA, MnId(0), FaaTimestamps::AREA_BYTES, 8, &[])?;
+            control.load(area.at.mn, area.at.offset, &vec![0; FaaTimestamps::AREA_BYTES as usize])?;
+        }
+        Ok(())
+    }
+
+    fn coord_state(&self, ctx: &CoordCtx, control: &dyn Control) -> Result<MotorCoord> {
+        let ts = match self.cfg.ts {
+            TsKind::Faa => Timestamps::Faa(FaaTimestamps::at(named::fetch(control, TS_AREA)?.at)),
+            _ => Timestamps::Oracle(self.oracle.clone()),
+        };
+        ts.attach(ctx).expect("oracle and faa timestamps attach anywhere");
+        let space = self.spaces.fetch_add(1, Ordering::Relaxed);
+        let mut delta = Vec::new();
+        for info in ctx.catalog.iter() {
+            let id = info.meta.id as usize;
+            if delta.len() <= id {
+                delta.resize(id + 1, (0, 0));
+            }
+            let Some(region) = info.shape.value_region else {
+                continue;
+            };
+            let area = self.layout.delta_area_bytes();
+            if space >= self.layout.delta_spaces || area > region.bytes {
+                return Err(dmtx_store::StoreError::ValueRegionFull {
+                    table: info.meta.name.clone(),
+                    bytes: region.bytes,
+                    asked: self.layout.delta_bytes,
+                    free: 0,
+                    fix: format!(
+                        "coordinator {} needs delta space #{space} and the table reserves {}: raise \
+                         `delta_spaces` to at least the run's coordinators",
+                        ctx.id, self.layout.delta_spaces
+                    ),
+                }
+                .into());
+            }
+            let base = region.offset + region.bytes - area + space as u64 * self.layout.delta_bytes;
+            delta[id] = (base, base + self.layout.delta_bytes);
+        }
+        Ok(MotorCoord {
+            ts,
+            me: ctx.id.global() + 1,
+            delta,
+            session_floor: 0,
+            old: Vec::new(),
+            bg: Post::new(),
+        })
+    }
+
+    async fn execute(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+        exec::execute(txn.coord).await
+    }
+
+    async fn commit(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+        exec::commit(txn.coord).await
+    }
+
+    fn abort(txn: &mut Txn<'_, Self>) {
+        exec::release_in_background(txn.coord);
+    }
+}
