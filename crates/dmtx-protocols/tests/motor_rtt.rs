@@ -13,20 +13,20 @@ const SR_BUDGET: [RttBudget; 11] = [
     RttBudget::new(TxnKind::ReadOnlyOne, Cache::Cold, 2, 0),
     RttBudget::new(TxnKind::ReadOnlyMany, Cache::Warm, 2, 0),
     RttBudget::new(TxnKind::ReadOnlyMany, Cache::Cold, 2, 0),
-    RttBudget::new(TxnKind::ReadWrite, Cache::Warm, 2, 1),
-    RttBudget::new(TxnKind::ReadWrite, Cache::Cold, 2, 1),
-    RttBudget::new(TxnKind::ReadWriteWithRo, Cache::Warm, 2, 2),
-    RttBudget::new(TxnKind::ReadWriteWithRo, Cache::Cold, 2, 2),
-    RttBudget::new(TxnKind::Insert, Cache::Cold, 2, 1),
-    RttBudget::new(TxnKind::Delete, Cache::Warm, 2, 1),
-    RttBudget::new(TxnKind::Delete, Cache::Cold, 2, 1),
+    RttBudget::new(TxnKind::ReadWrite, Cache::Warm, 2, 1).background(1),
+    RttBudget::new(TxnKind::ReadWrite, Cache::Cold, 2, 1).background(1),
+    RttBudget::new(TxnKind::ReadWriteWithRo, Cache::Warm, 2, 2).background(1),
+    RttBudget::new(TxnKind::ReadWriteWithRo, Cache::Cold, 2, 2).background(1),
+    RttBudget::new(TxnKind::Insert, Cache::Cold, 2, 1).background(1),
+    RttBudget::new(TxnKind::Delete, Cache::Warm, 2, 1).background(1),
+    RttBudget::new(TxnKind::Delete, Cache::Cold, 2, 1).background(1),
 ];
 
 const SI_BUDGET: [RttBudget; 4] = [
     RttBudget::new(TxnKind::ReadOnlyMany, Cache::Cold, 2, 0),
-    RttBudget::new(TxnKind::ReadWrite, Cache::Warm, 2, 1),
-    RttBudget::new(TxnKind::ReadWriteWithRo, Cache::Warm, 2, 1),
-    RttBudget::new(TxnKind::ReadWriteWithRo, Cache::Cold, 2, 1),
+    RttBudget::new(TxnKind::ReadWrite, Cache::Warm, 2, 1).background(1),
+    RttBudget::new(TxnKind::ReadWriteWithRo, Cache::Warm, 2, 1).background(1),
+    RttBudget::new(TxnKind::ReadWriteWithRo, Cache::Cold, 2, 1).background(1),
 ];
 
 fn make<'a>(knobs: &'a [&'a str]) -> impl Fn() -> Motor + 'a {

@@ -177,7 +177,8 @@ pub(crate) async fn execute(c: &mut Coordinator<Motor>) -> Result<(), Abort> {
                         // Old attributes first, then the Vpkg (module doc).
                         op.attrs_from = attr_reads.len();
                         let attrs = &info.meta.attrs;
-                        for cell in layout::newer_than(&o.proto.cvt, v0.version) {
+                        let _ = v0;
+                        for cell in &o.proto.chain {
                             let len = attrs_bytes(attrs, o.value_len, cell.bitmap) as usize;
                             if len > 0 {
                                 attr_reads.push(post.read(info.ptr(0, o.proto.cvt.bar + cell.start as u64), len));
@@ -346,8 +347,9 @@ fn on_round(
                 let mut value = layout::vpkg_value(bytes, value_len).to_vec();
                 let attrs = info.meta.attrs.clone();
                 let mut k = op.attrs_from;
-                let newer = layout::newer_than(&o.proto.cvt, v0.version);
-                for cell in &newer {
+                let _ = v0;
+                let newer = &o.proto.chain;
+                for cell in newer {
                     let len = attrs_bytes(&attrs, value_len, cell.bitmap);
                     if len == 0 {
                         continue;
@@ -456,6 +458,7 @@ fn on_cvt(
             (_, Some(v)) => o.version_read = Some(v.writer),
         }
         o.proto.v0 = newest;
+        o.proto.chain.clear();
         o.proto.fresh = newest.is_none();
     } else {
         if early_abort && newest.is_some_and(|v| v.version > snap) {
@@ -467,14 +470,15 @@ fn on_cvt(
                 o.read_absent = true;
                 return Err(abort(AbortReason::NotFound));
             }
-            Pick::Version(v) if v.tombstone() => {
+            Pick::Version(v, _) if v.tombstone() => {
                 o.read_absent = true;
                 o.version_read = Some(v.writer);
                 return Err(abort(AbortReason::NotFound));
             }
-            Pick::Version(v) => {
+            Pick::Version(v, chain) => {
                 o.version_read = Some(v.writer);
                 o.proto.v0 = Some(v);
+                o.proto.chain = chain;
             }
         }
     }
@@ -540,7 +544,7 @@ async fn validate_ro(c: &mut Coordinator<Motor>, t: u64) -> Result<(), Abort> {
             return Err(abort(AbortReason::Validation));
         }
         let now = match layout::pick(&cvt, t - 1) {
-            Pick::Version(v) => Some(v.version),
+            Pick::Version(v, _) => Some(v.version),
             _ => None,
         };
         if now != o.proto.v0.map(|v| v.version) {
@@ -581,7 +585,6 @@ async fn commit_at(c: &mut Coordinator<Motor>, cts: &CommitTs, validate: bool) -
     }
     c.ctx.metric(METRIC_GC_OVERWRITES, gc.0);
     c.ctx.metric(METRIC_BAR_RECLAIMS, gc.1);
-    let me = c.state.me;
     let mut post = Post::new();
     for tries in 0..INSTALL_TRIES_MAX {
         if tries > 0 {
@@ -598,25 +601,10 @@ async fn commit_at(c: &mut Coordinator<Motor>, cts: &CommitTs, validate: bool) -
                 }
             }
         }
-        // Unlocks last: the primaries' CVT locks, then the insert locks.
-        for ins in &installs {
-            let o = &c.set.objs[ins.i];
-            let info = catalog.get(o.table).unwrap();
-            post.cas(info.ptr(0, o.proto.rel.unwrap() + H_LOCK as u64), me, 0);
-        }
-        for o in &c.set.objs {
-            if let Some((home, hold)) = o.proto.bucket_lock {
-                if hold != Hold::Free {
-                    let info = catalog.get(o.table).unwrap();
-                    post.cas(info.ptr(0, info.shape.bucket_off(home) + BUCKET_LOCK_OFFSET), me, 0);
-                }
-            }
-        }
         if c.ctx.post(&mut post).await.is_ok() {
-            for o in &mut c.set.objs {
-                o.proto.hold = Hold::Free;
-                o.proto.bucket_lock = None;
-            }
+            // Unlocked once every replica acknowledged (module doc, "Deviations"),
+            // in the background; the locks' owners are recorded for the release.
+            release_in_background(c);
             return Ok(());
         }
     }
@@ -663,24 +651,35 @@ fn prepare(
     let mut header = None;
     let mut reclaimed = Vec::new();
     let mut packed = Vec::new();
-    let abs = c.proto.layout.bar_bytes_of(vnum, value_len).max(value_len);
+    let mut bar_bytes = cvt.bar_bytes;
     if len > 0 {
-        if bar == 0 {
-            bar = alloc_delta(&mut c.state.delta, table, abs as usize)?;
-            header = Some(H_BAR);
+        let samples = &mut c.state.samples[table as usize];
+        match samples.iter_mut().find(|s| s.0 == len) {
+            Some(s) => s.1 += 1,
+            None => samples.push((len, 1)),
         }
-        let n = newest.unwrap();
-        start = n.start + attrs_bytes(attrs, value_len, n.bitmap);
-        if start + len > abs {
-            start = 0;
-        }
-        // Coordinator-active GC (§4.3): entries the new one overwrites are reclaimed,
-        // and with them every version up to the newest reclaimed.
         let mut cut = None;
-        for v in &cvt.cells {
-            let l = attrs_bytes(attrs, value_len, v.bitmap);
-            if v.index != target && l > 0 && v.start < start + len && start < v.start + l {
-                cut = Some(cut.map_or(v.version, |c: u64| c.max(v.version)));
+        if bar == 0 || len > bar_bytes {
+            // A record's first update, or attributes the bar cannot hold at all: a new
+            // bar, sized from the sizes sampled so far; the versions whose attributes are
+            // in the old one are reclaimed with it.
+            bar_bytes = c.proto.layout.bar_bytes_for(vnum, samples, len);
+            bar = alloc_delta(&mut c.state.delta, table, bar_bytes as usize)?;
+            header = Some(H_BAR);
+            cut = cvt.cells.iter().filter(|v| v.index != target).map(|v| v.version).max();
+        } else {
+            let n = newest.unwrap();
+            start = n.start + attrs_bytes(attrs, value_len, n.bitmap);
+            if start + len > bar_bytes {
+                start = 0;
+            }
+            // Coordinator-active GC (§4.3): entries the new one overwrites are reclaimed,
+            // and with them every version up to the newest reclaimed.
+            for v in &cvt.cells {
+                let l = attrs_bytes(attrs, value_len, v.bitmap);
+                if v.index != target && l > 0 && v.start < start + len && start < v.start + l {
+                    cut = Some(cut.map_or(v.version, |c: u64| c.max(v.version)));
+                }
             }
         }
         if let Some(cut) = cut {
@@ -713,10 +712,12 @@ fn prepare(
     }
     if fresh {
         let mut h = vec![0u8; layout::HEADER_BYTES];
-        layout::encode_header(table, c.set.objs[i].key, 0, vpkg, &mut h);
+        layout::encode_header(table, c.set.objs[i].key, bar, bar_bytes, vpkg, &mut h);
         writes.push((rel + 8, h[8..].to_vec()));
     } else if header.is_some() {
-        writes.push((rel + H_BAR as u64, bar.to_le_bytes().to_vec()));
+        let mut h = vec![0u8; layout::HEADER_BYTES];
+        layout::encode_header(table, c.set.objs[i].key, bar, bar_bytes, vpkg, &mut h);
+        writes.push((rel + 8, h[8..H_BAR + 8].to_vec()));
     }
     let flags = if tomb {
         TOMBSTONE
@@ -735,6 +736,7 @@ fn prepare(
         writer: c.set.txn_id,
         bitmap,
         attr_check: layout::attr_check(t, &packed),
+        prev: if fresh { 0 } else { newest.map_or(0, |n| n.version) },
     };
     let mut cb = vec![0u8; layout::VCELL_BYTES];
     cell.encode(&mut cb);

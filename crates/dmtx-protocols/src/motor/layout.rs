@@ -10,7 +10,8 @@ use crate::onever::tear::checksum;
 
 /// Header: lock word (owner `coordinator + 1`, 0 free).
 pub const H_LOCK: usize = 0;
-/// Header: table id (`u32`) and the occupied flag (`u32`, 1 once a key was placed).
+/// Header: table id (bits 0..32), the occupied flag (bit 32, set once a key was placed)
+/// and the attribute bar's size in bytes (bits 40..64).
 pub const H_TABLE: usize = 8;
 /// Header: key.
 pub const H_KEY: usize = 16;
@@ -22,7 +23,7 @@ pub const H_VPKG: usize = 32;
 pub const HEADER_BYTES: usize = 40;
 
 /// Bytes of one Vcell.
-pub const VCELL_BYTES: usize = 48;
+pub const VCELL_BYTES: usize = 56;
 /// Vcell: VcellSA.
 const C_SA: usize = 0;
 /// Vcell: Valid.
@@ -39,10 +40,12 @@ const C_WRITER: usize = 16;
 const C_BITMAP: usize = 24;
 /// Vcell: checksum of the old attributes this version moved into the bar.
 const C_ATTR_CHECK: usize = 32;
+/// Vcell: the version this one replaced (its predecessor in the record's history).
+const C_PREV: usize = 40;
 /// Vcell: checksum of the cell's other bytes (`u32`).
-const C_CHECK: usize = 40;
+const C_CHECK: usize = 48;
 /// Vcell: VcellEA.
-const C_EA: usize = 47;
+const C_EA: usize = 55;
 
 /// Vcell flag: the version is a delete.
 pub const TOMBSTONE: u8 = 1;
@@ -95,6 +98,8 @@ pub struct Vcell {
     pub bitmap: u64,
     /// Checksum of the old attributes in the bar.
     pub attr_check: u64,
+    /// The version this one replaced (0 for a [`FIRST`] one).
+    pub prev: u64,
 }
 
 impl Vcell {
@@ -114,6 +119,7 @@ impl Vcell {
         put(out, C_WRITER, self.writer);
         put(out, C_BITMAP, self.bitmap);
         put(out, C_ATTR_CHECK, self.attr_check);
+        put(out, C_PREV, self.prev);
         out[C_EA] = self.anchor;
         let check = cell_check(out);
         out[C_CHECK..C_CHECK + 4].copy_from_slice(&check.to_le_bytes());
@@ -122,7 +128,7 @@ impl Vcell {
 
 /// The check of a cell's bytes other than the check itself.
 fn cell_check(cell: &[u8]) -> u32 {
-    let mut head = [0u8; 48];
+    let mut head = [0u8; VCELL_BYTES];
     head[..C_CHECK].copy_from_slice(&cell[..C_CHECK]);
     head[C_EA] = cell[C_EA];
     let h = checksum(word(&head, 0), word(&head, 8), word(&head, 16), &head[24..]);
@@ -150,6 +156,7 @@ pub fn decode_cell(cvt: &[u8], index: usize) -> Option<std::result::Result<Vcell
         writer: word(c, C_WRITER),
         bitmap: word(c, C_BITMAP),
         attr_check: word(c, C_ATTR_CHECK),
+        prev: word(c, C_PREV),
     }))
 }
 
@@ -164,6 +171,8 @@ pub struct Cvt {
     pub key: u64,
     /// AttrBarPtr (0 = none).
     pub bar: u64,
+    /// Bytes of the attribute bar.
+    pub bar_bytes: u32,
     /// VpkgPtr.
     pub vpkg: u64,
     /// Its valid Vcells.
@@ -177,7 +186,8 @@ impl Cvt {
     pub fn decode(bytes: &[u8], vnum: u32) -> std::result::Result<Cvt, ()> {
         let mut cvt = Cvt {
             lock: word(bytes, H_LOCK),
-            occupied: word(bytes, H_TABLE) >> 32 != 0,
+            occupied: word(bytes, H_TABLE) >> 32 & 1 != 0,
+            bar_bytes: (word(bytes, H_TABLE) >> 40) as u32,
             key: word(bytes, H_KEY),
             bar: word(bytes, H_BAR),
             vpkg: word(bytes, H_VPKG),
@@ -211,38 +221,61 @@ impl Cvt {
 }
 
 /// What a snapshot `snap` (inclusive) sees of a CVT.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Pick {
-    /// The version the snapshot holds.
-    Version(Vcell),
-    /// The key did not exist at the snapshot (no version at or below it, and the oldest
-    /// kept is an insert into a fresh CVT, or there is none).
+    /// The version the snapshot holds, and the Vcells from the newest seen down to (not
+    /// including) it, newest first: their old attributes rebuild it from the newest
+    /// full value.
+    Version(Vcell, Vec<Vcell>),
+    /// The key did not exist at the snapshot.
     Absent,
-    /// The version the snapshot holds was reclaimed.
+    /// The version the snapshot holds, or one between it and the newest, is not among
+    /// the cells read (reclaimed by GC, or overwritten while the CVT was being read).
     Gone,
 }
 
-/// The version `snap` sees: the largest valid version `<= snap`. The valid versions of
-/// a CVT are always the newest ones of its history (GC reclaims the oldest first, and a
-/// bar reclaim invalidates every version up to the newest reclaimed), so the largest
-/// one at or below `snap` is the snapshot's.
+/// The version `snap` sees, from cells that need not be one moment's: a READ racing
+/// writers may return some cells before and some after a GC overwrote them. Every cell
+/// names the version it replaced (`prev`), so the choice rests on what the cells prove
+/// (every version `<= snap` was installed before the READ began):
+/// - no cell holds a version above `snap`: the snapshot's version was never overwritten
+///   while being read (a version above `snap` would show where it was), so it is the
+///   largest seen;
+/// - some do: the one whose `prev <= snap` is the snapshot version's successor, so its
+///   `prev` names the snapshot's version (or, for a [`FIRST`] successor, the key's
+///   absence); the successor not seen, or the version it names not seen, is `Gone`.
+///
+/// The chain from the newest seen cell down to the snapshot's version must be complete
+/// (each cell's `prev` seen), or the value cannot be rebuilt: `Gone`.
 pub fn pick(cvt: &Cvt, snap: u64) -> Pick {
-    if let Some(c) = cvt.cells.iter().filter(|c| c.version <= snap).max_by_key(|c| c.version) {
-        return Pick::Version(*c);
+    let find = |v: u64| cvt.cells.iter().find(|c| c.version == v).copied();
+    let v = if cvt.cells.iter().all(|c| c.version <= snap) {
+        match cvt.newest() {
+            None => return Pick::Absent,
+            Some(v) => *v,
+        }
+    } else {
+        let Some(succ) = cvt.cells.iter().find(|c| c.version > snap && c.prev <= snap) else {
+            return Pick::Gone;
+        };
+        if succ.flags & FIRST != 0 {
+            return Pick::Absent;
+        }
+        match find(succ.prev) {
+            Some(v) => v,
+            None => return Pick::Gone,
+        }
+    };
+    let mut chain = Vec::new();
+    let mut cur = *cvt.newest().unwrap();
+    while cur.version != v.version {
+        chain.push(cur);
+        match find(cur.prev) {
+            Some(p) if p.version < cur.version => cur = p,
+            _ => return Pick::Gone,
+        }
     }
-    match cvt.oldest() {
-        None => Pick::Absent,
-        Some(o) if o.flags & FIRST != 0 => Pick::Absent,
-        Some(_) => Pick::Gone,
-    }
-}
-
-/// The Vcells whose old attributes rebuild version `v` from the newest full value,
-/// newest first.
-pub fn newer_than(cvt: &Cvt, v: u64) -> Vec<Vcell> {
-    let mut cells: Vec<Vcell> = cvt.cells.iter().filter(|c| c.version > v).copied().collect();
-    cells.sort_by_key(|c| std::cmp::Reverse(c.version));
-    cells
+    Pick::Version(v, chain)
 }
 
 /// Write a Vpkg for `value` at `version` with `anchor` into `out` ([`vpkg_bytes`]).
@@ -304,9 +337,13 @@ pub fn entry_bytes(attrs: &[Attr], value_bytes: u32, c: &Vcell) -> u32 {
     attrs_bytes(attrs, value_bytes, c.bitmap)
 }
 
-/// The CVT header of a record.
-pub fn encode_header(table: u32, key: u64, bar: u64, vpkg: u64, out: &mut [u8]) {
-    put(out, H_TABLE, table as u64 | 1 << 32);
+/// Most bytes of an attribute bar (24 bits of the header word).
+pub const BAR_BYTES_MAX: u32 = (1 << 24) - 1;
+
+/// The CVT header of a record whose bar (at `bar`) has `bar_bytes`.
+pub fn encode_header(table: u32, key: u64, bar: u64, bar_bytes: u32, vpkg: u64, out: &mut [u8]) {
+    assert!(bar_bytes <= BAR_BYTES_MAX, "an attribute bar of {bar_bytes} bytes");
+    put(out, H_TABLE, table as u64 | 1 << 32 | (bar_bytes as u64) << 40);
     put(out, H_KEY, key);
     put(out, H_BAR, bar);
     put(out, H_VPKG, vpkg);
@@ -349,7 +386,7 @@ pub struct MotorLayout {
     pub delta_bytes: u64,
     /// Delta spaces reserved in each table.
     pub delta_spaces: u32,
-    /// Attribute-bar size override in bytes (0: `VNum × value`).
+    /// Attribute-bar size override in bytes (0: §4.2's formula over sampled sizes).
     pub bar_bytes: u32,
 }
 
@@ -367,14 +404,20 @@ impl MotorLayout {
         ((slot_bytes as usize - HEADER_BYTES) / VCELL_BYTES) as u32
     }
 
-    /// Bytes of a table's attribute bar (ABS).
-    pub fn bar_bytes_of(&self, vnum: u32, value_bytes: u32) -> u32 {
-        if self.bar_bytes > 0 {
+    /// Bytes of a new attribute bar (ABS, §4.2) from the TotAttrSizes sampled so far
+    /// (`(size, count)`), at least `need`: `bar_bytes` when set, else the paper's formula.
+    pub fn bar_bytes_for(&self, vnum: u32, samples: &[(u32, u64)], need: u32) -> u32 {
+        let abs = if self.bar_bytes > 0 {
             self.bar_bytes
         } else {
-            // No sampled TotAttrSize frequencies: one size, the whole value, always.
-            attr_bar_bytes(vnum, &[(value_bytes, 1.0)]).next_multiple_of(8)
-        }
+            let total: u64 = samples.iter().map(|s| s.1).sum();
+            let freqs: Vec<(u32, f64)> = samples
+                .iter()
+                .map(|&(size, n)| (size, n as f64 / total.max(1) as f64))
+                .collect();
+            attr_bar_bytes(vnum, &freqs)
+        };
+        abs.max(need).next_multiple_of(8).min(BAR_BYTES_MAX & !7)
     }
 
     /// Bytes of the delta spaces of one table.
@@ -391,7 +434,7 @@ impl SlotLayout for MotorLayout {
     /// The CVT of a loaded record without its value (that needs the value region:
     /// [`SlotLayout::encode_record`]); its VpkgPtr is 0.
     fn encode(&self, table: u32, key: u64, _value: &[u8], slot: &mut [u8]) {
-        encode_header(table, key, 0, 0, slot);
+        encode_header(table, key, 0, 0, 0, slot);
         loaded_cell().encode(&mut slot[cell_off(0)..]);
     }
 
@@ -420,7 +463,7 @@ impl SlotLayout for MotorLayout {
     ) -> Result<()> {
         let (at, bytes) = values.alloc(vpkg_bytes(spec.value_bytes), 8)?;
         encode_vpkg(0, 0, value, bytes);
-        encode_header(spec.id, key, 0, at, slot);
+        encode_header(spec.id, key, 0, 0, at, slot);
         loaded_cell().encode(&mut slot[cell_off(0)..]);
         Ok(())
     }
@@ -467,14 +510,25 @@ mod tests {
             writer: 1234,
             bitmap: 0b101,
             attr_check: 77,
+            prev: 98,
         };
         let mut cvt = vec![0u8; cvt_bytes(3)];
         c.encode(&mut cvt[cell_off(2)..]);
         assert_eq!(decode_cell(&cvt, 2), Some(Ok(c)));
         assert_eq!(decode_cell(&cvt, 0), None);
-        let mut other = c;
-        other.version = 100;
-        other.anchor = 8;
+        // Another write of the cell: every field differs.
+        let other = Vcell {
+            index: 2,
+            anchor: 8,
+            valid: true,
+            flags: 0,
+            start: 48,
+            version: 100,
+            writer: 1235,
+            bitmap: 0b11,
+            attr_check: 78,
+            prev: 99,
+        };
         let mut new = vec![0u8; VCELL_BYTES];
         other.encode(&mut new);
         // Any one 8-byte word of the new cell over the old one is a tear.
@@ -502,28 +556,38 @@ mod tests {
     }
 
     #[test]
-    fn a_snapshot_picks_the_largest_version_at_or_below_it() {
-        let mk = |i, version, flags| Vcell {
+    fn a_snapshot_picks_its_version_from_what_the_cells_prove() {
+        let mk = |i, version, prev, flags| Vcell {
             index: i,
             valid: true,
             version,
+            prev,
             flags,
             ..Default::default()
         };
-        let cvt = Cvt {
+        let cvt = |cells: Vec<Vcell>| Cvt {
             occupied: true,
-            cells: vec![mk(0, 9, 0), mk(1, 5, 0), mk(2, 14, 0)],
+            cells,
             ..Default::default()
         };
-        assert_eq!(pick(&cvt, 12), Pick::Version(mk(0, 9, 0)));
-        assert_eq!(pick(&cvt, 14), Pick::Version(mk(2, 14, 0)));
-        assert_eq!(pick(&cvt, 4), Pick::Gone);
-        assert_eq!(newer_than(&cvt, 5).iter().map(|c| c.version).collect::<Vec<_>>(), [14, 9]);
-        let fresh = Cvt {
-            occupied: true,
-            cells: vec![mk(0, 9, FIRST)],
-            ..Default::default()
-        };
+        let full = cvt(vec![mk(0, 9, 5, 0), mk(1, 5, 0, 0), mk(2, 14, 9, 0)]);
+        assert_eq!(pick(&full, 12), Pick::Version(mk(0, 9, 5, 0), vec![mk(2, 14, 9, 0)]));
+        assert_eq!(pick(&full, 14), Pick::Version(mk(2, 14, 9, 0), vec![]));
+        assert_eq!(
+            pick(&full, 6),
+            Pick::Version(mk(1, 5, 0, 0), vec![mk(2, 14, 9, 0), mk(0, 9, 5, 0)])
+        );
+        // Version 0 (loaded) was overwritten: a snapshot below 5 cannot be served.
+        assert_eq!(pick(&full, 4), Pick::Gone);
+        // A READ that saw cell 1 before and cell 0 after a GC overwrite: 9 was replaced
+        // by 20 while being read. Snapshot 12's version (9) is not among the cells: its
+        // successor 14 names it, so the read is `Gone`, never version 5.
+        let torn = cvt(vec![mk(0, 20, 14, 0), mk(1, 5, 0, 0), mk(2, 14, 9, 0)]);
+        assert_eq!(pick(&torn, 12), Pick::Gone);
+        // Missing a link between the newest and the snapshot's version: `Gone`.
+        let gap = cvt(vec![mk(0, 20, 14, 0), mk(1, 5, 0, 0), mk(2, 9, 5, 0)]);
+        assert_eq!(pick(&gap, 12), Pick::Gone);
+        let fresh = cvt(vec![mk(0, 9, 0, FIRST)]);
         assert_eq!(pick(&fresh, 4), Pick::Absent);
     }
 }

@@ -10,10 +10,11 @@
 //! every replica holds the same bytes.
 //!
 //! ```text
-//! CVT (slot)  = header 40 B + VNum × Vcell 48 B          (VNum 4: 232 B)
-//!   header    = lock 8 | table id 4 + occupied 4 | key 8 | AttrBarPtr 8 | VpkgPtr 8
+//! CVT (slot)  = header 40 B + VNum × Vcell 56 B          (VNum 4: 264 B)
+//!   header    = lock 8 | table id 4 + occupied 1 + bar size 3 | key 8 | AttrBarPtr 8 | VpkgPtr 8
 //!   Vcell     = VcellSA 1 | Valid 1 | flags 1 | pad 1 | StartOffset 4 | Version 8
-//!             | writer txn id 8 | Bitmap 8 | attr check 8 | cell check 4 | pad 3 | VcellEA 1
+//!             | writer txn id 8 | Bitmap 8 | attr check 8 | prev version 8
+//!             | cell check 4 | pad 3 | VcellEA 1
 //! Vpkg        = VpkgSA (word) 8 | version 8 | check 8 | value (padded to 8) | VpkgEA (word) 8
 //! bar         = ABS bytes: the old attributes of successive versions, packed, as a ring
 //! value region = [64 B header][loaded Vpkgs][delta_spaces × delta_bytes delta spaces]
@@ -24,15 +25,23 @@
 //! every Vcell over its other bytes, the version and an 8-byte checksum in every Vpkg,
 //! and an 8-byte checksum of every bar entry in the Vcell that describes it. Any mixture
 //! of old and new words in a CVT, a Vpkg or a bar entry fails one of them (except with
-//! probability about 2^-32 for a Vcell, 2^-64 otherwise). Cost per record: 12 B per
-//! Vcell + 16 B per Vpkg (the paper's anchors are 2 B each). The anchors-only check is
-//! kept as [`MotorVariant::AnchorsOnly`], which the tear tests catch.
+//! probability about 2^-32 for a Vcell, 2^-64 otherwise). A CVT READ racing GC may also
+//! return some Vcells from before and some from after an overwrite, each intact; every
+//! Vcell therefore names the version it replaced (`prev`), and a read takes its version
+//! only from what the cells prove ([`layout::pick`]). Cost per record: 20 B per Vcell
+//! (checks and `prev`) + 16 B per Vpkg, beyond the paper's anchors (2 B each). The
+//! anchors-only check is kept as [`MotorVariant::AnchorsOnly`], which the tear tests
+//! catch.
 //!
 //! VNum is fixed for a run (§4.1): `vnum` (default 4, the paper's KVS and TPC-C value;
 //! §7.2 uses TATP 2, SmallBank 3), overridden per table by `vnum_tables=name:n,...`.
 //! The attribute bar size (ABS) is §4.2's formula over TotAttrSize frequencies
-//! ([`layout::attr_bar_bytes`]); with no sampled frequencies it is `VNum × value`
-//! (one TotAttrSize, the whole value, at frequency 1), or `bar_bytes` when set.
+//! ([`layout::attr_bar_bytes`]), sampled from the run: each coordinator counts the
+//! TotAttrSizes its writes change per table, and sizes a record's bar from its counts
+//! so far when it allocates it (at least the entry at hand), or `bar_bytes` when set.
+//! A bar that cannot hold an entry at all is replaced by a larger one (the versions
+//! whose attributes were in the old bar are reclaimed); the bar's size is in the CVT
+//! header (24 bits of the table word), so every writer knows it.
 //!
 //! # Protocol (§5.1–5.2)
 //!
@@ -43,7 +52,7 @@
 //! | execution round 2 | READ the old attributes, then the Vpkg; RW data found by bucket: CAS lock + re-READ of the CVT in front; insert: CAS lock + re-READ of the free CVT |
 //! | T_commit | after every lock is held |
 //! | validation (SR, RO data) | re-READ each RO CVT: abort if locked or V' ≠ V0 |
-//! | commit | per replica: Vpkg, bar entry, reclaimed Vcells, header, the new Vcell; unlock the primary (CAS owner → 0) |
+//! | commit | per replica: Vpkg, bar entry, reclaimed Vcells, header, the new Vcell; once all are acknowledged, unlock the primary (CAS owner → 0) in the background |
 //!
 //! # Round trips per `execute()` + `commit()` (`MOTOR_BUDGET` in `tests/motor_rtt.rs`)
 //!
@@ -100,6 +109,11 @@
 //!   `delta_full`, naming the knob (the paper asks the MN's CPU for more). The Vpkgs and
 //!   bars of deleted records are not reclaimed.
 //! - **Locks** hold the owner (`coordinator + 1`) and are released by CAS owner → 0.
+//! - **The unlock follows the commit WRITEs' acknowledgements** (a background post, as
+//!   FORD's release) instead of riding in their batch (§5.1): in one batch the primary's
+//!   unlock can land before a backup's WRITE, and the next writer's WRITE to that backup
+//!   can overtake it (replicas then disagree; seen on `tcp`). The commit is still one
+//!   round trip.
 //!
 //! # Not done
 //!
@@ -240,12 +254,12 @@ const VNUM_TABLES: KnobSpec = KnobSpec {
 };
 const DELTA_BYTES: KnobSpec = KnobSpec {
     name: "delta_bytes",
-    default: "16384",
+    default: "65536",
     help: "bytes of each coordinator's delta space in each table (attribute bars, inserted Vpkgs)",
 };
 const DELTA_SPACES: KnobSpec = KnobSpec {
     name: "delta_spaces",
-    default: "64",
+    default: "16",
     help: "delta spaces reserved in each table's value region: at least the run's coordinators",
 };
 const BAR_BYTES: KnobSpec = KnobSpec {
@@ -364,6 +378,8 @@ pub struct MotorObj {
     pub(crate) cvt: layout::Cvt,
     /// The version read (V0), `None` for an insert into a fresh CVT.
     pub(crate) v0: Option<layout::Vcell>,
+    /// The Vcells whose old attributes rebuild V0, newest first.
+    pub(crate) chain: Vec<layout::Vcell>,
     /// An insert into a free CVT.
     pub(crate) fresh: bool,
     /// Offset of the old full value in `MotorCoord::old`.
@@ -383,6 +399,9 @@ pub struct MotorCoord {
     pub(crate) session_floor: u64,
     /// Old full values of written objects.
     pub(crate) old: Vec<u8>,
+    /// Per table id: the TotAttrSizes this coordinator's writes changed, `(bytes, count)`
+    /// (§4.2's sampling, from this run).
+    pub(crate) samples: Vec<Vec<(u32, u64)>>,
     pub(crate) bg: Post,
 }
 
@@ -529,6 +548,7 @@ impl Protocol for Motor {
             delta[id] = (base, base + self.layout.delta_bytes);
         }
         Ok(MotorCoord {
+            samples: vec![Vec::new(); delta.len()],
             ts,
             me: ctx.id.global() + 1,
             delta,
