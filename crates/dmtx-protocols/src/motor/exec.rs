@@ -175,6 +175,10 @@ pub(crate) async fn execute(c: &mut Coordinator<Motor>) -> Result<(), Abort> {
                     }
                     if let Some(v0) = o.proto.v0 {
                         // Old attributes first, then the Vpkg (module doc).
+                        let vpkg_at = info.ptr(0, o.proto.cvt.vpkg);
+                        if variant == MotorVariant::VpkgFirst {
+                            op.vpkg = Some(post.read(vpkg_at, layout::vpkg_bytes(o.value_len)));
+                        }
                         op.attrs_from = attr_reads.len();
                         let attrs = &info.meta.attrs;
                         let _ = v0;
@@ -185,10 +189,9 @@ pub(crate) async fn execute(c: &mut Coordinator<Motor>) -> Result<(), Abort> {
                             }
                         }
                         op.attrs_to = attr_reads.len();
-                        op.vpkg = Some(post.read(
-                            info.ptr(0, o.proto.cvt.vpkg),
-                            layout::vpkg_bytes(o.value_len),
-                        ));
+                        if variant != MotorVariant::VpkgFirst {
+                            op.vpkg = Some(post.read(vpkg_at, layout::vpkg_bytes(o.value_len)));
+                        }
                     }
                 }
             }
@@ -317,7 +320,7 @@ fn on_round(
         Stage::Value => {
             if let Some(read) = op.cvt {
                 // Re-read under the lock just taken.
-                let Ok(cvt) = Cvt::decode(post.bytes(read), vnum) else {
+                let Ok(cvt) = Cvt::decode_with(post.bytes(read), vnum, variant.anchors_only()) else {
                     return Err(abort(AbortReason::Torn));
                 };
                 let o = &mut c.set.objs[i];
@@ -340,7 +343,7 @@ fn on_round(
                 let bytes = post.bytes(vpkg);
                 let p = layout::decode_vpkg(bytes, value_len);
                 let anchors = p.sa == newest.anchor && p.ea == newest.anchor;
-                let detector = variant == MotorVariant::AnchorsOnly || (p.intact && p.version == newest.version);
+                let detector = variant.anchors_only() || (p.intact && p.version == newest.version);
                 if !anchors || !detector {
                     return Err(proto(R_ANCHOR));
                 }
@@ -356,7 +359,7 @@ fn on_round(
                     }
                     let packed = post.bytes(attr_reads[k]);
                     k += 1;
-                    if variant != MotorVariant::AnchorsOnly && layout::attr_check(cell.version, packed) != cell.attr_check {
+                    if !variant.anchors_only() && layout::attr_check(cell.version, packed) != cell.attr_check {
                         return Err(proto(R_ANCHOR));
                     }
                     unpack_attrs(&attrs, cell.bitmap, packed, &mut value);
@@ -398,7 +401,7 @@ fn on_cvt(
         let o = &c.set.objs[i];
         (o.table, o.key, o.access)
     };
-    let cvt = match Cvt::decode(slot, vnum) {
+    let cvt = match Cvt::decode_with(slot, vnum, variant.anchors_only()) {
         Ok(cvt) => cvt,
         Err(()) => {
             let o = &mut c.set.objs[i];
@@ -464,7 +467,12 @@ fn on_cvt(
         if early_abort && newest.is_some_and(|v| v.version > snap) {
             return Err(proto(R_NEWER));
         }
-        match layout::pick(&cvt, snap) {
+        let picked = if variant.anchors_only() {
+            layout::pick_paper(&cvt, snap)
+        } else {
+            layout::pick(&cvt, snap)
+        };
+        match picked {
             Pick::Gone => return Err(proto(R_VERSION_GONE)),
             Pick::Absent => {
                 o.read_absent = true;
@@ -537,13 +545,19 @@ async fn validate_ro(c: &mut Coordinator<Motor>, t: u64) -> Result<(), Abort> {
     for (i, read) in reads {
         let o = &c.set.objs[i];
         let vnum = super::MotorLayout::vnum_of_slot(catalog.get(o.table).unwrap().shape.slot_bytes);
-        let Ok(cvt) = Cvt::decode(post.bytes(read), vnum) else {
+        let anchors_only = c.proto.cfg.variant.anchors_only();
+        let Ok(cvt) = Cvt::decode_with(post.bytes(read), vnum, anchors_only) else {
             return Err(abort(AbortReason::Validation));
         };
         if cvt.lock != 0 {
             return Err(abort(AbortReason::Validation));
         }
-        let now = match layout::pick(&cvt, t - 1) {
+        let picked = if anchors_only {
+            layout::pick_paper(&cvt, t - 1)
+        } else {
+            layout::pick(&cvt, t - 1)
+        };
+        let now = match picked {
             Pick::Version(v, _) => Some(v.version),
             _ => None,
         };

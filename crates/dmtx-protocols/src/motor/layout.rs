@@ -138,12 +138,17 @@ fn cell_check(cell: &[u8]) -> u32 {
 /// A cell read back: `None` when it was never written (all zero), `Err` when its bytes
 /// mix two writes (the anchors differ, or the check fails).
 pub fn decode_cell(cvt: &[u8], index: usize) -> Option<std::result::Result<Vcell, ()>> {
+    decode_cell_with(cvt, index, false)
+}
+
+/// [`decode_cell`]; `anchors_only` checks the anchors alone (the paper's check).
+pub fn decode_cell_with(cvt: &[u8], index: usize, anchors_only: bool) -> Option<std::result::Result<Vcell, ()>> {
     let c = &cvt[HEADER_BYTES + index * VCELL_BYTES..][..VCELL_BYTES];
     if c.iter().all(|&b| b == 0) {
         return None;
     }
     let check = u32::from_le_bytes(c[C_CHECK..C_CHECK + 4].try_into().unwrap());
-    if c[C_SA] != c[C_EA] || check != cell_check(c) {
+    if c[C_SA] != c[C_EA] || (!anchors_only && check != cell_check(c)) {
         return Some(Err(()));
     }
     Some(Ok(Vcell {
@@ -184,6 +189,11 @@ pub struct Cvt {
 impl Cvt {
     /// Decode `bytes` (a whole CVT); `Err` when a cell is torn.
     pub fn decode(bytes: &[u8], vnum: u32) -> std::result::Result<Cvt, ()> {
+        Self::decode_with(bytes, vnum, false)
+    }
+
+    /// [`Cvt::decode`]; `anchors_only` checks each Vcell's anchors alone.
+    pub fn decode_with(bytes: &[u8], vnum: u32, anchors_only: bool) -> std::result::Result<Cvt, ()> {
         let mut cvt = Cvt {
             lock: word(bytes, H_LOCK),
             occupied: word(bytes, H_TABLE) >> 32 & 1 != 0,
@@ -194,7 +204,7 @@ impl Cvt {
             ..Default::default()
         };
         for i in 0..vnum as usize {
-            match decode_cell(bytes, i) {
+            match decode_cell_with(bytes, i, anchors_only) {
                 None => cvt.free.push(i),
                 Some(Err(())) => return Err(()),
                 Some(Ok(c)) if !c.valid => cvt.free.push(i),
@@ -276,6 +286,21 @@ pub fn pick(cvt: &Cvt, snap: u64) -> Pick {
         }
     }
     Pick::Version(v, chain)
+}
+
+/// The paper's choice (§5.1), trusting one READ of the CVT to be one moment's: the
+/// largest valid version `<= snap`, rebuilt from every valid Vcell above it. Used only
+/// by [`crate::motor::MotorVariant::AnchorsOnly`].
+pub fn pick_paper(cvt: &Cvt, snap: u64) -> Pick {
+    let Some(v) = cvt.cells.iter().filter(|c| c.version <= snap).max_by_key(|c| c.version) else {
+        return match cvt.oldest() {
+            Some(o) if o.flags & FIRST == 0 => Pick::Gone,
+            _ => Pick::Absent,
+        };
+    };
+    let mut chain: Vec<Vcell> = cvt.cells.iter().filter(|c| c.version > v.version).copied().collect();
+    chain.sort_by_key(|c| std::cmp::Reverse(c.version));
+    Pick::Version(*v, chain)
 }
 
 /// Write a Vpkg for `value` at `version` with `anchor` into `out` ([`vpkg_bytes`]).

@@ -213,8 +213,13 @@ pub enum MotorVariant {
     /// As documented.
     #[default]
     Fixed,
-    /// The paper's four anchors only: no detector (tears pass).
+    /// The paper's checks only: each Vcell by its two anchors, the Vpkg by its anchors
+    /// against the newest Vcell's, no check of bar entries, and a version picked from one
+    /// CVT READ as if it were one moment's ([`layout::pick_paper`]).
     AnchorsOnly,
+    /// [`MotorVariant::AnchorsOnly`], reading the Vpkg before the old attributes in its
+    /// batch: a GC overwrite of the attributes between the two passes the anchors.
+    VpkgFirst,
     /// SR without validating the RO data of read-write transactions.
     NoRoValidation,
     /// Read-only transactions take T_start from the raw counter, not the watermark.
@@ -289,6 +294,13 @@ pub struct Motor {
     oracle: OracleTimestamps,
     /// Delta spaces handed out in this process.
     spaces: AtomicU32,
+}
+
+impl MotorVariant {
+    /// Whether the variant keeps the paper's anchors as its only tear check.
+    pub fn anchors_only(self) -> bool {
+        matches!(self, MotorVariant::AnchorsOnly | MotorVariant::VpkgFirst)
+    }
 }
 
 impl Motor {
