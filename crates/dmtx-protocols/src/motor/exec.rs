@@ -9,7 +9,7 @@ use dmtx_verbs::{AtomicId, Post, ReadId, VerbError};
 
 use super::layout::{self, cell_off, Cvt, Pick, Vcell, FIRST, H_BAR, H_LOCK, TOMBSTONE};
 use super::{
-    Hold, Motor, MotorVariant, Stage, METRIC_BAR_RECLAIMS, METRIC_GC_OVERWRITES, METRIC_OLD_READS, METRIC_REREADS,
+    Hold, Motor, MotorVariant, Stage, METRIC_BAR_RECLAIMS, METRIC_OPLOG_BYTES, METRIC_GC_OVERWRITES, METRIC_OLD_READS, METRIC_REREADS,
     R_ANCHOR, R_DELTA_FULL, R_NEWER, R_SESSION_LAG, R_VERSION_GONE,
 };
 
@@ -104,7 +104,7 @@ pub(crate) async fn execute(c: &mut Coordinator<Motor>) -> Result<(), Abort> {
     let variant = c.proto.cfg.variant;
     let reread_max = c.proto.cfg.reread_max;
     // SR read-write transactions abort early on a newer version of any record (§5.1).
-    let early_abort = !si && !watermark_snapshot(c);
+    let early_abort = !si && !c.set.hints.read_only;
     // Insert siblings homing to one bucket share the first one's insert lock.
     for i in from..n {
         let o = &c.set.objs[i];
@@ -153,6 +153,7 @@ pub(crate) async fn execute(c: &mut Coordinator<Motor>) -> Result<(), Abort> {
                         && b == shape.home_bucket(o.key)
                     {
                         let (home, lock) = home_bucket_lock(info, o.key);
+                        c.state.oplog.lock(o.table, o.key, true);
                         op.bucket_cas = Some(post.cas(info.ptr(0, lock), 0, me));
                         o.proto.bucket_lock = Some((home, Hold::Maybe));
                     }
@@ -161,6 +162,7 @@ pub(crate) async fn execute(c: &mut Coordinator<Motor>) -> Result<(), Abort> {
                 Stage::Cvt => {
                     let rel = o.proto.rel.unwrap();
                     if o.access.writes() && o.proto.hold == Hold::Free {
+                        c.state.oplog.lock(o.table, o.key, false);
                         op.cas = Some(post.cas(info.ptr(0, rel + H_LOCK as u64), 0, me));
                         o.proto.hold = Hold::Maybe;
                     }
@@ -169,6 +171,7 @@ pub(crate) async fn execute(c: &mut Coordinator<Motor>) -> Result<(), Abort> {
                 Stage::Value => {
                     let rel = o.proto.rel.unwrap();
                     if o.access.writes() && o.proto.hold == Hold::Free {
+                        c.state.oplog.lock(o.table, o.key, false);
                         op.cas = Some(post.cas(info.ptr(0, rel + H_LOCK as u64), 0, me));
                         o.proto.hold = Hold::Maybe;
                         op.cvt = Some(post.read(info.ptr(0, rel), shape.slot_bytes as usize));
@@ -499,9 +502,14 @@ fn on_cvt(
 pub(crate) async fn commit(c: &mut Coordinator<Motor>) -> Result<(), Abort> {
     let writes = c.set.objs.iter().any(|o| o.access.writes());
     let has_ro = c.set.objs.iter().any(|o| o.access == Access::ReadOnly);
-    let validate =
-        !c.proto.cfg.si && !watermark_snapshot(c) && has_ro && c.proto.cfg.variant != MotorVariant::NoRoValidation;
+    // SR validates the RO data of every transaction that did not promise to be
+    // read-only (read-only ones read a watermark snapshot and skip validation, §5.1).
+    let validate = !c.proto.cfg.si
+        && !c.set.hints.read_only
+        && has_ro
+        && c.proto.cfg.variant != MotorVariant::NoRoValidation;
     if !writes {
+        c.state.oplog.idle();
         if validate {
             let t = c.state.ts.next(&mut c.ctx).await.map_err(ts_fault)?;
             validate_ro(c, t).await?;
@@ -597,8 +605,15 @@ async fn commit_at(c: &mut Coordinator<Motor>, cts: &CommitTs, validate: bool) -
             }
         }
     }
+    c.state.oplog.committing(t);
+    let logged = c.state.oplog.bytes().len() as u64;
+    c.ctx.metric(METRIC_OPLOG_BYTES, logged);
     c.ctx.metric(METRIC_GC_OVERWRITES, gc.0);
     c.ctx.metric(METRIC_BAR_RECLAIMS, gc.1);
+    if c.proto.cfg.install_delay_ns > 0 {
+        let clock = Arc::clone(&c.ctx.clock);
+        dmtx_runtime::sleep(&*clock, c.proto.cfg.install_delay_ns).await;
+    }
     let mut post = Post::new();
     for tries in 0..INSTALL_TRIES_MAX {
         if tries > 0 {
@@ -790,9 +805,11 @@ pub(crate) fn release_in_background(c: &mut Coordinator<Motor>) {
     if !bg.is_empty() {
         c.ctx.post_background(bg);
     }
+    c.state.oplog.idle();
 }
 
 /// Reset the per-transaction scratch (at the first execute of a transaction).
 pub(crate) fn reset(c: &mut Coordinator<Motor>) {
     c.state.old.clear();
+    c.state.oplog.begin(c.set.txn_id);
 }

@@ -117,11 +117,14 @@
 //!
 //! # Not done
 //!
-//! Coordinator-active GC's read-queue scheme (Fig. 4a), recovery hooks (§5.3 operation
-//! logs), the O2N/N2O and FaRMv2-DM baselines, overflow-bucket linking for inserts.
+//! Coordinator-active GC's read-queue scheme (Fig. 4a); recovery itself (the hooks are
+//! here: owners in lock words, [`oplog`]); the O2N/N2O and FaRMv2-DM baselines;
+//! overflow-bucket linking for inserts; reclaiming the Vpkgs and bars of deleted
+//! records; the per-MN memory footprint in results (issue 28 item 8 is on main).
 
 mod exec;
 pub mod layout;
+pub mod oplog;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use dmtx_memnode::Control;
@@ -186,6 +189,9 @@ pub const METRIC_OLD_READS: usize = 2;
 /// Metric: CVT re-reads after a torn READ.
 pub const METRIC_REREADS: usize = 3;
 
+/// Metric: bytes of the operation log of each committing writer (§7.9: ≤ 556 B).
+pub const METRIC_OPLOG_BYTES: usize = 4;
+
 /// Motor's figures.
 pub const METRICS: &[MetricSpec] = &[
     MetricSpec::new(
@@ -204,6 +210,11 @@ pub const METRICS: &[MetricSpec] = &[
         "reads that rebuilt an older version from attribute-bar entries",
     ),
     MetricSpec::new("cvt_rereads", MetricKind::Counter, "CVT READs found torn and read again"),
+    MetricSpec::new(
+        "oplog_bytes",
+        MetricKind::Value,
+        "bytes of a committing writer's operation log (keys it locked; §5.3, §7.9)",
+    ),
 ];
 
 /// Protocol variants. Every one but [`MotorVariant::Fixed`] is deliberately broken and
@@ -240,6 +251,9 @@ pub struct MotorConfig {
     pub reread_max: u32,
     /// Test-only variant.
     pub variant: MotorVariant,
+    /// Test-only: time between taking T_commit and installing, ns (widens the window in
+    /// which a snapshot that is not the watermark misses a commit).
+    pub install_delay_ns: u64,
 }
 
 const ISOLATION: KnobSpec = KnobSpec {
@@ -319,6 +333,12 @@ impl Motor {
         let mut m = Self::from_knobs(knobs)?;
         m.cfg.variant = variant;
         Ok(m)
+    }
+
+    /// The same protocol, installing `ns` after taking T_commit (tests).
+    pub fn with_install_delay(mut self, ns: u64) -> Self {
+        self.cfg.install_delay_ns = ns;
+        self
     }
 
     /// The settings.
@@ -415,6 +435,20 @@ pub struct MotorCoord {
     /// (§4.2's sampling, from this run).
     pub(crate) samples: Vec<Vec<(u32, u64)>>,
     pub(crate) bg: Post,
+    /// The operation log (§5.3).
+    pub(crate) oplog: oplog::OpLog,
+}
+
+impl MotorCoord {
+    /// The coordinator's operation log (a recovery hook, §5.3).
+    pub fn oplog(&self) -> &oplog::OpLog {
+        &self.oplog
+    }
+
+    /// The coordinator's lock word: `global id + 1`, what its locks hold.
+    pub fn owner(&self) -> u64 {
+        self.me
+    }
 }
 
 impl Protocol for Motor {
@@ -500,6 +534,7 @@ impl Protocol for Motor {
                 ts,
                 reread_max: knobs.get(&REREAD_MAX)?,
                 variant: MotorVariant::Fixed,
+                install_delay_ns: 0,
             },
             layout,
         ))
@@ -567,6 +602,7 @@ impl Protocol for Motor {
             session_floor: 0,
             old: Vec::new(),
             bg: Post::new(),
+            oplog: oplog::OpLog::default(),
         })
     }
 
