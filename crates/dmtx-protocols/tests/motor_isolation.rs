@@ -68,7 +68,10 @@ fn si_without_first_committer_wins_is_caught() {
 #[test]
 fn write_skew_commits_in_si_and_not_in_sr() {
     for (iso, both) in [("si", true), ("sr", false)] {
-        let env = Env::bank(Motor::from_knobs(&knobs(&[&format!("isolation={iso}")])).unwrap(), Setup::new(2, 20));
+        let env = Env::bank(
+            Motor::from_knobs(&knobs(&[&format!("isolation={iso}")])).unwrap(),
+            Setup::new(2, 20),
+        );
         let w = env.mem_cn(0).worker(0).expect("worker");
         let mut c1 = w.coordinator(&env.proto, 0).expect("coordinator");
         let mut c2 = w.coordinator(&env.proto, 1).expect("coordinator");

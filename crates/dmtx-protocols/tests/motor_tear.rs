@@ -49,7 +49,10 @@ fn stall_values(env: &Env<Motor>, seed: u64, stop: &AtomicBool) -> u64 {
         let (word, kind) = match rng.random_range(0..3) {
             // A CVT READ of the primary held between its Vcells while writers overwrite
             // them (GC): the READ returns cells from before and after.
-            0 => (rel + cell_off(rng.random_range(1..vnum as usize)) as u64, StallKind::Read),
+            0 => (
+                rel + cell_off(rng.random_range(1..vnum as usize)) as u64,
+                StallKind::Read,
+            ),
             1 if cvt.bar != 0 => (
                 cvt.bar + 8 * rng.random_range(0..(cvt.bar_bytes as u64 / 8).max(1)),
                 read_or_write(&mut rng),
@@ -59,7 +62,11 @@ fn stall_values(env: &Env<Motor>, seed: u64, stop: &AtomicBool) -> u64 {
                 read_or_write(&mut rng),
             ),
         };
-        let r = if kind == StallKind::Read && word < cvt.vpkg.min(cvt.bar.max(1)) { 0 } else { r };
+        let r = if kind == StallKind::Read && word < cvt.vpkg.min(cvt.bar.max(1)) {
+            0
+        } else {
+            r
+        };
         let ptr = info.ptr(r, word);
         let gate = env.region(ptr.mn).arm_stall(kind, ptr.offset);
         let start = Instant::now();

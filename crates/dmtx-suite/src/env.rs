@@ -354,7 +354,9 @@ impl<P: Protocol> Env<P> {
             for (s, slot) in slots.enumerate() {
                 if let Some(key) = layout.key(slot) {
                     let mut value = vec![0u8; info.meta.value_bytes as usize];
-                    layout.value_into(slot, &region, &mut value).expect("a quiesced slot decodes");
+                    layout
+                        .value_into(slot, &region, &mut value)
+                        .expect("a quiesced slot decodes");
                     out.push((key, value, shape.slot_off(idx, s as u32)));
                 }
             }

@@ -9,8 +9,8 @@ use dmtx_verbs::{AtomicId, Post, ReadId, VerbError};
 
 use super::layout::{self, cell_off, Cvt, Pick, Vcell, FIRST, H_BAR, H_LOCK, TOMBSTONE};
 use super::{
-    Hold, Motor, MotorVariant, Stage, METRIC_BAR_RECLAIMS, METRIC_OPLOG_BYTES, METRIC_GC_OVERWRITES, METRIC_OLD_READS, METRIC_REREADS,
-    R_ANCHOR, R_DELTA_FULL, R_NEWER, R_SESSION_LAG, R_VERSION_GONE,
+    Hold, Motor, MotorVariant, Stage, METRIC_BAR_RECLAIMS, METRIC_GC_OVERWRITES, METRIC_OLD_READS, METRIC_OPLOG_BYTES,
+    METRIC_REREADS, R_ANCHOR, R_DELTA_FULL, R_NEWER, R_SESSION_LAG, R_VERSION_GONE,
 };
 
 /// Longest a watermark snapshot waits for the coordinator's own last commit.
@@ -209,8 +209,7 @@ pub(crate) async fn execute(c: &mut Coordinator<Motor>) -> Result<(), Abort> {
         if let Err(e) = c.ctx.post(&mut post).await {
             return Err(fault(e));
         }
-        for k in 0..ops.len() {
-            let (i, op) = ops[k];
+        for &(i, op) in &ops {
             on_round(c, i, op, &post, &attr_reads, snap, early_abort, si, variant, reread_max)?;
         }
     }
@@ -406,7 +405,7 @@ fn on_cvt(
     };
     let cvt = match Cvt::decode_with(slot, vnum, variant.anchors_only()) {
         Ok(cvt) => cvt,
-        Err(()) => {
+        Err(layout::Torn) => {
             let o = &mut c.set.objs[i];
             o.proto.rereads += 1;
             if o.proto.rereads > reread_max {
@@ -504,10 +503,8 @@ pub(crate) async fn commit(c: &mut Coordinator<Motor>) -> Result<(), Abort> {
     let has_ro = c.set.objs.iter().any(|o| o.access == Access::ReadOnly);
     // SR validates the RO data of every transaction that did not promise to be
     // read-only (read-only ones read a watermark snapshot and skip validation, §5.1).
-    let validate = !c.proto.cfg.si
-        && !c.set.hints.read_only
-        && has_ro
-        && c.proto.cfg.variant != MotorVariant::NoRoValidation;
+    let validate =
+        !c.proto.cfg.si && !c.set.hints.read_only && has_ro && c.proto.cfg.variant != MotorVariant::NoRoValidation;
     if !writes {
         c.state.oplog.idle();
         if validate {
@@ -546,7 +543,10 @@ async fn validate_ro(c: &mut Coordinator<Motor>, t: u64) -> Result<(), Abort> {
     for (i, o) in c.set.objs.iter().enumerate() {
         if o.access == Access::ReadOnly {
             let info = catalog.get(o.table).unwrap();
-            reads.push((i, post.read(info.ptr(0, o.proto.rel.unwrap()), info.shape.slot_bytes as usize)));
+            reads.push((
+                i,
+                post.read(info.ptr(0, o.proto.rel.unwrap()), info.shape.slot_bytes as usize),
+            ));
         }
     }
     c.ctx.post(&mut post).await.map_err(fault)?;
@@ -692,10 +692,13 @@ fn prepare(
             // A record's first update, or attributes the bar cannot hold at all: a new
             // bar, sized from the sizes sampled so far; the versions whose attributes are
             // in the old one are reclaimed with it.
+            let bar_bytes_was = if bar == 0 { 0 } else { bar_bytes };
             bar_bytes = c.proto.layout.bar_bytes_for(vnum, samples, len);
             bar = alloc_delta(&mut c.state.delta, table, bar_bytes as usize)?;
             header = Some(H_BAR);
-            cut = cvt.cells.iter().filter(|v| v.index != target).map(|v| v.version).max();
+            if bar_bytes_was > 0 {
+                cut = cvt.cells.iter().filter(|v| v.index != target).map(|v| v.version).max();
+            }
         } else {
             let n = newest.unwrap();
             start = n.start + attrs_bytes(attrs, value_len, n.bitmap);

@@ -2,8 +2,7 @@
 //! attribute bars in the table's value region. Byte counts are in the module doc.
 
 use dmtx_store::{
-    attrs_bytes, Attr, RegionBytes, Result, SlotLayout, StoreError, TableFormat, TableSpec, ValueArea,
-    VALUE_REGION_HEADER_BYTES,
+    attrs_bytes, Attr, RegionBytes, Result, SlotLayout, TableFormat, TableSpec, ValueArea, VALUE_REGION_HEADER_BYTES,
 };
 
 use crate::onever::tear::checksum;
@@ -77,6 +76,10 @@ pub fn cvt_bytes(vnum: u32) -> usize {
     HEADER_BYTES + vnum as usize * VCELL_BYTES
 }
 
+/// A READ returned bytes that mix two writes (anchors or check disagree).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Torn;
+
 /// One Vcell, decoded.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Vcell {
@@ -137,19 +140,19 @@ fn cell_check(cell: &[u8]) -> u32 {
 
 /// A cell read back: `None` when it was never written (all zero), `Err` when its bytes
 /// mix two writes (the anchors differ, or the check fails).
-pub fn decode_cell(cvt: &[u8], index: usize) -> Option<std::result::Result<Vcell, ()>> {
+pub fn decode_cell(cvt: &[u8], index: usize) -> Option<std::result::Result<Vcell, Torn>> {
     decode_cell_with(cvt, index, false)
 }
 
 /// [`decode_cell`]; `anchors_only` checks the anchors alone (the paper's check).
-pub fn decode_cell_with(cvt: &[u8], index: usize, anchors_only: bool) -> Option<std::result::Result<Vcell, ()>> {
+pub fn decode_cell_with(cvt: &[u8], index: usize, anchors_only: bool) -> Option<std::result::Result<Vcell, Torn>> {
     let c = &cvt[HEADER_BYTES + index * VCELL_BYTES..][..VCELL_BYTES];
     if c.iter().all(|&b| b == 0) {
         return None;
     }
     let check = u32::from_le_bytes(c[C_CHECK..C_CHECK + 4].try_into().unwrap());
     if c[C_SA] != c[C_EA] || (!anchors_only && check != cell_check(c)) {
-        return Some(Err(()));
+        return Some(Err(Torn));
     }
     Some(Ok(Vcell {
         index,
@@ -188,12 +191,12 @@ pub struct Cvt {
 
 impl Cvt {
     /// Decode `bytes` (a whole CVT); `Err` when a cell is torn.
-    pub fn decode(bytes: &[u8], vnum: u32) -> std::result::Result<Cvt, ()> {
+    pub fn decode(bytes: &[u8], vnum: u32) -> std::result::Result<Cvt, Torn> {
         Self::decode_with(bytes, vnum, false)
     }
 
     /// [`Cvt::decode`]; `anchors_only` checks each Vcell's anchors alone.
-    pub fn decode_with(bytes: &[u8], vnum: u32, anchors_only: bool) -> std::result::Result<Cvt, ()> {
+    pub fn decode_with(bytes: &[u8], vnum: u32, anchors_only: bool) -> std::result::Result<Cvt, Torn> {
         let mut cvt = Cvt {
             lock: word(bytes, H_LOCK),
             occupied: word(bytes, H_TABLE) >> 32 & 1 != 0,
@@ -206,7 +209,7 @@ impl Cvt {
         for i in 0..vnum as usize {
             match decode_cell_with(bytes, i, anchors_only) {
                 None => cvt.free.push(i),
-                Some(Err(())) => return Err(()),
+                Some(Err(Torn)) => return Err(Torn),
                 Some(Ok(c)) if !c.valid => cvt.free.push(i),
                 Some(Ok(c)) => cvt.cells.push(c),
             }
@@ -315,7 +318,7 @@ pub fn encode_vpkg(anchor: u8, version: u64, value: &[u8], out: &mut [u8]) {
 }
 
 fn vpkg_check(anchor: u8, version: u64, value: &[u8]) -> u64 {
-    checksum(version, anchor as u64, 0x6d6f_746f_72, value)
+    checksum(version, anchor as u64, 0x006d_6f74_6f72, value)
 }
 
 /// A Vpkg read back.
@@ -353,7 +356,7 @@ pub fn attr_check(version: u64, packed: &[u8]) -> u64 {
     if packed.is_empty() {
         0
     } else {
-        checksum(version, packed.len() as u64, 0x6261_72, packed)
+        checksum(version, packed.len() as u64, 0x0062_6172, packed)
     }
 }
 
@@ -493,13 +496,9 @@ impl SlotLayout for MotorLayout {
         Ok(())
     }
 
+    /// The newest value is the Vpkg's (VpkgPtr is one word of the header).
     fn value_into(&self, slot: &[u8], region: &RegionBytes<'_>, out: &mut [u8]) -> Result<()> {
-        let vnum = Self::vnum_of_slot(slot.len() as u32);
-        let cvt = Cvt::decode(slot, vnum).map_err(|()| StoreError::AttrSchema {
-            table: "motor".into(),
-            detail: "a torn CVT in a quiesced table".into(),
-        })?;
-        let bytes = region.get(cvt.vpkg, vpkg_bytes(out.len() as u32))?;
+        let bytes = region.get(word(slot, H_VPKG), vpkg_bytes(out.len() as u32))?;
         out.copy_from_slice(vpkg_value(bytes, out.len() as u32));
         Ok(())
     }
@@ -561,7 +560,7 @@ mod tests {
             let mut mixed = cvt.clone();
             let at = cell_off(2) + 8 * w;
             mixed[at..at + 8].copy_from_slice(&new[8 * w..8 * w + 8]);
-            assert_eq!(decode_cell(&mixed, 2), Some(Err(())), "word {w}");
+            assert_eq!(decode_cell(&mixed, 2), Some(Err(Torn)), "word {w}");
         }
     }
 

@@ -126,16 +126,16 @@ mod exec;
 pub mod layout;
 pub mod oplog;
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use dmtx_memnode::Control;
 use dmtx_runtime::named;
 use dmtx_runtime::timestamp::TimestampService;
 use dmtx_runtime::{
-    Abort, AbortReasonSpec, CoordCtx, FaaTimestamps, Isolation, KnobError, KnobSpec, Knobs, MetricKind,
-    MetricSpec, OracleTimestamps, Protocol, Result, Timestamps, Txn, TsKind,
+    Abort, AbortReasonSpec, CoordCtx, FaaTimestamps, Isolation, KnobError, KnobSpec, Knobs, MetricKind, MetricSpec,
+    OracleTimestamps, Protocol, Result, Timestamps, TsKind, Txn,
 };
 use dmtx_store::SlotLayout;
 use dmtx_verbs::{MnId, Post};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 pub use layout::MotorLayout;
 
@@ -209,7 +209,11 @@ pub const METRICS: &[MetricSpec] = &[
         MetricKind::Counter,
         "reads that rebuilt an older version from attribute-bar entries",
     ),
-    MetricSpec::new("cvt_rereads", MetricKind::Counter, "CVT READs found torn and read again"),
+    MetricSpec::new(
+        "cvt_rereads",
+        MetricKind::Counter,
+        "CVT READs found torn and read again",
+    ),
     MetricSpec::new(
         "oplog_bytes",
         MetricKind::Value,

@@ -1,0 +1,138 @@
+//! Motor's store knobs and coordinator-active GC (issue 28 items 1–2): VNum per run and
+//! per table, delta spaces sized from config with errors naming the knob, GC that
+//! overwrites the oldest Vcell and reclaims bar space, and an old snapshot's read that
+//! is rebuilt from the bar, or aborts once GC took its version.
+
+use dmtx_protocols::motor::layout::{cvt_bytes, MotorLayout};
+use dmtx_protocols::motor::{
+    Motor, ABORT_REASONS, METRIC_BAR_RECLAIMS, METRIC_GC_OVERWRITES, METRIC_OLD_READS, R_DELTA_FULL, R_VERSION_GONE,
+};
+use dmtx_runtime::{block_on, AbortReason, Coordinator, Knobs, Protocol, TxnHints};
+use dmtx_store::TableSpec;
+use dmtx_suite::{bank, Env, Setup};
+
+fn motor(k: &[&str]) -> Motor {
+    Motor::from_knobs(&Knobs::parse(k.iter().copied()).unwrap()).unwrap()
+}
+
+#[test]
+fn vnum_sizes_the_cvt_per_run_and_per_table() {
+    let m = motor(&["vnum=3", "vnum_tables=stock:6"]);
+    let spec = |name: &str| TableSpec::new(0, name, 40, 100);
+    assert_eq!(m.layout().format(&spec("customer")).slot_bytes, cvt_bytes(3) as u32);
+    assert_eq!(m.layout().format(&spec("stock")).slot_bytes, cvt_bytes(6) as u32);
+    assert_eq!(MotorLayout::vnum_of_slot(cvt_bytes(6) as u32), 6);
+    let f = m.layout().format(&spec("stock"));
+    assert!(f.value_region_bytes >= 64 + 100 * f.region_bytes_per_record as u64 + 16 * 65536);
+    for bad in [
+        &["vnum=1"][..],
+        &["vnum=16"],
+        &["vnum_tables=stock:1"],
+        &["isolation=rc"],
+        &["ts=rpc"],
+    ] {
+        let e = Motor::from_knobs(&Knobs::parse(bad.iter().copied()).unwrap()).unwrap_err();
+        eprintln!("{e}");
+    }
+}
+
+/// Commit a restamp of bank account `key` on `c`.
+async fn restamp(c: &mut Coordinator<Motor>, key: u64) {
+    let mut t = c.begin_with(TxnHints::DECLARED);
+    let o = t.add_rw(bank::TABLE, key);
+    t.execute().await.expect("idle: executes");
+    let v = t.bytes_mut(o);
+    let (b, s) = bank::decode(key, v).unwrap();
+    bank::encode(key, b, s + 1, v);
+    t.commit().await.expect("idle: commits");
+    c.cleanup().await;
+}
+
+/// A reader's snapshot is taken, `writes` restamps of key 2 commit, then the reader
+/// reads key 2: the stamp it saw, or its abort.
+fn old_snapshot_read(knobs: &[&str], writes: u32) -> (Result<u32, AbortReason>, Vec<u64>) {
+    let env = Env::bank(motor(knobs), Setup::new(2, 44));
+    let w = env.mem_cn(0).worker(0).expect("worker");
+    let mut reader = w.coordinator(&env.proto, 0).expect("coordinator");
+    let mut writer = w.coordinator(&env.proto, 1).expect("coordinator");
+    block_on(async {
+        let mut t = reader.begin_with(TxnHints::READ_ONLY);
+        t.add_ro(bank::TABLE, 1);
+        t.execute().await.expect("the snapshot's first read");
+        for _ in 0..writes {
+            restamp(&mut writer, 2).await;
+        }
+        let o = t.add_ro(bank::TABLE, 2);
+        let res = match t.execute().await {
+            Ok(()) => Ok(bank::decode(2, t.bytes(o)).expect("an intact value").1),
+            Err(a) => Err(a.reason),
+        };
+        drop(t);
+        let m = &writer.ctx.metrics;
+        let metric = |i: usize| m.get(i).map_or(0, |s| s.sum);
+        let r = &reader.ctx.metrics;
+        let old_reads = r.get(METRIC_OLD_READS).map_or(0, |s| s.sum);
+        (
+            res,
+            vec![metric(METRIC_GC_OVERWRITES), metric(METRIC_BAR_RECLAIMS), old_reads],
+        )
+    })
+}
+
+/// Goal: an old snapshot's version is rebuilt from the newest value and the bar; once GC
+/// overwrote it (no free Vcell: the oldest goes) the read aborts `version_gone`, never
+/// returning a newer value under the old snapshot.
+#[test]
+fn an_old_snapshot_reads_through_the_bar_until_gc_takes_its_version() {
+    let (res, m) = old_snapshot_read(&["vnum=4"], 3);
+    assert_eq!(res, Ok(0), "the loaded stamp, rebuilt from three bar entries");
+    assert_eq!(m, [0, 0, 1], "no GC with 4 Vcells, one old read");
+    let (res, m) = old_snapshot_read(&["vnum=2"], 2);
+    assert_eq!(res, Err(AbortReason::Protocol(R_VERSION_GONE)));
+    assert_eq!(m[0], 1, "the second write overwrote the oldest Vcell");
+    assert_eq!(ABORT_REASONS[R_VERSION_GONE as usize].name, "version_gone");
+}
+
+/// Goal: a bar too small for more than one entry reclaims from its start on every
+/// write, invalidating the versions whose attributes it overwrote: the old snapshot
+/// aborts though Vcells are free.
+#[test]
+fn bar_reclaims_invalidate_the_versions_they_overwrite() {
+    let (res, m) = old_snapshot_read(&["vnum=4", "bar_bytes=48"], 2);
+    assert_eq!(res, Err(AbortReason::Protocol(R_VERSION_GONE)));
+    assert_eq!(m[0], 0, "Vcells were free");
+    assert!(m[1] >= 1, "a bar reclaim: {m:?}");
+}
+
+/// Goal: a full delta space aborts with `delta_full`, whose help names the knob, and
+/// more spaces than `delta_spaces` fail setup naming that knob.
+#[test]
+fn exhausted_delta_spaces_name_their_knobs() {
+    let env = Env::bank(motor(&["delta_bytes=1024"]), Setup::new(1, 44));
+    let w = env.mem_cn(0).worker(0).expect("worker");
+    let mut c = w.coordinator(&env.proto, 0).expect("coordinator");
+    let reason = block_on(async {
+        for key in 1000.. {
+            let mut t = c.begin_with(TxnHints::DECLARED);
+            let o = t.add_insert(bank::TABLE, key);
+            if let Err(a) = t.execute().await {
+                return a.reason;
+            }
+            bank::encode(key, 0, 0, t.bytes_mut(o));
+            if let Err(a) = t.commit().await {
+                return a.reason;
+            }
+            c.cleanup().await;
+        }
+        unreachable!()
+    });
+    assert_eq!(reason, AbortReason::Protocol(R_DELTA_FULL));
+    assert!(ABORT_REASONS[R_DELTA_FULL as usize].help.contains("`delta_bytes`"));
+
+    let env = Env::bank(motor(&["delta_spaces=2"]), Setup::new(1, 44));
+    let w = env.mem_cn(0).worker(0).expect("worker");
+    let _a = w.coordinator(&env.proto, 0).expect("first space");
+    let _b = w.coordinator(&env.proto, 1).expect("second space");
+    let e = w.coordinator(&env.proto, 2).err().expect("no third space").to_string();
+    assert!(e.contains("`delta_spaces`"), "{e}");
+}
