@@ -22,8 +22,18 @@ fn vnum_sizes_the_cvt_per_run_and_per_table() {
     assert_eq!(m.layout().format(&spec("customer")).slot_bytes, cvt_bytes(3) as u32);
     assert_eq!(m.layout().format(&spec("stock")).slot_bytes, cvt_bytes(6) as u32);
     assert_eq!(MotorLayout::vnum_of_slot(cvt_bytes(6) as u32), 6);
+    // Default: the region's second half holds the delta spaces, at least a full value
+    // per record of the capacity.
     let f = m.layout().format(&spec("stock"));
-    assert!(f.value_region_bytes >= 64 + 100 * f.region_bytes_per_record as u64 + 16 * 65536);
+    assert!(f.value_region_bytes / 2 >= 64 + 100 * f.region_bytes_per_record as u64);
+    assert!(f.value_region_bytes / 2 >= 100 * 40);
+    assert!(m.motor_layout().delta_space_bytes(f.value_region_bytes) * 64 <= f.value_region_bytes / 2);
+    let fixed = motor(&["delta_bytes=4096", "delta_spaces=8"]);
+    let f = fixed.layout().format(&spec("stock"));
+    assert_eq!(
+        f.value_region_bytes,
+        64 + 100 * f.region_bytes_per_record as u64 + 8 * 4096
+    );
     for bad in [
         &["vnum=1"][..],
         &["vnum=16"],
@@ -135,4 +145,42 @@ fn exhausted_delta_spaces_name_their_knobs() {
     let _b = w.coordinator(&env.proto, 1).expect("second space");
     let e = w.coordinator(&env.proto, 2).err().expect("no third space").to_string();
     assert!(e.contains("`delta_spaces`"), "{e}");
+}
+
+/// Goal: inserts into full chains reserve and link overflow buckets (on every replica),
+/// and every inserted key is found again; without linking they would abort
+/// `table_full`.
+#[test]
+fn inserts_into_full_chains_link_overflow_buckets() {
+    let setup = Setup {
+        slots_per_bucket: 1,
+        ..Setup::new(2, 20)
+    };
+    let env = Env::bank(motor(&[]), setup);
+    let w = env.mem_cn(0).worker(0).expect("worker");
+    let mut c = w.coordinator(&env.proto, 0).expect("coordinator");
+    let keys: Vec<u64> = (1000..1040).collect();
+    block_on(async {
+        for &key in &keys {
+            let mut t = c.begin_with(TxnHints::DECLARED);
+            let o = t.add_insert(bank::TABLE, key);
+            t.execute().await.unwrap_or_else(|a| panic!("insert {key}: {a}"));
+            bank::encode(key, 0, 0, t.bytes_mut(o));
+            t.commit().await.unwrap_or_else(|a| panic!("insert {key}: {a}"));
+            c.cleanup().await;
+        }
+    });
+    let catalog = env.catalog();
+    let info = catalog.get(bank::TABLE.id()).unwrap();
+    let p = info.ptr(0, 0);
+    let mut w8 = [0u8; 8];
+    env.region(p.mn).read(p.offset, &mut w8).unwrap();
+    assert!(u64::from_le_bytes(w8) > 0, "no overflow bucket was reserved");
+    for r in 0..2 {
+        let found: Vec<u64> = env.scan(bank::TABLE.id(), r).iter().map(|row| row.0).collect();
+        for key in &keys {
+            assert!(found.contains(key), "replica {r} lacks key {key}");
+        }
+    }
+    assert_eq!(env.replicas_differ(bank::TABLE.id()), None);
 }

@@ -26,9 +26,14 @@ fn motor_sr_contended_on_mem_with_tears() {
     assert!(out.commits > 0);
 }
 
+/// Delta spaces of a fixed size: the suite's memory nodes (64 MiB) cannot hold TPC-C's
+/// default delta areas (twice the value region of its growing tables).
+const SUITE_DELTA: [&str; 2] = ["delta_spaces=16", "delta_bytes=65536"];
+
 #[test]
 fn motor_sr_passes_the_suite() {
     let opts = Options {
+        knob_sets: vec![Knobs::parse(SUITE_DELTA).unwrap()],
         faults: Some(MOTOR_FAULTS),
         ..Options::default()
     };
@@ -39,7 +44,7 @@ fn motor_sr_passes_the_suite() {
 #[test]
 fn motor_si_passes_the_suite() {
     let opts = Options {
-        knob_sets: vec![Knobs::parse(["isolation=si"]).unwrap()],
+        knob_sets: vec![Knobs::parse(SUITE_DELTA.iter().copied().chain(["isolation=si"])).unwrap()],
         faults: Some(MOTOR_FAULTS),
         ..Options::default()
     };

@@ -4,7 +4,10 @@ use std::sync::Arc;
 
 use dmtx_runtime::timestamp::TimestampService;
 use dmtx_runtime::{Abort, AbortReason, Access, CommitTs, Coordinator, TsError};
-use dmtx_store::{attrs_bytes, attrs_changed, pack_attrs, unpack_attrs, TableInfo, BUCKET_LOCK_OFFSET};
+use dmtx_store::{
+    attrs_bytes, attrs_changed, pack_attrs, unpack_attrs, TableInfo, BUCKET_LOCK_OFFSET, BUCKET_NEXT_OFFSET,
+    OVERFLOW_CURSOR_OFFSET,
+};
 use dmtx_verbs::{AtomicId, Post, ReadId, VerbError};
 
 use super::layout::{self, cell_off, Cvt, Pick, Vcell, FIRST, H_BAR, H_LOCK, TOMBSTONE};
@@ -14,7 +17,7 @@ use super::{
 };
 
 /// Longest a watermark snapshot waits for the coordinator's own last commit.
-const SESSION_WAIT_MAX_NS: u64 = 2_000_000;
+const SESSION_WAIT_MAX_NS: u64 = 20_000_000;
 /// Pause between two watermark reads while waiting.
 const SESSION_WAIT_NS: u64 = 1_000;
 /// Install posts tried before a committed transaction gives up (faults).
@@ -76,6 +79,8 @@ struct Ops {
     bucket_cas: Option<AtomicId>,
     cvt: Option<ReadId>,
     vpkg: Option<ReadId>,
+    /// The overflow cursor's FAA, or the link's CAS.
+    atomic: Option<AtomicId>,
     /// First index into the round's attribute reads.
     attrs_from: usize,
     attrs_to: usize,
@@ -159,6 +164,11 @@ pub(crate) async fn execute(c: &mut Coordinator<Motor>) -> Result<(), Abort> {
                     }
                     op.cvt = Some(post.read(info.ptr(0, shape.bucket_off(b)), shape.bucket_bytes as usize));
                 }
+                Stage::Reserve(_) => op.atomic = Some(post.faa(info.ptr(0, OVERFLOW_CURSOR_OFFSET), 1)),
+                Stage::Link(last, ov) => {
+                    let next = shape.bucket_off(last) + BUCKET_NEXT_OFFSET;
+                    op.atomic = Some(post.cas(info.ptr(0, next), 0, ov + 1));
+                }
                 Stage::Cvt => {
                     let rel = o.proto.rel.unwrap();
                     if o.access.writes() && o.proto.hold == Hold::Free {
@@ -212,6 +222,7 @@ pub(crate) async fn execute(c: &mut Coordinator<Motor>) -> Result<(), Abort> {
         for &(i, op) in &ops {
             on_round(c, i, op, &post, &attr_reads, snap, early_abort, si, variant, reread_max)?;
         }
+        post_links(c).await?;
     }
     c.set.fetched = n;
     Ok(())
@@ -302,8 +313,9 @@ fn on_round(
                             .any(|p| p.table == table && p.proto.fresh && p.proto.rel == Some(rel))
                     };
                     let Some(rel) = free.into_iter().find(|&r| !taken(r)) else {
-                        c.ctx.last_table_full = Some(table);
-                        return Err(abort(AbortReason::TableFull));
+                        // The chain is full: reserve an overflow bucket and link it.
+                        c.set.objs[i].proto.stage = Stage::Reserve(b);
+                        return Ok(());
                     };
                     let o = &mut c.set.objs[i];
                     o.proto.rel = Some(rel);
@@ -315,6 +327,37 @@ fn on_round(
                 }
             }
         }
+        Stage::Reserve(last) => {
+            let ov = post.old(op.atomic.unwrap());
+            if ov >= shape.overflow_count {
+                c.ctx.last_table_full = Some(table);
+                return Err(abort(AbortReason::TableFull));
+            }
+            c.set.objs[i].proto.stage = Stage::Link(last, ov);
+            Ok(())
+        }
+        Stage::Link(last, ov) => match post.old(op.atomic.unwrap()) {
+            0 => {
+                // Linked on the primary under the chain's insert lock; the backups get
+                // the same link before any slot of the bucket is used.
+                let next = shape.bucket_off(last) + BUCKET_NEXT_OFFSET;
+                let o = &mut c.set.objs[i];
+                for r in 1..info.replica_count() {
+                    c.state.links.push((info.ptr(r, next), ov + 1));
+                }
+                o.proto.rel = Some(shape.slot_off(shape.overflow_bucket(ov), 0));
+                o.proto.fresh = true;
+                o.proto.v0 = None;
+                o.read_absent = true;
+                o.proto.stage = Stage::Value;
+                Ok(())
+            }
+            // A sibling insert linked one first: walk on into it.
+            l => {
+                c.set.objs[i].proto.stage = Stage::Bucket(shape.overflow_bucket(l - 1));
+                Ok(())
+            }
+        },
         Stage::Cvt => {
             let slot = post.bytes(op.cvt.unwrap()).to_vec();
             on_cvt(c, i, &slot, vnum, snap, early_abort, si, variant, reread_max)
@@ -384,6 +427,19 @@ fn on_round(
         }
         Stage::New | Stage::Done => unreachable!(),
     }
+}
+
+/// Post the backup links of overflow buckets linked this round (one round trip; a
+/// failure aborts the transaction before any of their slots is written).
+async fn post_links(c: &mut Coordinator<Motor>) -> Result<(), Abort> {
+    if c.state.links.is_empty() {
+        return Ok(());
+    }
+    let mut post = Post::new();
+    for (ptr, link) in c.state.links.drain(..) {
+        post.write(ptr, &link.to_le_bytes());
+    }
+    c.ctx.post(&mut post).await.map_err(fault)
 }
 
 /// A CVT of object `i` was read (its slot, or inside its bucket): check it and pick V0.

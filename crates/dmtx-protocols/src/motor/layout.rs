@@ -402,6 +402,10 @@ pub fn attr_bar_bytes(vnum: u32, tot_attr_sizes: &[(u32, f64)]) -> u32 {
         .sum()
 }
 
+/// Least bytes of a delta space sized from its table (a small table's share of its
+/// wanted area would not hold a bar).
+pub const DELTA_SPACE_MIN_BYTES: u64 = 4096;
+
 /// Motor's slot layout: VNum per table, the value region sized for the loaded Vpkgs and
 /// the coordinators' delta spaces.
 #[derive(Clone, Debug)]
@@ -410,7 +414,7 @@ pub struct MotorLayout {
     pub vnum: u32,
     /// Per-table VNum overrides, by table name.
     pub vnum_tables: Vec<(String, u32)>,
-    /// Bytes of each coordinator's delta space in each table.
+    /// Bytes of each coordinator's delta space in each table; 0: sized from the table.
     pub delta_bytes: u64,
     /// Delta spaces reserved in each table.
     pub delta_spaces: u32,
@@ -448,9 +452,30 @@ impl MotorLayout {
         abs.max(need).next_multiple_of(8).min(BAR_BYTES_MAX & !7)
     }
 
-    /// Bytes of the delta spaces of one table.
-    pub fn delta_area_bytes(&self) -> u64 {
-        self.delta_bytes * self.delta_spaces as u64
+    /// Bytes of the value region of a table of `spec`: loaded Vpkgs, then the delta
+    /// spaces (module doc).
+    pub fn region_bytes(&self, spec: &TableSpec) -> u64 {
+        let vpkg = vpkg_bytes(spec.value_bytes) as u64;
+        let loaded = VALUE_REGION_HEADER_BYTES + spec.initial * vpkg;
+        if self.delta_bytes > 0 {
+            return loaded + self.delta_bytes * self.delta_spaces as u64;
+        }
+        let wanted = spec.capacity * spec.value_bytes as u64 + spec.capacity.saturating_sub(spec.initial) * vpkg;
+        let floor = DELTA_SPACE_MIN_BYTES * self.delta_spaces as u64;
+        let half = loaded
+            .max(wanted)
+            .max(floor)
+            .next_multiple_of(8 * self.delta_spaces as u64);
+        2 * half
+    }
+
+    /// Bytes of each delta space of a table whose value region has `region_bytes`.
+    pub fn delta_space_bytes(&self, region_bytes: u64) -> u64 {
+        if self.delta_bytes > 0 {
+            self.delta_bytes
+        } else {
+            (region_bytes / 2 / self.delta_spaces as u64) & !7
+        }
     }
 }
 
@@ -477,7 +502,7 @@ impl SlotLayout for MotorLayout {
     fn format(&self, spec: &TableSpec) -> TableFormat {
         let vnum = self.vnum_of(&spec.name);
         let per_record = vpkg_bytes(spec.value_bytes) as u32;
-        let region = VALUE_REGION_HEADER_BYTES + spec.initial * per_record as u64 + self.delta_area_bytes();
+        let region = self.region_bytes(spec);
         TableFormat::in_slot(cvt_bytes(vnum) as u32).with_value_region(region, per_record, Some("delta_bytes"))
     }
 

@@ -17,7 +17,10 @@
 //!             | cell check 4 | pad 3 | VcellEA 1
 //! Vpkg        = VpkgSA (word) 8 | version 8 | check 8 | value (padded to 8) | VpkgEA (word) 8
 //! bar         = ABS bytes: the old attributes of successive versions, packed, as a ring
-//! value region = [64 B header][loaded Vpkgs][delta_spaces × delta_bytes delta spaces]
+//! value region = [64 B header][loaded Vpkgs]...[delta_spaces delta spaces]
+//!   (`delta_bytes` each; by default the region is twice the larger of its loaded part
+//!   and the table's wanted delta area, a full value per record of its capacity and a
+//!   Vpkg per record it may grow by, and the spaces split its second half)
 //! ```
 //!
 //! Tear detector, beyond the paper's four one-byte anchors (`VcellSA/EA`,
@@ -93,7 +96,9 @@
 //! - **Reads take attributes before the Vpkg** in their batch (issue 28 item 3).
 //! - **Inserts take the home bucket's insert lock** (the FORD index's) with the bucket
 //!   READ, so two inserts of one key never both find it absent; it is released with the
-//!   commit batch. A chain with no free CVT aborts `table_full` (no overflow linking).
+//!   commit batch. A chain with no free CVT reserves an overflow bucket (FAA on the
+//!   table's overflow cursor, one round trip), links it on the primary (CAS, one round
+//!   trip) and on the backups (WRITEs, one round trip), as FORD's index does.
 //! - **A read-write transaction that writes nothing** (no hint) validates its reads as
 //!   the RO data of a read-write one (SR), at a fresh timestamp.
 //!
@@ -119,7 +124,7 @@
 //!
 //! Coordinator-active GC's read-queue scheme (Fig. 4a); recovery itself (the hooks are
 //! here: owners in lock words, [`oplog`]); the O2N/N2O and FaRMv2-DM baselines;
-//! overflow-bucket linking for inserts; reclaiming the Vpkgs and bars of deleted
+//! reclaiming the Vpkgs and bars of deleted
 //! records; the per-MN memory footprint in results (issue 28 item 8 is on main).
 
 mod exec;
@@ -277,12 +282,12 @@ const VNUM_TABLES: KnobSpec = KnobSpec {
 };
 const DELTA_BYTES: KnobSpec = KnobSpec {
     name: "delta_bytes",
-    default: "65536",
-    help: "bytes of each coordinator's delta space in each table (attribute bars, inserted Vpkgs)",
+    default: "0",
+    help: "bytes of each coordinator's delta space in each table (attribute bars, inserted Vpkgs); 0: the table's delta area (a full value per record it may hold, and a Vpkg per record it may grow by) split in `delta_spaces`",
 };
 const DELTA_SPACES: KnobSpec = KnobSpec {
     name: "delta_spaces",
-    default: "16",
+    default: "64",
     help: "delta spaces reserved in each table's value region: at least the run's coordinators",
 };
 const BAR_BYTES: KnobSpec = KnobSpec {
@@ -395,6 +400,11 @@ pub(crate) enum Stage {
     Bucket(u64),
     /// Read the CVT at `rel` (cache hit, or a torn read again).
     Cvt,
+    /// An insert at the end of a full chain whose last bucket is `.0`: reserve an
+    /// overflow bucket (FAA on the table's overflow cursor).
+    Reserve(u64),
+    /// Link overflow bucket `.1` after the chain's last bucket `.0` (CAS on its `next`).
+    Link(u64, u64),
     /// Read the value (and lock + re-read the CVT where still unlocked).
     Value,
     Done,
@@ -441,6 +451,8 @@ pub struct MotorCoord {
     pub(crate) bg: Post,
     /// The operation log (§5.3).
     pub(crate) oplog: oplog::OpLog,
+    /// Backup links of overflow buckets linked in this round: (link word, value).
+    pub(crate) links: Vec<(dmtx_verbs::RemotePtr, u64)>,
 }
 
 impl MotorCoord {
@@ -505,10 +517,10 @@ impl Protocol for Motor {
             });
         }
         let delta_bytes = knobs.get_checked(&DELTA_BYTES, |v: u64| {
-            if v >= 1024 && v.is_multiple_of(8) {
+            if v == 0 || (v >= 1024 && v.is_multiple_of(8)) {
                 Ok(())
             } else {
-                Err("must be a multiple of 8, at least 1024".into())
+                Err("must be 0 (sized from the table) or a multiple of 8, at least 1024".into())
             }
         })?;
         let delta_spaces = knobs.get_checked(&DELTA_SPACES, |v: u32| {
@@ -580,12 +592,13 @@ impl Protocol for Motor {
             let Some(region) = info.shape.value_region else {
                 continue;
             };
-            let area = self.layout.delta_area_bytes();
+            let per_space = self.layout.delta_space_bytes(region.bytes);
+            let area = per_space * self.layout.delta_spaces as u64;
             if space >= self.layout.delta_spaces || area > region.bytes {
                 return Err(dmtx_store::StoreError::ValueRegionFull {
                     table: info.meta.name.clone(),
                     bytes: region.bytes,
-                    asked: self.layout.delta_bytes,
+                    asked: per_space,
                     free: 0,
                     fix: format!(
                         "coordinator {} needs delta space #{space} and the table reserves {}: raise \
@@ -595,8 +608,8 @@ impl Protocol for Motor {
                 }
                 .into());
             }
-            let base = region.offset + region.bytes - area + space as u64 * self.layout.delta_bytes;
-            delta[id] = (base, base + self.layout.delta_bytes);
+            let base = region.offset + region.bytes - area + space as u64 * per_space;
+            delta[id] = (base, base + per_space);
         }
         Ok(MotorCoord {
             samples: vec![Vec::new(); delta.len()],
@@ -607,6 +620,7 @@ impl Protocol for Motor {
             old: Vec::new(),
             bg: Post::new(),
             oplog: oplog::OpLog::default(),
+            links: Vec::new(),
         })
     }
 
