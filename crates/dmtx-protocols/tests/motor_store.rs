@@ -184,3 +184,76 @@ fn inserts_into_full_chains_link_overflow_buckets() {
     }
     assert_eq!(env.replicas_differ(bank::TABLE.id()), None);
 }
+
+/// Goal: two inserts of one key never both commit: the first holds its chain's insert
+/// lock from its bucket READ to its commit, so the second aborts; after the first
+/// commits, a new insert of the key finds it (`duplicate`).
+#[test]
+fn concurrent_inserts_of_one_key_never_both_commit() {
+    let env = Env::bank(motor(&[]), Setup::new(2, 20));
+    let w = env.mem_cn(0).worker(0).expect("worker");
+    let mut c1 = w.coordinator(&env.proto, 0).expect("coordinator");
+    let mut c2 = w.coordinator(&env.proto, 1).expect("coordinator");
+    block_on(async {
+        let mut t1 = c1.begin_with(TxnHints::DECLARED);
+        let o1 = t1.add_insert(bank::TABLE, 500);
+        t1.execute().await.expect("the first insert executes");
+        let mut t2 = c2.begin_with(TxnHints::DECLARED);
+        t2.add_insert(bank::TABLE, 500);
+        let e = t2.execute().await.expect_err("the second insert waits for nobody");
+        assert_eq!(e.reason, AbortReason::LockConflict);
+        drop(t2);
+        bank::encode(500, 0, 0, t1.bytes_mut(o1));
+        t1.commit().await.expect("the first insert commits");
+        c1.cleanup().await;
+        c2.cleanup().await;
+        let mut t3 = c2.begin_with(TxnHints::DECLARED);
+        t3.add_insert(bank::TABLE, 500);
+        let e = t3.execute().await.expect_err("the key exists");
+        assert_eq!(e.reason, AbortReason::Duplicate);
+    });
+    let n = env.scan(bank::TABLE.id(), 0).iter().filter(|r| r.0 == 500).count();
+    assert_eq!(n, 1);
+}
+
+/// Goal: a delete installs a tombstone version: later reads find the key absent, a
+/// snapshot from before the delete still reads the value, and a new insert of the key
+/// is a version over the tombstone.
+#[test]
+fn deletes_are_tombstone_versions() {
+    let env = Env::bank(motor(&[]), Setup::new(2, 20));
+    let w = env.mem_cn(0).worker(0).expect("worker");
+    let mut old = w.coordinator(&env.proto, 0).expect("coordinator");
+    let mut c = w.coordinator(&env.proto, 1).expect("coordinator");
+    block_on(async {
+        let mut before = old.begin_with(TxnHints::READ_ONLY);
+        before.add_ro(bank::TABLE, 1);
+        before.execute().await.expect("the old snapshot");
+
+        let mut t = c.begin_with(TxnHints::DECLARED);
+        t.add_delete(bank::TABLE, 6);
+        t.commit().await.expect("the delete commits");
+        c.cleanup().await;
+
+        let o = before.add_ro(bank::TABLE, 6);
+        before.execute().await.expect("the old snapshot still has key 6");
+        assert_eq!(bank::decode(6, before.bytes(o)).map(|v| v.0), Some(bank::INITIAL));
+        drop(before);
+
+        let mut t = c.begin_with(TxnHints::READ_ONLY_DECLARED);
+        t.add_ro(bank::TABLE, 6);
+        let e = t.execute().await.expect_err("deleted");
+        assert_eq!(e.reason, AbortReason::NotFound);
+        drop(t);
+
+        let mut t = c.begin_with(TxnHints::DECLARED);
+        let o = t.add_insert(bank::TABLE, 6);
+        t.execute().await.expect("an insert over the tombstone");
+        bank::encode(6, 7, 0, t.bytes_mut(o));
+        t.commit().await.expect("commits");
+        c.cleanup().await;
+    });
+    let row = env.scan(bank::TABLE.id(), 0).into_iter().find(|r| r.0 == 6).expect("key 6 again");
+    assert_eq!(bank::decode(6, &row.1).map(|v| v.0), Some(7));
+    assert_eq!(env.replicas_differ(bank::TABLE.id()), None);
+}
