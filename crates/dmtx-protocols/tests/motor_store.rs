@@ -39,7 +39,7 @@ fn vnum_sizes_the_cvt_per_run_and_per_table() {
         &["vnum=16"],
         &["vnum_tables=stock:1"],
         &["isolation=rc"],
-        &["ts=rpc"],
+        &["ts=hybrid"],
     ] {
         let e = Motor::from_knobs(&Knobs::parse(bad.iter().copied()).unwrap()).unwrap_err();
         eprintln!("{e}");
@@ -253,7 +253,11 @@ fn deletes_are_tombstone_versions() {
         t.commit().await.expect("commits");
         c.cleanup().await;
     });
-    let row = env.scan(bank::TABLE.id(), 0).into_iter().find(|r| r.0 == 6).expect("key 6 again");
+    let row = env
+        .scan(bank::TABLE.id(), 0)
+        .into_iter()
+        .find(|r| r.0 == 6)
+        .expect("key 6 again");
     assert_eq!(bank::decode(6, &row.1).map(|v| v.0), Some(7));
     assert_eq!(env.replicas_differ(bank::TABLE.id()), None);
 }

@@ -51,3 +51,19 @@ fn motor_si_passes_the_suite() {
     let ran = dmtx_suite::run_all(make, &opts);
     eprintln!("motor si: {} suite cases", ran.cases);
 }
+
+/// Goal: the CN-hosted oracle over CN↔CN messages (`ts=rpc`, what several compute
+/// processes run) keeps the contended bank serializable with two compute nodes, on
+/// `mem` and `sim`.
+#[test]
+fn motor_with_rpc_timestamps_on_two_compute_nodes() {
+    for transport in [Transport::Mem, Transport::Sim] {
+        let setup = Setup {
+            compute_nodes: 2,
+            ..Setup::new(2, 20)
+        };
+        let env = dmtx_suite::Env::bank(make(&Knobs::parse(["ts=rpc"]).unwrap()), setup);
+        let out = contended::run(&env, transport, contended::seed_or_env(2), None);
+        out.assert_clean(&env, "ts=rpc, 2 compute nodes", 2);
+    }
+}

@@ -68,9 +68,13 @@
 //! | delete | 3 | as read-write |
 //!
 //! An address-cache miss adds none (the bucket READ replaces the CVT READ). Timestamps
-//! are free with the default `ts=oracle` (one counter shared by every coordinator of the
-//! process, as Motor's code runs on its one CN); `ts=faa` takes them by FAA on a memory
-//! node, counted in `ts_rtts`, never in `rtts`.
+//! (§5: sequential numbers, also the versions) are free with the default `ts=oracle`
+//! (one counter shared by every coordinator of the process, as Motor's code runs on its
+//! one CN, and every compute node of a `mem` or `sim` run); a run of several processes
+//! takes `ts=rpc` (the counter on cn0/t0, reached by CN↔CN messages: up to three per
+//! read-write transaction, T_start, T_commit and its completion) or `ts=faa` (FAA on a
+//! memory node: up to two round trips per read-write transaction, more for a watermark).
+//! Timestamp round trips are counted in `ts_rtts`, never in `rtts`.
 //!
 //! # Rules the paper leaves open, and the choices taken
 //!
@@ -136,7 +140,7 @@ use dmtx_runtime::named;
 use dmtx_runtime::timestamp::TimestampService;
 use dmtx_runtime::{
     Abort, AbortReasonSpec, CoordCtx, FaaTimestamps, Isolation, KnobError, KnobSpec, Knobs, MetricKind, MetricSpec,
-    OracleTimestamps, Protocol, Result, Timestamps, TsKind, Txn,
+    OracleTimestamps, Protocol, Result, RpcTimestamps, Timestamps, TsKind, Txn,
 };
 use dmtx_store::SlotLayout;
 use dmtx_verbs::{MnId, Post};
@@ -298,7 +302,7 @@ const BAR_BYTES: KnobSpec = KnobSpec {
 const TS: KnobSpec = KnobSpec {
     name: "ts",
     default: "oracle",
-    help: "timestamps: oracle (CN-hosted counter, free) or faa (FAA on memory node 0)",
+    help: "timestamps: oracle (one counter in this process, free), rpc (hosted on cn0/t0, CN-to-CN messages; runs of several processes) or faa (FAA on memory node 0)",
 };
 const REREAD_MAX: KnobSpec = KnobSpec {
     name: "reread_max",
@@ -315,6 +319,7 @@ pub struct Motor {
     cfg: MotorConfig,
     layout: MotorLayout,
     oracle: OracleTimestamps,
+    rpc: RpcTimestamps,
     /// Delta spaces handed out in this process.
     spaces: AtomicU32,
 }
@@ -333,6 +338,7 @@ impl Motor {
             cfg,
             layout,
             oracle: OracleTimestamps::new(),
+            rpc: RpcTimestamps::default(),
             spaces: AtomicU32::new(0),
         }
     }
@@ -509,11 +515,11 @@ impl Protocol for Motor {
             }
         })?;
         let ts: TsKind = knobs.get(&TS)?;
-        if !matches!(ts, TsKind::Oracle | TsKind::Faa) {
+        if !matches!(ts, TsKind::Oracle | TsKind::Faa | TsKind::Rpc) {
             return Err(KnobError::Invalid {
                 key: TS.name.into(),
                 value: ts.name().into(),
-                why: "Motor runs `oracle` or `faa` timestamps".into(),
+                why: "Motor runs `oracle`, `rpc` or `faa` timestamps (sequential numbers, §5)".into(),
             });
         }
         let delta_bytes = knobs.get_checked(&DELTA_BYTES, |v: u64| {
@@ -556,6 +562,10 @@ impl Protocol for Motor {
         ))
     }
 
+    fn messaging(&self) -> bool {
+        self.cfg.ts == TsKind::Rpc
+    }
+
     fn isolation(&self) -> Isolation {
         if self.cfg.si {
             Isolation::SnapshotIsolation
@@ -579,9 +589,11 @@ impl Protocol for Motor {
     fn coord_state(&self, ctx: &CoordCtx, control: &dyn Control) -> Result<MotorCoord> {
         let ts = match self.cfg.ts {
             TsKind::Faa => Timestamps::Faa(FaaTimestamps::at(named::fetch(control, TS_AREA)?.at)),
+            TsKind::Rpc => Timestamps::Rpc(self.rpc.clone()),
             _ => Timestamps::Oracle(self.oracle.clone()),
         };
-        ts.attach(ctx).expect("oracle and faa timestamps attach anywhere");
+        ts.attach(ctx)
+            .expect("timestamps attach: `rpc` runs with messaging (`Protocol::messaging`)");
         let space = self.spaces.fetch_add(1, Ordering::Relaxed);
         let mut delta = Vec::new();
         for info in ctx.catalog.iter() {
