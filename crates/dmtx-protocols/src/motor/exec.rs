@@ -13,7 +13,7 @@ use dmtx_verbs::{AtomicId, Post, ReadId, VerbError};
 use super::layout::{self, cell_off, Cvt, Pick, Vcell, FIRST, H_BAR, H_LOCK, TOMBSTONE};
 use super::{
     Hold, Motor, MotorVariant, Stage, METRIC_BAR_RECLAIMS, METRIC_GC_OVERWRITES, METRIC_OLD_READS, METRIC_OPLOG_BYTES,
-    METRIC_REREADS, R_ANCHOR, R_DELTA_FULL, R_NEWER, R_SESSION_LAG, R_VERSION_GONE,
+    METRIC_REREADS, METRIC_TS_UNRESOLVED, R_ANCHOR, R_DELTA_FULL, R_NEWER, R_SESSION_LAG, R_VERSION_GONE,
 };
 
 /// Longest a watermark snapshot waits for the coordinator's own last commit.
@@ -572,19 +572,28 @@ pub(crate) async fn commit(c: &mut Coordinator<Motor>) -> Result<(), Abort> {
     }
     let cts = c.state.ts.next_commit(&mut c.ctx).await.map_err(ts_fault)?;
     let res = commit_at(c, &cts, validate).await;
+    let t = cts.get();
+    // Installed, the transaction is committed whatever its completion's fate: a
+    // completion that fails (an `rpc` oracle not answering in time) leaves the
+    // watermark below `t`, and later snapshots wait for it (`session_lag`), but the
+    // commit stands. An abandon that fails changes nothing either: the abort stands.
     match res {
         Ok(()) => {
-            let t = cts.get();
-            c.state.ts.complete(&mut c.ctx, cts).await.map_err(ts_fault)?;
+            if c.state.ts.complete(&mut c.ctx, cts).await.is_err() {
+                c.ctx.metric(METRIC_TS_UNRESOLVED, 1);
+            }
             c.set.commit_ts = Some(t);
             c.state.session_floor = c.state.session_floor.max(t);
             Ok(())
         }
         Err((e, installed)) => {
-            if installed {
-                c.state.ts.complete(&mut c.ctx, cts).await.map_err(ts_fault)?;
+            let resolved = if installed {
+                c.state.ts.complete(&mut c.ctx, cts).await
             } else {
-                c.state.ts.abandon(&mut c.ctx, cts).await.map_err(ts_fault)?;
+                c.state.ts.abandon(&mut c.ctx, cts).await
+            };
+            if resolved.is_err() {
+                c.ctx.metric(METRIC_TS_UNRESOLVED, 1);
             }
             Err(e)
         }

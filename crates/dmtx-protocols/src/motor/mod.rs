@@ -67,6 +67,10 @@
 //! | insert | 3 | bucket (+insert lock), CVT lock + re-read, commit |
 //! | delete | 3 | as read-write |
 //!
+//! Every writer adds one background post (the release). An insert into a full chain
+//! adds three rounds (overflow FAA, link CAS, backup links); a torn CVT READ adds a
+//! re-read round (`reread_max`).
+//!
 //! An address-cache miss adds none (the bucket READ replaces the CVT READ). Timestamps
 //! (§5: sequential numbers, also the versions) are free with the default `ts=oracle`
 //! (one counter shared by every coordinator of the process, as Motor's code runs on its
@@ -88,11 +92,15 @@
 //!   raw counter: locks and validation cover their reads.
 //! - **A snapshot is inclusive**: `start_ts` is the largest version it may see (the
 //!   watermark, or the raw `T_start − 1`), as the checker reads it.
-//! - **Which Vcells are valid**: GC overwrites the oldest Vcell; a bar reclaim
-//!   invalidates every version up to the newest whose attributes it overwrote, so the
-//!   valid versions are always the newest of the record's history and "largest version
-//!   at or below the snapshot" is the snapshot's version; none at or below it is
-//!   `version_gone` (or absent, when the oldest kept is an insert into a fresh CVT).
+//! - **Which version a snapshot reads**: the paper's "largest version below T_start"
+//!   trusts one CVT READ to be one moment's; a READ racing GC is not. Every Vcell names
+//!   the version it replaced, and the read takes the version the cells prove
+//!   ([`layout::pick`]); a missing link (reclaimed, or overwritten during the READ) is
+//!   `version_gone`, an insert's [`layout::FIRST`] successor is absence.
+//! - **GC** (§4.3, Fig. 4b): a write with no invalid Vcell overwrites the oldest; a bar
+//!   entry that overlaps older entries reclaims them and invalidates (Valid = 0) every
+//!   version up to the newest reclaimed, in the same commit batch, before the new
+//!   entry's bytes.
 //! - **Bar entries are a ring**: StartOffset = the newest Vcell's StartOffset + its
 //!   entry's bytes, wrapping to 0 when the entry would pass ABS.
 //! - **The anchor** is one byte, the newest Vcell's plus one (wrapping); it is compared,
@@ -100,7 +108,7 @@
 //! - **Reads take attributes before the Vpkg** in their batch (issue 28 item 3).
 //! - **Inserts take the home bucket's insert lock** (the FORD index's) with the bucket
 //!   READ, so two inserts of one key never both find it absent; it is released with the
-//!   commit batch. A chain with no free CVT reserves an overflow bucket (FAA on the
+//!   CVT locks. A chain with no free CVT reserves an overflow bucket (FAA on the
 //!   table's overflow cursor, one round trip), links it on the primary (CAS, one round
 //!   trip) and on the backups (WRITEs, one round trip), as FORD's index does.
 //! - **A read-write transaction that writes nothing** (no hint) validates its reads as
@@ -112,17 +120,28 @@
 //!   value and the new anchor) instead of invalidating V0 and rolling the full value
 //!   back (§5.1), which would make the previous version visible again. A deleted key
 //!   keeps its CVT; an insert of it later is a new version over the tombstone.
-//! - **Delta spaces**: each coordinator takes one of `delta_spaces` spaces of
-//!   `delta_bytes` in every table's value region at setup (handed out in process order);
-//!   bars and inserted Vpkgs come from it, and when it runs out the transaction aborts
-//!   `delta_full`, naming the knob (the paper asks the MN's CPU for more). The Vpkgs and
-//!   bars of deleted records are not reclaimed.
+//! - **Delta spaces**: each coordinator takes one of `delta_spaces` spaces in every
+//!   table's value region at setup (handed out in process order; more coordinators
+//!   than spaces fail setup naming `delta_spaces`); bars and inserted Vpkgs come from
+//!   it, and when it runs out the transaction aborts `delta_full`, naming `delta_bytes`
+//!   (the paper asks the MN's CPU for more). The Vpkgs and bars of deleted records are
+//!   not reclaimed.
+//! - **ABS sampling is per coordinator** and from the run so far, not from a previous
+//!   run: early bars are sized from few samples (a bar too small for an entry is
+//!   replaced).
 //! - **Locks** hold the owner (`coordinator + 1`) and are released by CAS owner → 0.
 //! - **The unlock follows the commit WRITEs' acknowledgements** (a background post, as
 //!   FORD's release) instead of riding in their batch (§5.1): in one batch the primary's
 //!   unlock can land before a backup's WRITE, and the next writer's WRITE to that backup
 //!   can overtake it (replicas then disagree; seen on `tcp`). The commit is still one
 //!   round trip.
+//!
+//! # Broken variants ([`MotorVariant`], tests only)
+//!
+//! Anchors only (the paper's check, `tests/motor_tear.rs`), anchors only with the Vpkg
+//! read before the attributes, SR without RO validation, raw-counter T_start for
+//! read-only transactions, SI without first-committer-wins (`tests/motor_isolation.rs`):
+//! each is caught by the tear tests, a bank invariant or the isolation checker.
 //!
 //! # Not done
 //!
@@ -201,6 +220,10 @@ pub const METRIC_REREADS: usize = 3;
 /// Metric: bytes of the operation log of each committing writer (§7.9: ≤ 556 B).
 pub const METRIC_OPLOG_BYTES: usize = 4;
 
+/// Metric: commit timestamps whose completion (or abandon) failed: the watermark stays
+/// below them.
+pub const METRIC_TS_UNRESOLVED: usize = 5;
+
 /// Motor's figures.
 pub const METRICS: &[MetricSpec] = &[
     MetricSpec::new(
@@ -227,6 +250,11 @@ pub const METRICS: &[MetricSpec] = &[
         "oplog_bytes",
         MetricKind::Value,
         "bytes of a committing writer's operation log (keys it locked; §5.3, §7.9)",
+    ),
+    MetricSpec::new(
+        "ts_unresolved",
+        MetricKind::Counter,
+        "commit timestamps whose completion failed (the watermark stays below them)",
     ),
 ];
 
