@@ -325,7 +325,7 @@ const DELTA_SPACES: KnobSpec = KnobSpec {
 const BAR_BYTES: KnobSpec = KnobSpec {
     name: "bar_bytes",
     default: "0",
-    help: "attribute-bar size (ABS) override in bytes; 0: VNum × value size",
+    help: "attribute-bar size (ABS) in bytes; 0: §4.2's formula over the TotAttrSizes sampled in the run",
 };
 const TS: KnobSpec = KnobSpec {
     name: "ts",
