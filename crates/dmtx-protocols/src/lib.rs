@@ -7,6 +7,7 @@
 //! | [`farm`] | FaRM on one-sided verbs (FORD §2.3, §3.2, §6.1) | serializable |
 //! | [`ford`] | FORD (ACM TOS 2023; FAST'22), §4.2–4.6, §4.8 | serializable |
 //! | [`fordlv`] | FORD-LV: FORD with localized validation (ACM TOS 2023, §4.7) | serializable |
+//! | [`motor`] | Motor (OSDI'24): consecutive version tuples, §4–5 | serializable or snapshot isolation (`isolation=si`) |
 //!
 //! Each module's doc gives its record layout, its round-trip budget per transaction
 //! kind and its deviations from the paper. Protocols never name a transport or a
@@ -24,5 +25,6 @@ pub mod drtmh;
 pub mod farm;
 pub mod ford;
 pub mod fordlv;
+pub mod motor;
 pub mod onever;
 pub mod vcache;

@@ -329,13 +329,18 @@ fn inject_tears<P: Protocol>(
     let words = info.shape.slot_bytes as u64 / 8;
     // Where the layout puts the value: a READ held inside it returns old and new value
     // words, which the bank's check bytes expose.
-    let mut slot = vec![0u8; info.shape.slot_bytes as usize];
-    let vb = info.meta.value_bytes;
-    env.proto
-        .layout()
-        .encode(bank::TABLE.id(), 0, &vec![0u8; vb as usize], &mut slot);
-    let value_word = (env.proto.layout().value(&slot, vb).as_ptr() as usize - slot.as_ptr() as usize) as u64 / 8;
-    let in_value = (value_word + 1).max(1)..words;
+    // A layout with a value region keeps no value in the slot: stalls land anywhere in it.
+    let in_value = if info.shape.value_region.is_some() {
+        1..words
+    } else {
+        let mut slot = vec![0u8; info.shape.slot_bytes as usize];
+        let vb = info.meta.value_bytes;
+        env.proto
+            .layout()
+            .encode(bank::TABLE.id(), 0, &vec![0u8; vb as usize], &mut slot);
+        let value_word = (env.proto.layout().value(&slot, vb).as_ptr() as usize - slot.as_ptr() as usize) as u64 / 8;
+        (value_word + 1).max(1)..words
+    };
     let keys = env.setup.keys;
     let history = Rc::new(RefCell::new(History::new()));
     let mut c = w.coordinator(&env.proto, 0).expect("injector's coordinator");

@@ -332,6 +332,19 @@ impl<P: Protocol> Env<P> {
         let layout = self.proto.layout();
         let mut bucket = vec![0u8; shape.bucket_bytes as usize];
         let mut out = Vec::new();
+        // Values a slot only points to are decoded from the value region, read whole.
+        let mut region_bytes = Vec::new();
+        if let Some(r) = shape.value_region {
+            region_bytes = vec![0u8; r.bytes as usize];
+            let ptr = info.ptr(replica, r.offset);
+            self.region(ptr.mn)
+                .read(ptr.offset, &mut region_bytes)
+                .expect("value region in range");
+        }
+        let region = match shape.value_region {
+            Some(r) => dmtx_store::RegionBytes::new(&info.meta.name, r, &region_bytes),
+            None => dmtx_store::RegionBytes::none(&info.meta.name),
+        };
         for idx in 0..shape.bucket_count + shape.overflow_count {
             let ptr = info.ptr(replica, shape.bucket_off(idx));
             self.region(ptr.mn)
@@ -340,7 +353,10 @@ impl<P: Protocol> Env<P> {
             let slots = bucket[BUCKET_HEADER_BYTES as usize..].chunks_exact(shape.slot_bytes as usize);
             for (s, slot) in slots.enumerate() {
                 if let Some(key) = layout.key(slot) {
-                    let value = layout.value(slot, info.meta.value_bytes).to_vec();
+                    let mut value = vec![0u8; info.meta.value_bytes as usize];
+                    layout
+                        .value_into(slot, &region, &mut value)
+                        .expect("a quiesced slot decodes");
                     out.push((key, value, shape.slot_off(idx, s as u32)));
                 }
             }

@@ -282,6 +282,7 @@ registry! {
         dmtx_protocols::farm::Farm,
         dmtx_protocols::drtmh::Drtmh,
         dmtx_protocols::fordlv::FordLv,
+        dmtx_protocols::motor::Motor,
     }
     workloads {
         dmtx_workloads::Kvs,
