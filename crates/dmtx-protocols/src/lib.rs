@@ -5,6 +5,7 @@
 //! | --- | --- | --- |
 //! | [`farm`] | FaRM on one-sided verbs (FORD §2.3, §3.2, §6.1) | serializable |
 //! | [`ford`] | FORD (ACM TOS 2023; FAST'22), §4.2–4.6, §4.8 | serializable |
+//! | [`oocc`] | OOCC (oocc.txt), §III–VI | strict serializable |
 //!
 //! Each module's doc gives its record layout, its round-trip budget per transaction
 //! kind and its deviations from the paper. Protocols never name a transport or a
@@ -20,3 +21,4 @@
 pub mod farm;
 pub mod ford;
 pub mod onever;
+pub mod oocc;

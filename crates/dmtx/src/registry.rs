@@ -280,6 +280,7 @@ registry! {
     protocols {
         dmtx_protocols::ford::Ford,
         dmtx_protocols::farm::Farm,
+        dmtx_protocols::oocc::Oocc,
     }
     workloads {
         dmtx_workloads::Kvs,
