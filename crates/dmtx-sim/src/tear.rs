@@ -315,8 +315,9 @@ pub(crate) struct Tears {
     nodes: Vec<NodeReads>,
     /// Per post slot: its WRITEs not yet applied, any memory node.
     slot_writes: Vec<Vec<WriteSpan>>,
-    /// The entries of the batch being recorded's READs (reused).
-    batch_reads: Vec<u32>,
+    /// The entries of the batch being recorded's READs (reused), each with whether an
+    /// atomic of its batch precedes it.
+    batch_reads: Vec<(u32, bool)>,
     /// Batches recorded so far, and the one being recorded.
     seq: u64,
     mark: Mark,
@@ -387,8 +388,14 @@ impl Tears {
 
     /// Record op `ord` of the batch of post `slot` to `mn` being timed: a WRITE if
     /// `write`, else a READ, of `at = (offset, len, buffer offset)` in service during
-    /// `interval = (begin, end)`. Only ops that [`Tears::may_tear`].
+    /// `interval = (begin, end)`. Only ops that [`Tears::may_tear`]. A READ `fenced` by
+    /// an atomic earlier in its batch begins, for tearing, no earlier than its batch is
+    /// applied ([`Tears::close`]): the simulator decides the atomic's outcome at that
+    /// instant, so the READ behind it must see every batch applied before as a whole (a
+    /// READ hitchhiked on a lock's CAS that wins the lock a commit batch just released
+    /// sees that commit's data, which the batch wrote before the unlock).
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn push(
         &mut self,
         (slot, mn): (u32, u16),
@@ -396,6 +403,7 @@ impl Tears {
         ord: usize,
         at: (u64, u32, u32),
         interval: (u64, u64),
+        fenced: bool,
     ) {
         debug_assert!(Self::may_tear(at.0, at.1));
         if !self.mark.open {
@@ -428,7 +436,7 @@ impl Tears {
                 next: NIL,
             };
             let i = self.nodes[mn as usize].add(r, self.now);
-            self.batch_reads.push(i);
+            self.batch_reads.push((i, fenced));
         }
     }
 
@@ -443,8 +451,11 @@ impl Tears {
         self.mark.open = false;
         // Only READs: a WRITE is resolved when its batch is applied, so at `applied`.
         let entries = &mut self.nodes[m.mn as usize].entries;
-        for &i in &self.batch_reads {
+        for &(i, fenced) in &self.batch_reads {
             let r = &mut entries[i as usize];
+            if fenced {
+                r.begin = r.begin.max(applied);
+            }
             r.applied = applied;
             r.done = done;
         }
