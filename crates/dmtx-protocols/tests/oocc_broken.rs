@@ -121,13 +121,16 @@ fn write_skew(variant: OoccVariant) -> (Result<(), Abort>, Result<(), Abort>) {
 #[test]
 fn rw_skipping_in_lease_validation_is_caught() {
     let (r1, r2) = write_skew(OoccVariant::SkipInLeaseValidation);
-    assert!(
-        r1.is_ok() && r2.is_ok(),
-        "both commit: write skew ({r1:?}, {r2:?})"
-    );
+    assert!(r1.is_ok() && r2.is_ok(), "both commit: write skew ({r1:?}, {r2:?})");
     let (r1, r2) = write_skew(OoccVariant::Fixed);
-    assert_eq!(r1.expect_err("T1 validates X, locked by T2").reason, AbortReason::Validation);
-    assert_eq!(r2.expect_err("T2 validates Y, locked by T1").reason, AbortReason::Validation);
+    assert_eq!(
+        r1.expect_err("T1 validates X, locked by T2").reason,
+        AbortReason::Validation
+    );
+    assert_eq!(
+        r2.expect_err("T2 validates Y, locked by T1").reason,
+        AbortReason::Validation
+    );
 }
 
 /// Both futures to completion, polled in turn on the caller's executor.
@@ -211,4 +214,146 @@ fn one_op_commit_with_the_lock_first_is_caught() {
     assert_ne!(a, b, "A old, B new: a fractured read committed");
     let fixed = lock_first_scenario(OoccVariant::Fixed).expect_err("A is still write-locked");
     assert_eq!(fixed.reason, AbortReason::LockConflict);
+}
+
+/// The paper's layout (`one_op_unlock`) with a long lease and one replica.
+fn one_op(variant: OoccVariant) -> Oocc {
+    Oocc::with_variant(
+        OoccConfig {
+            lease_us: 100_000,
+            one_op_unlock: true,
+            ..OoccConfig::default()
+        },
+        variant,
+    )
+}
+
+/// What a reader of `keys` returned: per key the version read and whether the value
+/// decodes as a bank record.
+type Read = Vec<(Option<u64>, bool)>;
+
+/// Writer W restamps `keys_w` (one transaction, one batch per node in that order);
+/// `gap` after W's locks are in, reader R reads `keys_r` in one read-only round. R's
+/// READ of slot word `read_stall` (byte offset) of A stalls until W's commit has run
+/// (and, when `write_stall` names a byte offset of A's slot, until W's commit WRITE of
+/// A has stalled there). Returns R's outcome and W's id.
+fn race(
+    proto: Oocc,
+    keys_w: &[u64],
+    keys_r: &[u64],
+    read_stall: impl Fn(usize) -> usize,
+    write_stall: Option<&dyn Fn(usize) -> usize>,
+) -> (Result<Read, Abort>, u64) {
+    let e = env(proto, 1);
+    let info = e.catalog().get(bank::TABLE.id()).expect("bank").clone();
+    let slot_bytes = info.shape.slot_bytes as usize;
+    let ptr_a = info.ptr(0, e.slots(bank::TABLE.id())[&A]);
+    let region = e.region(ptr_a.mn);
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel::<u64>();
+    std::thread::scope(|s| {
+        let e = &e;
+        let writer = s.spawn(move || {
+            let w = e.mem_cn(0).worker(1).expect("worker");
+            let mut c = w.coordinator(&e.proto, 0).expect("coordinator");
+            block_on(async {
+                let mut t = c.begin();
+                for &k in keys_w {
+                    t.add_rw(bank::TABLE, k);
+                }
+                t.execute().await.expect("idle: W locks");
+                for i in 0..keys_w.len() {
+                    restamp(&mut t, i);
+                }
+                locked_tx.send(t.id()).expect("main waits");
+                t.commit().await.expect("W commits");
+            });
+        });
+        let writer_id = locked_rx.recv().expect("W locked");
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let read_gate = region.arm_stall(StallKind::Read, ptr_a.offset + read_stall(slot_bytes) as u64);
+        let write_gate = write_stall.map(|at| region.arm_stall(StallKind::Write, ptr_a.offset + at(slot_bytes) as u64));
+        let reader = s.spawn(move || {
+            let w = e.mem_cn(0).worker(2).expect("worker");
+            let mut c = w.coordinator(&e.proto, 0).expect("coordinator");
+            block_on(async {
+                let mut t = c.begin_with(TxnHints::READ_ONLY_DECLARED);
+                for &k in keys_r {
+                    t.add_ro(bank::TABLE, k);
+                }
+                t.execute().await?;
+                let got = (0..keys_r.len())
+                    .map(|i| {
+                        let o = &t.coord.set.objs[i];
+                        (o.version_read, bank::decode(o.key, t.coord.set.value(i)).is_some())
+                    })
+                    .collect::<Read>();
+                t.commit().await.map(|()| got)
+            })
+        });
+        read_gate.wait_stalled();
+        // W's commit runs while R is stalled: whole, or up to its own stall.
+        let mut writer = Some(writer);
+        match &write_gate {
+            Some(g) => g.wait_stalled(),
+            None => writer.take().expect("writer").join().expect("writer"),
+        }
+        read_gate.release();
+        let got = reader.join().expect("reader");
+        if let Some(g) = write_gate {
+            g.release();
+        }
+        if let Some(w) = writer {
+            w.join().expect("writer");
+        }
+        (got, writer_id)
+    })
+}
+
+/// Byte offset of value word 2 of a slot (the paper's layout has the default header).
+fn value_word_2(_slot_bytes: usize) -> usize {
+    dmtx_protocols::onever::record::VALUE + 16
+}
+
+/// Goal: in the paper's layout, the version copy is what tells a READ that a commit
+/// WRITE overtook it once; without it the READ returns a torn record.
+/// Method: R's READ of A stalls in the value (its version and first value words old); W's
+/// whole commit runs; R reads the rest new, the lock 0 and the copy new. Without the copy
+/// check R commits a torn value in lease; with it, R reads A again.
+#[test]
+fn no_version_copy_is_caught() {
+    let (got, writer) = race(one_op(OoccVariant::NoVersionCopy), &[A], &[A], value_word_2, None);
+    let got = got.expect("the broken variant commits");
+    assert_ne!(got[0].0, Some(writer), "version read old");
+    assert!(!got[0].1, "a torn value committed: {got:?}");
+
+    let (got, writer) = race(one_op(OoccVariant::Fixed), &[A], &[A], value_word_2, None);
+    let got = got.expect("the re-read commits");
+    assert_eq!(
+        got[0],
+        (Some(writer), true),
+        "the copy caught the tear; A read again, new"
+    );
+}
+
+/// Goal: the paper's layout is valid only for a READ crossed at most once by a WRITE;
+/// two crossings let a reader in lease commit a fractured read. The default layout,
+/// lock first, is safe under the same interleaving.
+/// Method: W updates B then A. R's READ of A stalls at A's lock word (version and value
+/// read old); W's commit WRITE of A stalls at the copy (lock already 0); R reads the lock
+/// 0 and the copy old, then B new, all in lease.
+#[test]
+fn two_crossings_break_the_papers_layout_not_the_default() {
+    let lock = |n: usize| n - 16;
+    let copy = |n: usize| n - 8;
+    let (got, writer) = race(one_op(OoccVariant::Fixed), &[B, A], &[A, B], lock, Some(&copy));
+    let got = got.expect("one_op_unlock commits the fractured read");
+    assert_ne!(got[0].0, Some(writer), "A old");
+    assert_eq!(got[1].0, Some(writer), "B new");
+
+    // Lock first: R reads the lock word before anything else and finds W set.
+    let default = || oocc(100_000, OoccVariant::Fixed);
+    let version = |_: usize| 8;
+    let value_end = |n: usize| n - 8;
+    let (got, _) = race(default(), &[B, A], &[A, B], version, Some(&value_end));
+    assert_eq!(got.expect_err("A is write-locked").reason, AbortReason::LockConflict);
 }

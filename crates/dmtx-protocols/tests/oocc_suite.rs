@@ -87,6 +87,19 @@ fn oocc_meets_its_round_trip_budget() {
         }
     }
     dmtx_suite::assert_budgets(|| make(&knobs(&["lease_us=0"])), 2, 20, &OOCC_BUDGET_NO_LEASE);
+    // The paper's layout: the same round trips; RW commits with one WRITE per replica.
+    let got = dmtx_suite::assert_budgets(
+        || make(&knobs(&[LONG_LEASE, "one_op_unlock=true"])),
+        2,
+        20,
+        &OOCC_BUDGET,
+    );
+    let rw = &got[4].attempt;
+    assert_eq!(
+        rw.ops_of(OpKind::Write),
+        2 + 2 + 2 * 2,
+        "W each, log per node, one commit WRITE per replica"
+    );
 }
 
 /// Goal: a read-write commit waits until `D` = last CAS completion + write-wait lease,
@@ -125,7 +138,11 @@ fn oocc_claims_strict_serializability() {
 #[test]
 fn oocc_passes_the_suite() {
     let opts = Options {
-        knob_sets: vec![Knobs::default(), knobs(&["lease_us=0", "addr_cache=false"])],
+        knob_sets: vec![
+            Knobs::default(),
+            knobs(&["lease_us=0", "addr_cache=false"]),
+            knobs(&["one_op_unlock=true"]),
+        ],
         faults: None,
         ..Options::default()
     };

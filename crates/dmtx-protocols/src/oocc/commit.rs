@@ -6,7 +6,7 @@
 use dmtx_runtime::{sleep_until, Abort, AbortReason, Access, Txn};
 use dmtx_verbs::RemotePtr;
 
-use super::layout::{encode_image, meta, write_locked, SlotView, VERSION, VLOCK};
+use super::layout::{encode_image, meta, write_locked, VERSION};
 use super::validate::{checked, in_lease, post_check};
 use super::{Oocc, OoccVariant};
 use crate::onever::replicas;
@@ -46,6 +46,11 @@ pub(super) async fn commit(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
         st.images.resize(at + len, 0);
         let m = meta(o.table, o.access != Access::Delete);
         encode_image(&mut st.images[at..], c.set.txn_id, o.key, m, c.set.value(i));
+        if c.proto.words(info.shape.slot_bytes).copy.is_some() {
+            // The paper's layout: the lock word (0) and the version copy end the image.
+            let end = at + len;
+            st.images[end - 8..end].copy_from_slice(&c.set.txn_id.to_le_bytes());
+        }
         c.set.objs[i].proto.image_at = at as u32;
     }
 
@@ -55,8 +60,9 @@ pub(super) async fn commit(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
     for o in c.set.objs.iter().filter(|o| o.access.writes()) {
         let info = c.ctx.catalog.get(o.table).expect("table checked at add");
         debug_assert!(o.proto.holds.locked);
+        let lock_at = c.proto.words(info.shape.slot_bytes).lock as u64;
         st.post
-            .write(info.ptr(0, o.proto.rel + VLOCK as u64), &write_locked(owner).to_le_bytes());
+            .write(info.ptr(0, o.proto.rel + lock_at), &write_locked(owner).to_le_bytes());
     }
     let header = (c.ctx.id.global(), c.set.txn_seq);
     for &mn in &st.mns {
@@ -84,7 +90,7 @@ pub(super) async fn commit(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
             continue;
         }
         let info = c.ctx.catalog.get(o.table).expect("table checked at add");
-        post_check(&mut st.post, info, &mut o.proto);
+        post_check(&mut st.post, info, c.proto.words(info.shape.slot_bytes), &mut o.proto);
         checks += 1;
     }
     c.ctx.step(super::STEP_VALIDATE, checks);
@@ -94,12 +100,11 @@ pub(super) async fn commit(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
     }
     let c = &mut *txn.coord;
     let post = &c.state.post;
-    let valid = c
-        .set
-        .objs
-        .iter()
-        .filter(|o| o.proto.read.is_some())
-        .all(|o| checked(post, &o.proto) == (0, o.proto.version));
+    let valid = c.set.objs.iter().filter(|o| o.proto.read.is_some()).all(|o| {
+        let info = c.ctx.catalog.get(o.table).expect("table checked at add");
+        let words = c.proto.words(info.shape.slot_bytes);
+        checked(post, words, &o.proto, variant) == (0, o.proto.version, true)
+    });
     if !valid {
         invalidate_logs(txn).await;
         return Err(Abort::new(AbortReason::Validation));
@@ -120,21 +125,14 @@ pub(super) async fn commit(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
     st.post.clear();
     for o in c.set.objs.iter_mut().filter(|o| o.access.writes()) {
         let info = c.ctx.catalog.get(o.table).expect("table checked at add");
-        let len = info.shape.slot_bytes as usize - VERSION;
-        let img = &st.images[o.proto.image_at as usize..o.proto.image_at as usize + len];
-        let rel = o.proto.rel;
-        if variant == OoccVariant::OneOpLockFirst {
-            // Broken on purpose: the unlock is the first word of the one WRITE.
-            let mut slot = vec![0u8; len + VERSION];
-            slot[VERSION..].copy_from_slice(img);
-            st.post.write(info.ptr(0, rel), &slot);
-        } else {
-            st.post.write(info.ptr(0, rel + VERSION as u64), img);
-            st.post.write(info.ptr(0, rel + VLOCK as u64), &0u64.to_le_bytes());
-        }
-        for r in 1..info.replica_count() {
-            st.post.write(info.ptr(r, rel + VERSION as u64), img);
-        }
+        push_commit(
+            &mut st.post,
+            info,
+            c.proto.as_ref(),
+            &st.images,
+            o.proto.rel,
+            o.proto.image_at,
+        );
         o.proto.holds.locked = false;
         if let Some(b) = o.proto.holds.bucket_lock.take() {
             // The chain's insert lock goes after the slot is occupied (same node, in order).
@@ -156,6 +154,40 @@ pub(super) async fn commit(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
         }
     }
     Ok(())
+}
+
+/// Append the commit of one written record at `rel` (its new bytes 8.. at
+/// `images[at..]`) to `post`: on the primary `[WRITE(bytes 8..), WRITE(lock, 0)]` with the
+/// lock first; in the paper's layout one WRITE of bytes 8.., which carry the lock 0 and
+/// the version copy last; on each backup the same bytes 8.. (lock word unused there).
+fn push_commit(
+    post: &mut dmtx_verbs::Post,
+    info: &dmtx_store::TableInfo,
+    proto: &Oocc,
+    images: &[u8],
+    rel: u64,
+    at: u32,
+) {
+    let words = proto.words(info.shape.slot_bytes);
+    let len = info.shape.slot_bytes as usize - VERSION;
+    let img = &images[at as usize..at as usize + len];
+    match (words.copy, proto.config().variant) {
+        (Some(_), _) => post.write(info.ptr(0, rel + VERSION as u64), img),
+        (None, OoccVariant::OneOpLockFirst) => {
+            // Broken on purpose: the unlock is the first word of the one WRITE.
+            post.write_with(info.ptr(0, rel), len + VERSION, |buf| {
+                buf[..VERSION].fill(0);
+                buf[VERSION..].copy_from_slice(img);
+            });
+        }
+        (None, _) => {
+            post.write(info.ptr(0, rel + VERSION as u64), img);
+            post.write(info.ptr(0, rel + words.lock as u64), &0u64.to_le_bytes());
+        }
+    }
+    for r in 1..info.replica_count() {
+        post.write(info.ptr(r, rel + VERSION as u64), img);
+    }
 }
 
 /// An abort after RTT2: mark every redo log invalid (status 0) and wait for it, so that
@@ -197,7 +229,8 @@ async fn settle(txn: &mut Txn<'_, Oocc>) {
         for &i in &pending {
             let o = &mut c.set.objs[i];
             let info = c.ctx.catalog.get(o.table).expect("table checked at add");
-            o.proto.read = Some(st.post.read(info.ptr(0, o.proto.rel + VLOCK as u64), 8));
+            let lock_at = c.proto.words(info.shape.slot_bytes).lock as u64;
+            o.proto.read = Some(st.post.read(info.ptr(0, o.proto.rel + lock_at), 8));
         }
         if c.ctx.post(&mut c.state.post).await.is_err() {
             continue;
@@ -205,7 +238,7 @@ async fn settle(txn: &mut Txn<'_, Oocc>) {
         let st = &mut c.state;
         pending.retain(|&i| {
             let b = st.post.bytes(c.set.objs[i].proto.read.expect("read posted"));
-            SlotView(b).vlock() == held
+            u64::from_le_bytes(b[..8].try_into().unwrap()) == held
         });
         if pending.is_empty() {
             return;
@@ -214,13 +247,14 @@ async fn settle(txn: &mut Txn<'_, Oocc>) {
         for &i in &pending {
             let o = &c.set.objs[i];
             let info = c.ctx.catalog.get(o.table).expect("table checked at add");
-            let len = info.shape.slot_bytes as usize - VERSION;
-            let img = &st.images[o.proto.image_at as usize..o.proto.image_at as usize + len];
-            for r in 1..info.replica_count() {
-                st.bg.write(info.ptr(r, o.proto.rel + VERSION as u64), img);
-            }
-            st.bg.write(info.ptr(0, o.proto.rel + VERSION as u64), img);
-            st.bg.write(info.ptr(0, o.proto.rel + VLOCK as u64), &0u64.to_le_bytes());
+            push_commit(
+                &mut st.bg,
+                info,
+                c.proto.as_ref(),
+                &st.images,
+                o.proto.rel,
+                o.proto.image_at,
+            );
         }
         if c.ctx.post(&mut c.state.bg).await.is_ok() {
             return;

@@ -8,8 +8,8 @@
 
 use dmtx_runtime::{Abort, AbortReason, Access, Txn};
 
-use super::layout::{intention, SlotView, VLOCK, W};
-use super::{lease_now, Oocc};
+use super::layout::{intention, SlotView, Words, W};
+use super::{lease_now, Oocc, OoccVariant};
 use crate::onever::index_walk::{self, Found, Stage};
 
 /// Rounds one `execute` may take before something is wrong (a chain longer than the
@@ -26,10 +26,11 @@ enum Seen {
     Torn,
 }
 
-fn check_read(v: SlotView<'_>, value_len: usize) -> Seen {
-    if v.vlock() & W != 0 {
+fn check_read(slot: &[u8], words: Words, value_len: usize, variant: OoccVariant) -> Seen {
+    let detector = variant != OoccVariant::NoVersionCopy;
+    if words.lock_of(slot) & W != 0 {
         Seen::WriteLocked
-    } else if !v.intact(value_len) {
+    } else if detector && !words.intact(slot, value_len) {
         Seen::Torn
     } else {
         Seen::Ok
@@ -43,7 +44,11 @@ pub(super) async fn execute(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
     let use_cache = c.proto.config().addr_cache;
     for o in &mut c.set.objs[start..n] {
         let info = c.ctx.catalog.get(o.table).expect("table checked at add");
-        let cached = if use_cache { c.ctx.cache.get(o.table, o.key) } else { None };
+        let cached = if use_cache {
+            c.ctx.cache.get(o.table, o.key)
+        } else {
+            None
+        };
         o.proto.stage = match (o.access, cached) {
             (Access::Insert, _) | (_, None) => Stage::Lookup(info.shape.home_bucket(o.key)),
             (_, Some(rel)) => {
@@ -55,6 +60,8 @@ pub(super) async fn execute(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
 
     let owner = c.state.owner;
     let reread_max = c.proto.config().reread_max;
+    let variant = c.proto.config().variant;
+    let proto = c.proto.clone();
     for _round in 0..ROUNDS_MAX {
         let c = &mut *txn.coord;
         let post = &mut c.state.post;
@@ -88,7 +95,8 @@ pub(super) async fn execute(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
                 Stage::Fetch => {
                     if o.access.writes() && !p.holds.locked {
                         index_walk::post_link(post, info, &p.walk);
-                        p.cas = Some(post.cas(info.ptr(0, p.rel + VLOCK as u64), 0, intention(owner)));
+                        let lock_at = proto.words(shape.slot_bytes).lock as u64;
+                        p.cas = Some(post.cas(info.ptr(0, p.rel + lock_at), 0, intention(owner)));
                         intentions = true;
                     }
                     p.read = Some(post.read(info.ptr(0, p.rel), shape.slot_bytes as usize));
@@ -107,14 +115,22 @@ pub(super) async fn execute(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
         let rv_ns = lease_now(&c.cn_state).rv_ns;
         if c.ctx.post(&mut c.state.post).await.is_err() {
             let c = &mut *txn.coord;
-            index_walk::give_back_round(
-                &mut c.state.bg,
-                &c.set.objs[start..n],
-                &c.ctx.catalog,
-                intention(owner),
-                VLOCK as u64,
-            );
-            c.ctx.post_background(&mut c.state.bg);
+            // Every table's slot has its lock word at the same place relative to its
+            // end or its start, so give back per table.
+            c.state.bg.clear();
+            for o in c.set.objs[start..n].iter().filter(|o| o.proto.cas.is_some()) {
+                let info = c.ctx.catalog.get(o.table).expect("table checked at add");
+                let lock_at = proto.words(info.shape.slot_bytes).lock as u64;
+                let mut one = dmtx_verbs::Post::new();
+                index_walk::give_back_round(
+                    &mut one,
+                    std::slice::from_ref(o),
+                    &c.ctx.catalog,
+                    intention(owner),
+                    lock_at,
+                );
+                c.ctx.post_background(&mut one);
+            }
             return Err(Abort::new(AbortReason::Fault));
         }
         let c = &mut *txn.coord;
@@ -138,6 +154,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
             let shape = &info.shape;
             let value_len = o.value_len as usize;
             let (table, key, access) = (o.table, o.key, o.access);
+            let words = proto.words(shape.slot_bytes);
             let p = &mut o.proto;
             let mut copy_from: Option<&[u8]> = None;
             match p.stage {
@@ -165,10 +182,10 @@ pub(super) async fn execute(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
                             p.stage = Stage::Fetch;
                             if access == Access::ReadOnly {
                                 let v = SlotView(slot);
-                                match check_read(v, value_len) {
+                                match check_read(slot, words, value_len, variant) {
                                     Seen::Ok => {
                                         p.version = v.version();
-                                        p.lock_seen = v.vlock();
+                                        p.lock_seen = words.lock_of(slot);
                                         p.post_ns = post_ns;
                                         p.rv_ns = rv_ns;
                                         p.stage = Stage::Done;
@@ -205,7 +222,8 @@ pub(super) async fn execute(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
                     p.rel = rel;
                 }
                 Stage::Fetch => {
-                    let v = SlotView(post.bytes(p.read.expect("fetch posts a read")));
+                    let slot = post.bytes(p.read.expect("fetch posts a read"));
+                    let v = SlotView(slot);
                     if let Some(cas) = p.cas {
                         p.walk.linked();
                         if post.old(cas) != 0 {
@@ -222,16 +240,19 @@ pub(super) async fn execute(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
                         p.version = v.version();
                         p.stage = Stage::Done;
                     } else if v.live_key() != Some(key) {
-                        // Stale cached address: the slot was reused.
-                        p.stage =
-                            index_walk::evict_stale(&c.ctx.cache, bg, info, (table, key), p.rel, &mut p.holds.locked);
+                        // Stale cached address: the slot was reused. Give back its lock
+                        // (wherever the layout keeps it) and walk the chain.
+                        if std::mem::take(&mut p.holds.locked) {
+                            bg.write(info.ptr(0, p.rel + words.lock as u64), &0u64.to_le_bytes());
+                        }
+                        p.stage = index_walk::evict_stale(&c.ctx.cache, bg, info, (table, key), p.rel, &mut false);
                     } else if access.writes() {
                         // Layout invariant 2: we took the lock from 0 and READ behind our
                         // CAS, so no commit's data WRITE lands after it; but the READ may
                         // have begun while the previous holder's commit WRITE was still in
                         // service (the simulator's tear model overlaps service intervals),
                         // so a torn image is read again under the lock we hold.
-                        if v.intact(value_len) {
+                        if words.intact(slot, value_len) {
                             p.version = v.version();
                             p.stage = Stage::Done;
                             copy_from = Some(v.value(value_len));
@@ -244,10 +265,10 @@ pub(super) async fn execute(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
                             }
                         }
                     } else {
-                        match check_read(v, value_len) {
+                        match check_read(slot, words, value_len, variant) {
                             Seen::Ok => {
                                 p.version = v.version();
-                                p.lock_seen = v.vlock();
+                                p.lock_seen = words.lock_of(slot);
                                 p.post_ns = post_ns;
                                 p.rv_ns = rv_ns;
                                 p.stage = Stage::Done;

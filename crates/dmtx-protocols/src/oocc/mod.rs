@@ -54,6 +54,12 @@
 //! ([`crate::onever::tear`]) on every execution READ (a torn record is re-read, at most
 //! `reread_max` times).
 //!
+//! Knob `one_op_unlock` selects the paper's layout ([`layout::OneOpLayout`]: lock and a
+//! version copy after the data, one commit WRITE per replica, validation READs the whole
+//! record since lock and version are apart). Its detector is the copy, valid for a READ
+//! crossed at most once; `tests/oocc_broken.rs` shows two crossings commit a fractured
+//! read there and not in the default layout, and the copy's absence a torn one.
+//!
 //! # Why it is strict serializable
 //!
 //! - A leased record read at `post` with lock 0: a writer that locks it afterwards sees
@@ -186,6 +192,9 @@ pub enum OoccVariant {
     /// One commit WRITE of the whole slot, lock word first (`0`, then the image): a
     /// reader sees the lock 0 before the data lands.
     OneOpLockFirst,
+    /// The paper's layout (`one_op_unlock`) without its version copy check: a READ
+    /// the commit WRITE overtakes once returns a torn record.
+    NoVersionCopy,
 }
 
 /// OOCC's settings.
@@ -201,6 +210,9 @@ pub struct OoccConfig {
     pub reread_max: u32,
     /// Bytes of each coordinator's redo-log area on each memory node.
     pub log_bytes: u32,
+    /// The paper's layout: lock and version copy after the data, one commit WRITE
+    /// (§V; valid only for READs crossed at most once by a WRITE, see [`layout`]).
+    pub one_op_unlock: bool,
     /// Test-only variant.
     pub variant: OoccVariant,
 }
@@ -213,6 +225,7 @@ impl Default for OoccConfig {
             addr_cache: true,
             reread_max: 4,
             log_bytes: 64 << 10,
+            one_op_unlock: false,
             variant: OoccVariant::Fixed,
         }
     }
@@ -253,11 +266,16 @@ const LOG_BYTES: KnobSpec = KnobSpec {
     help: "redo-log bytes per coordinator per memory node",
 };
 
+const ONE_OP_UNLOCK: KnobSpec = KnobSpec {
+    name: "one_op_unlock",
+    default: "false",
+    help: "the paper's layout: lock and version copy after the data, one commit WRITE (safe only if a READ crosses a WRITE at most once)",
+};
+
 /// The OOCC protocol.
 #[derive(Debug, Clone)]
 pub struct Oocc {
     cfg: OoccConfig,
-    layout: OneVersionLayout,
 }
 
 impl Oocc {
@@ -268,9 +286,16 @@ impl Oocc {
             "lease_us = {} does not fit the lease word",
             cfg.lease_us
         );
-        Self {
-            cfg,
-            layout: OneVersionLayout,
+        Self { cfg }
+    }
+
+    /// Where the lock word and version copy of a slot of `slot_bytes` are.
+    #[inline]
+    pub fn words(&self, slot_bytes: u32) -> layout::Words {
+        if self.cfg.one_op_unlock {
+            layout::Words::last(slot_bytes as usize)
+        } else {
+            layout::Words::FIRST
         }
     }
 
@@ -385,7 +410,14 @@ impl Protocol for Oocc {
     const NAME: &'static str = "oocc";
     const ABOUT: &'static str =
         "OOCC (oocc.txt): implicit leases for 1-RTT read-only txns, intention + delayed write lock, 3-RTT read-write";
-    const KNOBS: &'static [KnobSpec] = &[LEASE_US, DRIFT_PPM_MAX, ADDR_CACHE, REREAD_MAX, LOG_BYTES];
+    const KNOBS: &'static [KnobSpec] = &[
+        LEASE_US,
+        DRIFT_PPM_MAX,
+        ADDR_CACHE,
+        REREAD_MAX,
+        LOG_BYTES,
+        ONE_OP_UNLOCK,
+    ];
     const METRICS: &'static [MetricSpec] = METRICS;
     const CPU_STEPS: &'static [(&'static str, u64)] = CPU_STEPS;
 
@@ -414,6 +446,7 @@ impl Protocol for Oocc {
                     Err("must be a multiple of 8, at least 4096".into())
                 }
             })?,
+            one_op_unlock: knobs.get(&ONE_OP_UNLOCK)?,
             variant: OoccVariant::Fixed,
         }))
     }
@@ -423,7 +456,11 @@ impl Protocol for Oocc {
     }
 
     fn layout(&self) -> &dyn SlotLayout {
-        &self.layout
+        if self.cfg.one_op_unlock {
+            &layout::OneOpLayout
+        } else {
+            &OneVersionLayout
+        }
     }
 
     fn cn_state(&self, _cn: &Cn) -> Result<OoccCn> {
@@ -466,7 +503,17 @@ impl Protocol for Oocc {
         let c = &mut *txn.coord;
         let st = &mut c.state;
         st.bg.clear();
-        crate::onever::release::push_release(&mut st.bg, &mut c.set.objs, &c.ctx.catalog, st.owner);
+        for o in c.set.objs.iter_mut() {
+            let info = c.ctx.catalog.get(o.table).expect("table checked at add");
+            if std::mem::take(&mut o.proto.holds.locked) {
+                let lock_at = c.proto.words(info.shape.slot_bytes).lock as u64;
+                st.bg.write(info.ptr(0, o.proto.rel + lock_at), &0u64.to_le_bytes());
+            }
+            if let Some(b) = o.proto.holds.bucket_lock.take() {
+                st.bg
+                    .write(info.ptr(0, b + dmtx_store::BUCKET_LOCK_OFFSET), &0u64.to_le_bytes());
+            }
+        }
         c.ctx.post_background(&mut st.bg);
     }
 }

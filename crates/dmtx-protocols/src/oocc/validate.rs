@@ -5,7 +5,7 @@
 use dmtx_runtime::{Abort, AbortReason, Access, Txn};
 use dmtx_verbs::Post;
 
-use super::layout::{I, VLOCK, W};
+use super::layout::{Words, I, VERSION, W};
 use super::{Oocc, OoccObj, OoccVariant};
 
 /// Whether the read record `p` of a read-only transaction whose last round completed at
@@ -22,18 +22,31 @@ pub(super) fn in_lease(p: &OoccObj, c1: u64) -> bool {
     c1.saturating_sub(p.post_ns) < p.rv_ns as u64
 }
 
-/// Post one 16-byte READ (`lock`, `version`) of the primary of `o`.
-pub(super) fn post_check(post: &mut Post, info: &dmtx_store::TableInfo, o: &mut OoccObj) {
-    o.read = Some(post.read(info.ptr(0, o.rel + VLOCK as u64), 16));
+/// Post the validation READ of `o`: 16 bytes (`lock`, `version`) with the lock first;
+/// in the paper's layout everything from the version to the copy, since lock and version
+/// are apart and only the copy tells a READ the commit WRITE overtook.
+pub(super) fn post_check(post: &mut Post, info: &dmtx_store::TableInfo, words: Words, o: &mut OoccObj) {
+    o.read = Some(match words.copy {
+        None => post.read(info.ptr(0, o.rel + words.lock as u64), 16),
+        Some(_) => post.read(
+            info.ptr(0, o.rel + VERSION as u64),
+            info.shape.slot_bytes as usize - VERSION,
+        ),
+    });
 }
 
-/// What the validation READ of `o` returned: `(lock, version)`.
-pub(super) fn checked(post: &Post, o: &OoccObj) -> (u64, u64) {
+/// What the validation READ of `o` returned: `(lock, version, intact)`.
+pub(super) fn checked(post: &Post, words: Words, o: &OoccObj, variant: OoccVariant) -> (u64, u64, bool) {
     let b = post.bytes(o.read.expect("validation posts a read"));
-    (
-        u64::from_le_bytes(b[0..8].try_into().unwrap()),
-        u64::from_le_bytes(b[8..16].try_into().unwrap()),
-    )
+    let w = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+    match words.copy {
+        None => (w(0), w(8), true),
+        Some(copy) => {
+            let version = w(0);
+            let intact = variant == OoccVariant::NoVersionCopy || w(copy - VERSION) == version;
+            (w(words.lock - VERSION), version, intact)
+        }
+    }
 }
 
 /// Commit a transaction that wrote nothing. With every record read unlocked and in
@@ -56,7 +69,7 @@ pub(super) async fn read_only(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
         o.proto.read = None;
         if needs_validation(&o.proto, c1, variant) {
             let info = c.ctx.catalog.get(o.table).expect("table checked at add");
-            post_check(post, info, &mut o.proto);
+            post_check(post, info, c.proto.words(info.shape.slot_bytes), &mut o.proto);
             checks += 1;
         }
     }
@@ -71,8 +84,10 @@ pub(super) async fn read_only(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
     }
     let post = &c.state.post;
     for o in c.set.objs.iter().filter(|o| o.proto.read.is_some()) {
-        let (lock, version) = checked(post, &o.proto);
-        if lock & W != 0 || version != o.proto.version {
+        let info = c.ctx.catalog.get(o.table).expect("table checked at add");
+        let words = c.proto.words(info.shape.slot_bytes);
+        let (lock, version, intact) = checked(post, words, &o.proto, variant);
+        if lock & W != 0 || version != o.proto.version || !intact {
             return Err(Abort::new(AbortReason::Validation));
         }
     }
