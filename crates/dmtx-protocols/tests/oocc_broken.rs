@@ -357,3 +357,36 @@ fn two_crossings_break_the_papers_layout_not_the_default() {
     let (got, _) = race(default(), &[B, A], &[A, B], version, Some(&value_end));
     assert_eq!(got.expect_err("A is write-locked").reason, AbortReason::LockConflict);
 }
+
+/// Goal: the delayed write lock lets a read-only transaction read a record a writer has
+/// only intention-locked (§IV case 2.1: validate, commit); without it the execution CAS
+/// takes the write lock and the reader aborts (case 2).
+#[test]
+fn the_delayed_write_lock_spares_readers_of_intention_locked_records() {
+    for (delayed, want) in [(true, None), (false, Some(AbortReason::LockConflict))] {
+        let e = env(
+            Oocc::new(OoccConfig {
+                delayed_lock: delayed,
+                ..OoccConfig::default()
+            }),
+            1,
+        );
+        let w = e.mem_cn(0).worker(0).expect("worker");
+        let mut cw = w.coordinator(&e.proto, 0).expect("coordinator");
+        let mut cr = w.coordinator(&e.proto, 1).expect("coordinator");
+        let got = block_on(async {
+            let mut tw = cw.begin();
+            tw.add_rw(bank::TABLE, A);
+            tw.execute().await.expect("idle: W locks");
+            let mut tr = cr.begin_with(TxnHints::READ_ONLY_DECLARED);
+            tr.add_ro(bank::TABLE, A);
+            let r = match tr.execute().await {
+                Ok(()) => tr.commit().await,
+                Err(a) => Err(a),
+            };
+            drop(tw);
+            r
+        });
+        assert_eq!(got.err().map(|a| a.reason), want, "delayed_lock = {delayed}");
+    }
+}

@@ -142,6 +142,9 @@ fn oocc_passes_the_suite() {
             Knobs::default(),
             knobs(&["lease_us=0", "addr_cache=false"]),
             knobs(&["one_op_unlock=true"]),
+            // The paper's OCC (Fig. 6a): every ablation off.
+            knobs(&["lease=false", "write_unlock=false", "delayed_lock=false"]),
+            knobs(&["write_unlock=false", "lease_us=50"]),
         ],
         faults: None,
         ..Options::default()
@@ -177,4 +180,48 @@ fn no_lease_wait_is_caught() {
         Transport::Sim,
         40,
     );
+}
+
+/// Goal: the ablations of §VIII-D cost what Fig. 6 says: without the lease every
+/// read-only transaction validates (2 RTTs) and writers never wait; without Write-Unlock
+/// a read-write transaction takes 4 (RTT3 writes, RTT4 unlocks); with everything off,
+/// the paper's OCC: RO 2, RW 4. The upper bound never validates.
+#[test]
+fn ablations_meet_their_round_trip_budgets() {
+    let no_lease = [
+        RttBudget::new(TxnKind::ReadOnlyMany, Cache::Warm, 1, 1),
+        RttBudget::new(TxnKind::ReadWrite, Cache::Warm, 1, 2),
+    ];
+    dmtx_suite::assert_budgets(|| make(&knobs(&["lease=false", LONG_LEASE])), 2, 20, &no_lease);
+    let no_write_unlock = [
+        RttBudget::new(TxnKind::ReadOnlyMany, Cache::Warm, 1, 0),
+        RttBudget::new(TxnKind::ReadWrite, Cache::Warm, 1, 3),
+        RttBudget::new(TxnKind::ReadWriteWithRo, Cache::Warm, 1, 3),
+        RttBudget::new(TxnKind::Insert, Cache::Cold, 2, 3),
+    ];
+    dmtx_suite::assert_budgets(
+        || make(&knobs(&["write_unlock=false", LONG_LEASE])),
+        2,
+        20,
+        &no_write_unlock,
+    );
+    let occ = [
+        RttBudget::new(TxnKind::ReadOnlyOne, Cache::Warm, 1, 1),
+        RttBudget::new(TxnKind::ReadOnlyMany, Cache::Warm, 1, 1),
+        RttBudget::new(TxnKind::ReadWrite, Cache::Warm, 1, 3),
+        RttBudget::new(TxnKind::Delete, Cache::Warm, 1, 3),
+    ];
+    let all_off = ["lease=false", "write_unlock=false", "delayed_lock=false"];
+    let got = dmtx_suite::assert_budgets(|| make(&knobs(&all_off)), 2, 20, &occ);
+    // No W upgrade in RTT2: the execution CAS took the write lock.
+    let rw = &got[2].attempt;
+    assert_eq!(
+        rw.ops_of(OpKind::Cas),
+        2 + 2,
+        "2 lock CAS in RTT1, 2 unlock CAS in RTT4"
+    );
+    let upper = [RttBudget::new(TxnKind::ReadOnlyMany, Cache::Warm, 1, 0)];
+    dmtx_suite::assert_budgets(|| make(&knobs(&["lease_us=0", "upper_bound=true"])), 2, 20, &upper);
+    assert_eq!(make(&knobs(&["upper_bound=true"])).isolation(), Isolation::Unchecked);
+    assert!(Oocc::from_knobs(&knobs(&["one_op_unlock=true", "write_unlock=false"])).is_err());
 }

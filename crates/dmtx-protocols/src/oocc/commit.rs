@@ -53,11 +53,24 @@ pub(super) async fn commit(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
         }
         c.set.objs[i].proto.image_at = at as u32;
     }
+    let cfg = c.proto.config();
+    let (delayed_lock, write_unlock) = (cfg.delayed_lock, cfg.write_unlock);
+    if !write_unlock {
+        // The undo log (Fig. 6a): the old images, at the offsets of the new ones.
+        st.old_images.clear();
+        st.old_images.resize(st.images.len(), 0);
+        for o in c.set.objs.iter().filter(|o| o.access.writes()) {
+            let info = c.ctx.catalog.get(o.table).expect("table checked at add");
+            let len = info.shape.slot_bytes as usize - VERSION;
+            let (to, from) = (o.proto.image_at as usize, o.proto.undo_at as usize);
+            st.old_images[to..to + len].copy_from_slice(&st.undo[from..from + len]);
+        }
+    }
 
-    // RTT2: W on every lock, the redo logs (each flushed), a validation READ of every
-    // record read but not written.
+    // RTT2: W on every lock (held since RTT1 without the delayed write lock), the logs
+    // (each flushed), a validation READ of every record read but not written.
     st.post.clear();
-    for o in c.set.objs.iter().filter(|o| o.access.writes()) {
+    for o in c.set.objs.iter().filter(|o| o.access.writes() && delayed_lock) {
         let info = c.ctx.catalog.get(o.table).expect("table checked at add");
         debug_assert!(o.proto.holds.locked);
         let lock_at = c.proto.words(info.shape.slot_bytes).lock as u64;
@@ -65,10 +78,11 @@ pub(super) async fn commit(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
             .write(info.ptr(0, o.proto.rel + lock_at), &write_locked(owner).to_le_bytes());
     }
     let header = (c.ctx.id.global(), c.set.txn_seq);
+    let logged = if write_unlock { &st.images } else { &st.old_images };
     for &mn in &st.mns {
         if let Err(needed) = st
             .log
-            .post_write(&mut st.post, mn, header, &c.set.objs, &c.ctx.catalog, &st.images)
+            .post_write(&mut st.post, mn, header, &c.set.objs, &c.ctx.catalog, logged)
         {
             let area = st.log.bytes() as u64;
             c.ctx.last_log_full = Some(format!(
@@ -120,6 +134,9 @@ pub(super) async fn commit(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
         let clock = c.ctx.clock.clone();
         sleep_until(&*clock, deadline).await;
     }
+    if !write_unlock {
+        return commit_then_unlock(txn).await;
+    }
     let c = &mut *txn.coord;
     let st = &mut c.state;
     st.post.clear();
@@ -144,6 +161,12 @@ pub(super) async fn commit(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
     if c.ctx.post(&mut c.state.post).await.is_err() {
         settle(txn).await;
     }
+    note_addresses(txn);
+    Ok(())
+}
+
+/// Inserted records' addresses into the cache, deleted ones out.
+fn note_addresses(txn: &mut Txn<'_, Oocc>) {
     let c = &mut *txn.coord;
     let use_cache = c.proto.config().addr_cache;
     for o in c.set.objs.iter().filter(|o| o.access.writes()) {
@@ -153,6 +176,72 @@ pub(super) async fn commit(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
             _ => {}
         }
     }
+}
+
+/// Rounds the unlock round of [`commit_then_unlock`] is retried before leaving the rest
+/// to recovery.
+const UNLOCK_ROUNDS_MAX: u32 = 256;
+
+/// Without Write-Unlock (Fig. 6a/b): RTT3 writes every replica with the locks held,
+/// RTT4 releases them once every record is in place (so no reader sees part of the
+/// transaction unlocked). A failed RTT3 rolls back from the old images (still locked,
+/// nobody saw the new ones); a failed RTT4 is retried by `CAS(held → 0)`, which leaves a
+/// lock someone took after our unlock landed alone.
+async fn commit_then_unlock(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
+    let c = &mut *txn.coord;
+    let owner = c.state.owner;
+    let held = write_locked(owner);
+    let st = &mut c.state;
+    st.post.clear();
+    for o in c.set.objs.iter_mut().filter(|o| o.access.writes()) {
+        let info = c.ctx.catalog.get(o.table).expect("table checked at add");
+        let len = info.shape.slot_bytes as usize - VERSION;
+        let img = &st.images[o.proto.image_at as usize..o.proto.image_at as usize + len];
+        for r in 0..info.replica_count() {
+            st.post.write(info.ptr(r, o.proto.rel + VERSION as u64), img);
+        }
+    }
+    if c.ctx.post(&mut c.state.post).await.is_err() {
+        let c = &mut *txn.coord;
+        let st = &mut c.state;
+        st.post.clear();
+        for o in c.set.objs.iter().filter(|o| o.access.writes()) {
+            let info = c.ctx.catalog.get(o.table).expect("table checked at add");
+            let len = info.shape.slot_bytes as usize - VERSION;
+            let old = &st.undo[o.proto.undo_at as usize..o.proto.undo_at as usize + len];
+            for r in 0..info.replica_count() {
+                st.post.write(info.ptr(r, o.proto.rel + VERSION as u64), old);
+            }
+            c.ctx.cache.evict(o.table, o.key, o.proto.rel);
+        }
+        // Unreached nodes keep what recovery repairs from the undo logs; the abort path
+        // releases the locks after this post.
+        let _ = c.ctx.post(&mut c.state.post).await;
+        return Err(Abort::new(AbortReason::Fault));
+    }
+    let c = &mut *txn.coord;
+    for o in c.set.objs.iter_mut().filter(|o| o.access.writes()) {
+        o.version_written = Some(c.set.txn_id);
+    }
+    // RTT4: the release, awaited before the commit is reported.
+    let st = &mut c.state;
+    st.post.clear();
+    for o in c.set.objs.iter_mut() {
+        let info = c.ctx.catalog.get(o.table).expect("table checked at add");
+        if std::mem::take(&mut o.proto.holds.locked) {
+            let lock_at = c.proto.words(info.shape.slot_bytes).lock as u64;
+            st.post.cas(info.ptr(0, o.proto.rel + lock_at), held, 0);
+        }
+        if let Some(b) = o.proto.holds.bucket_lock.take() {
+            st.post.cas(info.ptr(0, b + dmtx_store::BUCKET_LOCK_OFFSET), owner, 0);
+        }
+    }
+    for _ in 0..UNLOCK_ROUNDS_MAX {
+        if c.ctx.post(&mut c.state.post).await.is_ok() {
+            break;
+        }
+    }
+    note_addresses(txn);
     Ok(())
 }
 

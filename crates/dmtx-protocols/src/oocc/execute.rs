@@ -8,7 +8,7 @@
 
 use dmtx_runtime::{Abort, AbortReason, Access, Txn};
 
-use super::layout::{intention, SlotView, Words, W};
+use super::layout::{intention, write_locked, SlotView, Words, W};
 use super::{lease_now, Oocc, OoccVariant};
 use crate::onever::index_walk::{self, Found, Stage};
 
@@ -41,6 +41,9 @@ pub(super) async fn execute(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
     let c = &mut *txn.coord;
     let start = c.set.fetched;
     let n = c.set.objs.len();
+    if start == 0 {
+        c.state.undo.clear();
+    }
     let use_cache = c.proto.config().addr_cache;
     for o in &mut c.set.objs[start..n] {
         let info = c.ctx.catalog.get(o.table).expect("table checked at add");
@@ -62,6 +65,13 @@ pub(super) async fn execute(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
     let reread_max = c.proto.config().reread_max;
     let variant = c.proto.config().variant;
     let proto = c.proto.clone();
+    // The execution CAS takes the intention lock, or the write lock when the delayed
+    // write lock is off (§IV ablation).
+    let take = if proto.config().delayed_lock {
+        intention(owner)
+    } else {
+        write_locked(owner)
+    };
     for _round in 0..ROUNDS_MAX {
         let c = &mut *txn.coord;
         let post = &mut c.state.post;
@@ -96,7 +106,7 @@ pub(super) async fn execute(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
                     if o.access.writes() && !p.holds.locked {
                         index_walk::post_link(post, info, &p.walk);
                         let lock_at = proto.words(shape.slot_bytes).lock as u64;
-                        p.cas = Some(post.cas(info.ptr(0, p.rel + lock_at), 0, intention(owner)));
+                        p.cas = Some(post.cas(info.ptr(0, p.rel + lock_at), 0, take));
                         intentions = true;
                     }
                     p.read = Some(post.read(info.ptr(0, p.rel), shape.slot_bytes as usize));
@@ -238,6 +248,8 @@ pub(super) async fn execute(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
                             continue;
                         }
                         p.version = v.version();
+                        p.undo_at = c.state.undo.len() as u32;
+                        c.state.undo.extend_from_slice(v.image());
                         p.stage = Stage::Done;
                     } else if v.live_key() != Some(key) {
                         // Stale cached address: the slot was reused. Give back its lock
@@ -254,6 +266,8 @@ pub(super) async fn execute(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
                         // so a torn image is read again under the lock we hold.
                         if words.intact(slot, value_len) {
                             p.version = v.version();
+                            p.undo_at = c.state.undo.len() as u32;
+                            c.state.undo.extend_from_slice(v.image());
                             p.stage = Stage::Done;
                             copy_from = Some(v.value(value_len));
                         } else {

@@ -40,6 +40,17 @@
 //!
 //! The paper counts RW at 3 with Write-Unlock; without it (and with undo logs) OCC takes 4.
 //!
+//! Ablation knobs (§VIII-D, Fig. 6, `ablations_meet_their_round_trip_budgets`):
+//!
+//! | knobs | read-only | read-write |
+//! | --- | --- | --- |
+//! | all on (default) | 1 (2 fallback) | 3 + wait |
+//! | `lease=false` | 2: every record validated | 3, no wait |
+//! | `write_unlock=false` | 1 (2) | 4 + wait: RTT2 undo log (old images), RTT3 data with the locks held, RTT4 `CAS(held → 0)` |
+//! | `delayed_lock=false` | 1 (2); a record write-locked since RTT1 aborts readers | 3 + wait, no upgrade WRITE |
+//! | all three off (the paper's OCC, Fig. 6a) | 2 | 4 |
+//! | `upper_bound=true` | 1, never validated: **unsafe**, isolation unchecked | 3 + wait |
+//!
 //! # Record layout
 //!
 //! See [`layout`]: `lock | version | key | meta | checksum | value`, the lock word
@@ -213,6 +224,17 @@ pub struct OoccConfig {
     /// The paper's layout: lock and version copy after the data, one commit WRITE
     /// (§V; valid only for READs crossed at most once by a WRITE, see [`layout`]).
     pub one_op_unlock: bool,
+    /// Ablation (§VIII-D): implicit leases (off: every read-only record is validated,
+    /// writers never wait).
+    pub lease: bool,
+    /// Ablation: redo log and the unlock in the commit batch (off: an undo log in RTT2,
+    /// the data in RTT3 and the unlock in an RTT4 of its own, Fig. 6a/b).
+    pub write_unlock: bool,
+    /// Ablation: intention lock at execution, `W` only in RTT2 (off: `W` taken by the
+    /// execution CAS, so readers abort on it from RTT1 on).
+    pub delayed_lock: bool,
+    /// Read-only transactions never validate: the paper's unsafe upper bound.
+    pub upper_bound: bool,
     /// Test-only variant.
     pub variant: OoccVariant,
 }
@@ -226,6 +248,10 @@ impl Default for OoccConfig {
             reread_max: 4,
             log_bytes: 64 << 10,
             one_op_unlock: false,
+            lease: true,
+            write_unlock: true,
+            delayed_lock: true,
+            upper_bound: false,
             variant: OoccVariant::Fixed,
         }
     }
@@ -235,6 +261,9 @@ impl OoccConfig {
     /// The lease word every compute node starts with: `lease_us` widened by the drift
     /// offset (`rv = lease − offset`, `ww = lease + offset`).
     pub fn lease(&self) -> Lease {
+        if !self.lease {
+            return Lease::default();
+        }
         let ns = self.lease_us.saturating_mul(1_000);
         Lease::with_offset(ns, drift_offset_ns(ns, self.drift_ppm_max))
     }
@@ -272,6 +301,27 @@ const ONE_OP_UNLOCK: KnobSpec = KnobSpec {
     help: "the paper's layout: lock and version copy after the data, one commit WRITE (safe only if a READ crosses a WRITE at most once)",
 };
 
+const LEASE: KnobSpec = KnobSpec {
+    name: "lease",
+    default: "true",
+    help: "ablation (§VIII-D): implicit leases; off, every read-only record is validated and writers never wait",
+};
+const WRITE_UNLOCK: KnobSpec = KnobSpec {
+    name: "write_unlock",
+    default: "true",
+    help: "ablation: redo log and unlock in the commit batch (3-RTT read-write); off, undo log and a separate unlock round (4 RTTs)",
+};
+const DELAYED_LOCK: KnobSpec = KnobSpec {
+    name: "delayed_lock",
+    default: "true",
+    help: "ablation: intention lock at execution, write lock in RTT2; off, the execution CAS takes the write lock",
+};
+const UPPER_BOUND: KnobSpec = KnobSpec {
+    name: "upper_bound",
+    default: "false",
+    help: "UNSAFE upper bound: read-only transactions never validate (results marked unchecked)",
+};
+
 /// The OOCC protocol.
 #[derive(Debug, Clone)]
 pub struct Oocc {
@@ -285,6 +335,10 @@ impl Oocc {
             cfg.lease_us <= 4_000_000,
             "lease_us = {} does not fit the lease word",
             cfg.lease_us
+        );
+        assert!(
+            cfg.write_unlock || !cfg.one_op_unlock,
+            "one_op_unlock unlocks with the commit WRITE: it needs write_unlock"
         );
         Self { cfg }
     }
@@ -335,6 +389,8 @@ pub struct OoccObj {
     rereads: u32,
     /// Offset of the new image in `OoccCoord::images` (written records, at commit).
     image_at: u32,
+    /// Offset of the old image in `OoccCoord::undo` (written records, from RTT1).
+    undo_at: u32,
     walk: Walk,
     read: Option<ReadId>,
     cas: Option<AtomicId>,
@@ -391,6 +447,10 @@ pub struct OoccCoord {
     log: UndoLog,
     /// New images of the written records (bytes 8..).
     images: Vec<u8>,
+    /// Old images of the written records as RTT1 read them (bytes 8..).
+    undo: Vec<u8>,
+    /// With `write_unlock` off: the old images at the offsets of `images` (the undo log).
+    old_images: Vec<u8>,
     /// Scratch: memory nodes holding a replica of a written record.
     mns: Vec<MnId>,
     /// Clock when the last execution round's completion was seen (`c1`).
@@ -447,12 +507,26 @@ impl Protocol for Oocc {
                 }
             })?,
             one_op_unlock: knobs.get(&ONE_OP_UNLOCK)?,
+            lease: knobs.get(&LEASE)?,
+            write_unlock: knobs.get_checked(&WRITE_UNLOCK, |v: bool| {
+                if v || !knobs.get::<bool>(&ONE_OP_UNLOCK).unwrap_or(false) {
+                    Ok(())
+                } else {
+                    Err("one_op_unlock=true unlocks with the commit WRITE; set one_op_unlock=false to turn write_unlock off".into())
+                }
+            })?,
+            delayed_lock: knobs.get(&DELAYED_LOCK)?,
+            upper_bound: knobs.get(&UPPER_BOUND)?,
             variant: OoccVariant::Fixed,
         }))
     }
 
     fn isolation(&self) -> Isolation {
-        Isolation::StrictSerializable
+        if self.cfg.upper_bound {
+            Isolation::Unchecked
+        } else {
+            Isolation::StrictSerializable
+        }
     }
 
     fn layout(&self) -> &dyn SlotLayout {
@@ -479,6 +553,8 @@ impl Protocol for Oocc {
             bg: Post::new(),
             log,
             images: Vec::new(),
+            undo: Vec::new(),
+            old_images: Vec::new(),
             mns: Vec::new(),
             done_ns: 0,
             deadline_ns: 0,
