@@ -390,3 +390,45 @@ fn the_delayed_write_lock_spares_readers_of_intention_locked_records() {
         assert_eq!(got.err().map(|a| a.reason), want, "delayed_lock = {delayed}");
     }
 }
+
+/// Goal: a writer must not write before `D`, its CAS completion plus the write-wait
+/// lease (§III-B case 3): a reader that read one of its records unlocked just before the
+/// CAS holds a lease on it until then.
+/// Method: R reads A (unlocked); W locks A and B and commits; R reads B and commits.
+/// Without the wait W commits at once, R reads B new and commits in lease with A old: a
+/// fractured read. With it, W's commit takes the whole lease, R's lease on A has ended,
+/// and R's validation of A finds W's version.
+fn lease_wait_scenario(variant: OoccVariant) -> Result<(Option<u64>, Option<u64>, u64), Abort> {
+    let e = env(oocc(50_000, variant), 1);
+    let w = e.mem_cn(0).worker(0).expect("worker");
+    let mut cw = w.coordinator(&e.proto, 0).expect("coordinator");
+    let mut cr = w.coordinator(&e.proto, 1).expect("coordinator");
+    block_on(async {
+        warm(&mut cw).await;
+        warm(&mut cr).await;
+        let mut tr = cr.begin_with(TxnHints::READ_ONLY);
+        tr.add_ro(bank::TABLE, A);
+        tr.execute().await.expect("R reads A, unlocked");
+        let mut tw = cw.begin();
+        tw.add_rw(bank::TABLE, A);
+        tw.add_rw(bank::TABLE, B);
+        tw.execute().await.expect("W locks");
+        restamp(&mut tw, 0);
+        restamp(&mut tw, 1);
+        let writer = tw.id();
+        tw.commit().await.expect("W commits");
+        tr.add_ro(bank::TABLE, B);
+        tr.execute().await.expect("R reads B, unlocked");
+        let (a, b) = (tr.coord.set.objs[0].version_read, tr.coord.set.objs[1].version_read);
+        tr.commit().await.map(|()| (a, b, writer))
+    })
+}
+
+#[test]
+fn no_lease_wait_is_caught() {
+    let (a, b, writer) = lease_wait_scenario(OoccVariant::NoLeaseWait).expect("the broken variant commits");
+    assert_eq!(b, Some(writer), "B read new");
+    assert_ne!(a, Some(writer), "A read old: a fractured read committed");
+    let fixed = lease_wait_scenario(OoccVariant::Fixed).expect_err("R's lease on A ended during W's wait");
+    assert_eq!(fixed.reason, AbortReason::Validation);
+}

@@ -39,6 +39,10 @@ fn check_read(slot: &[u8], words: Words, value_len: usize, variant: OoccVariant)
 
 pub(super) async fn execute(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
     let c = &mut *txn.coord;
+    if c.cn_state.control.stopped.load(std::sync::atomic::Ordering::Acquire) {
+        // §VII-B: this node's clock ran off the bound; it commits nothing more.
+        return Err(Abort::new(AbortReason::Protocol(super::ABORT_CLOCK_STOPPED)));
+    }
     let start = c.set.fetched;
     let n = c.set.objs.len();
     if start == 0 {

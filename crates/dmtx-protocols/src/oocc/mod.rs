@@ -84,6 +84,22 @@
 //!   (RTT2), so two that read each other's write sets cannot both commit (write skew);
 //!   their writes land only after `W` is set on every one of them.
 //!
+//! # Leases, their manager and clock drift (§VII)
+//!
+//! Each compute node keeps one lease word (`rv`, `ww`; [`crate::onever::lease`]) that
+//! every coordinator samples per round: `rv` when it posts a READ round, `ww` when it
+//! sees its intention CASes complete. Widened for drift: `rv = lease − offset`, `ww =
+//! lease + offset`, `offset = lease × drift_ppm_max / 10⁶` (`offset_ns` overrides).
+//! With `lease_adjust` the manager ([`lease_manager`]) runs on node 0, thread 0, as a
+//! service task, and changes every node's word in two phases over CN↔CN messages, the
+//! intermediate word `(min, max)` in between and a wait of the old write-wait lease
+//! after its last ACK; `lease_manager`'s doc argues both directions. With
+//! `clock_check` every other node samples node 0's clock every
+//! `clock_check_period_ms` and stops itself (aborting every later transaction with
+//! `clock_stopped`) once its rate is off by more than 80 % of `drift_ppm_max`, so a
+//! node never runs past the bound the offset covers. Memory nodes keep no time.
+//! Either service turns messaging on; round-trip budgets are measured with both off.
+//!
 //! # Choices where the paper is silent or inconsistent (issue 29's)
 //!
 //! - **Every read-not-written record is validated in RTT2**, lease or not. Alg. 1 skips
@@ -102,6 +118,15 @@
 //! - **Inserts and deletes** (paper silent): FORD's, with this lock: the home bucket's
 //!   insert lock while picking a slot, the slot taken by the intention CAS, a delete
 //!   writes the record back unoccupied.
+//! - **Lease policy** (paper: "compute a new lease"): below `omit_target`, grow to the
+//!   80th percentile of read-only read phases plus a quarter and 1 µs; shrink to that
+//!   when the lease exceeds twice the percentile; within `lease_us_min..=lease_us_max`.
+//! - **Clock check**: "exceeds max_drift_offset by more than 80 %" read as "the measured
+//!   rate error exceeds 80 % of `drift_ppm_max`"; the rate is measured against node 0
+//!   from message round trips, counting only what exceeds half the round trips.
+//! - **A torn READ of a record we just locked** is read again under our lock rather
+//!   than asserted impossible: a READ behind our CAS may have begun while the previous
+//!   holder's commit WRITE was in service.
 //!
 //! # Where dmtx differs from the authors' code (`haobayuxi/oocc`)
 //!
@@ -125,19 +150,22 @@
 mod commit;
 mod execute;
 pub mod layout;
+pub mod lease_manager;
 mod validate;
 
+use std::rc::Rc;
 use std::sync::Arc;
 
 use dmtx_memnode::Control;
 use dmtx_runtime::{
-    Abort, Cn, CoordCtx, Isolation, KnobError, KnobSpec, Knobs, MetricKind, MetricSpec, Protocol, Result, Txn,
+    Abort, AbortReasonSpec, Cn, CoordCtx, Handled, Isolation, KnobError, KnobSpec, Knobs, MetricKind, MetricSpec,
+    Protocol, Request, Result, Rpc, ServiceStop, ServiceTask, Txn, Worker,
 };
 use dmtx_store::SlotLayout;
 use dmtx_verbs::{AtomicId, MnId, Post, ReadId};
 
 use crate::onever::index_walk::{Stage, Walk};
-use crate::onever::lease::{drift_offset_ns, Lease, LeaseWord};
+use crate::onever::lease::{Lease, LeaseWord};
 use crate::onever::record::OneVersionLayout;
 use crate::onever::undo_log::UndoLog;
 use crate::onever::{Holds, OneVersionObj};
@@ -206,6 +234,9 @@ pub enum OoccVariant {
     /// The paper's layout (`one_op_unlock`) without its version copy check: a READ
     /// the commit WRITE overtakes once returns a torn record.
     NoVersionCopy,
+    /// The lease manager sets the new lease at once, without the intermediate word
+    /// (`rv = min`, `ww = max`): for a moment a reader's `rv` exceeds a writer's `ww`.
+    AdjustWithoutIntermediate,
 }
 
 /// OOCC's settings.
@@ -235,6 +266,28 @@ pub struct OoccConfig {
     pub delayed_lock: bool,
     /// Read-only transactions never validate: the paper's unsafe upper bound.
     pub upper_bound: bool,
+    /// A fixed drift offset in ns instead of `lease × drift_ppm_max`.
+    pub offset_ns: Option<u32>,
+    /// Run the lease manager on node 0 (§VII-A).
+    pub lease_adjust: bool,
+    /// Period of the manager's statistics pull, ms.
+    pub lease_adjust_period_ms: f64,
+    /// Share of read-only commits the manager wants to skip validation.
+    pub omit_target: f64,
+    /// Bounds of the leases the manager picks, µs.
+    pub lease_us_min: u32,
+    /// See `lease_us_min`.
+    pub lease_us_max: u32,
+    /// Every node but 0 measures its clock rate against node 0's and stops itself past
+    /// 80 % of `drift_ppm_max` (§VII-B).
+    pub clock_check: bool,
+    /// Period of the clock-rate measurement, ms.
+    pub clock_check_period_ms: f64,
+    /// Test-only: the manager cycles through these leases (µs), one per period, instead
+    /// of following its policy.
+    pub adjust_script: Option<Vec<u32>>,
+    /// Test-only: the manager also counts its adjustments here.
+    pub report: Option<Arc<lease_manager::ManagerStats>>,
     /// Test-only variant.
     pub variant: OoccVariant,
 }
@@ -252,6 +305,16 @@ impl Default for OoccConfig {
             write_unlock: true,
             delayed_lock: true,
             upper_bound: false,
+            offset_ns: None,
+            lease_adjust: true,
+            lease_adjust_period_ms: 1000.0,
+            omit_target: 0.8,
+            lease_us_min: 1,
+            lease_us_max: 1000,
+            clock_check: true,
+            clock_check_period_ms: 100.0,
+            adjust_script: None,
+            report: None,
             variant: OoccVariant::Fixed,
         }
     }
@@ -264,8 +327,12 @@ impl OoccConfig {
         if !self.lease {
             return Lease::default();
         }
-        let ns = self.lease_us.saturating_mul(1_000);
-        Lease::with_offset(ns, drift_offset_ns(ns, self.drift_ppm_max))
+        lease_manager::word(self, self.lease_us.saturating_mul(1_000))
+    }
+
+    /// Whether a node messages others: the lease manager or the clock monitor runs.
+    fn messages(&self) -> bool {
+        self.lease && (self.lease_adjust || self.clock_check)
     }
 }
 
@@ -322,6 +389,51 @@ const UPPER_BOUND: KnobSpec = KnobSpec {
     help: "UNSAFE upper bound: read-only transactions never validate (results marked unchecked)",
 };
 
+const OFFSET_NS: KnobSpec = KnobSpec {
+    name: "offset_ns",
+    default: "auto",
+    help: "drift offset in ns (rv = lease − offset, ww = lease + offset); auto: lease × drift_ppm_max (§VII-B)",
+};
+const LEASE_ADJUST: KnobSpec = KnobSpec {
+    name: "lease_adjust",
+    default: "true",
+    help: "run the lease manager on compute node 0 (§VII-A): two-phase changes of every node's lease",
+};
+const LEASE_ADJUST_PERIOD_MS: KnobSpec = KnobSpec {
+    name: "lease_adjust_period_ms",
+    default: "1000",
+    help: "how often the lease manager pulls read-only statistics and may adjust, ms (fractions allowed)",
+};
+const OMIT_TARGET: KnobSpec = KnobSpec {
+    name: "omit_target",
+    default: "0.8",
+    help: "share of read-only commits the lease manager wants to skip validation",
+};
+const LEASE_US_MIN: KnobSpec = KnobSpec {
+    name: "lease_us_min",
+    default: "1",
+    help: "shortest lease the manager picks, µs",
+};
+const LEASE_US_MAX: KnobSpec = KnobSpec {
+    name: "lease_us_max",
+    default: "1000",
+    help: "longest lease the manager picks, µs",
+};
+const CLOCK_CHECK: KnobSpec = KnobSpec {
+    name: "clock_check",
+    default: "true",
+    help:
+        "every node but 0 measures its clock rate against node 0's and stops itself past 80 % of drift_ppm_max (§VII-B)",
+};
+const CLOCK_CHECK_PERIOD_MS: KnobSpec = KnobSpec {
+    name: "clock_check_period_ms",
+    default: "100",
+    help: "how often a node samples node 0's clock, ms (fractions allowed)",
+};
+
+/// OOCC's abort reason: the node stopped itself on a clock drifting past the bound.
+pub const ABORT_CLOCK_STOPPED: u8 = 0;
+
 /// The OOCC protocol.
 #[derive(Debug, Clone)]
 pub struct Oocc {
@@ -365,11 +477,14 @@ impl Oocc {
     }
 }
 
-/// One compute node's state: its lease word, read by every coordinator of the node.
+/// One compute node's state: its lease word, read by every coordinator of the node,
+/// and what the lease manager and the clock monitor keep.
 #[derive(Debug, Default)]
 pub struct OoccCn {
     /// The leases in use on this node (invariants in [`crate::onever::lease`]).
     pub lease: LeaseWord,
+    /// Statistics, the stop flag and the manager's figures.
+    pub control: lease_manager::NodeControl,
 }
 
 /// OOCC's per-object state.
@@ -461,6 +576,14 @@ pub struct OoccCoord {
     claimed: Vec<(u32, u64)>,
 }
 
+impl OoccCoord {
+    /// This coordinator's log area on `mn` (its status word at
+    /// [`crate::onever::undo_log::LOG_STATUS_OFFSET`]): for recovery and tests.
+    pub fn log_area(&self, mn: MnId) -> dmtx_verbs::RemotePtr {
+        self.log.area(mn)
+    }
+}
+
 impl Protocol for Oocc {
     type CoordState = OoccCoord;
     type ObjState = OoccObj;
@@ -477,7 +600,24 @@ impl Protocol for Oocc {
         REREAD_MAX,
         LOG_BYTES,
         ONE_OP_UNLOCK,
+        LEASE,
+        WRITE_UNLOCK,
+        DELAYED_LOCK,
+        UPPER_BOUND,
+        OFFSET_NS,
+        LEASE_ADJUST,
+        LEASE_ADJUST_PERIOD_MS,
+        OMIT_TARGET,
+        LEASE_US_MIN,
+        LEASE_US_MAX,
+        CLOCK_CHECK,
+        CLOCK_CHECK_PERIOD_MS,
     ];
+    const ABORT_REASONS: &'static [AbortReasonSpec] = &[AbortReasonSpec::new(
+        "clock_stopped",
+        false,
+        "this compute node measured its clock rate off by more than 80 % of drift_ppm_max and stopped itself (§VII-B)",
+    )];
     const METRICS: &'static [MetricSpec] = METRICS;
     const CPU_STEPS: &'static [(&'static str, u64)] = CPU_STEPS;
 
@@ -517,6 +657,31 @@ impl Protocol for Oocc {
             })?,
             delayed_lock: knobs.get(&DELAYED_LOCK)?,
             upper_bound: knobs.get(&UPPER_BOUND)?,
+            offset_ns: match knobs.get::<String>(&OFFSET_NS)?.as_str() {
+                "auto" => None,
+                _ => Some(knobs.get(&OFFSET_NS)?),
+            },
+            lease_adjust: knobs.get(&LEASE_ADJUST)?,
+            lease_adjust_period_ms: knobs.get_checked(&LEASE_ADJUST_PERIOD_MS, positive)?,
+            omit_target: knobs.get_checked(&OMIT_TARGET, |v: f64| {
+                if (0.0..=1.0).contains(&v) {
+                    Ok(())
+                } else {
+                    Err("must be within 0..=1".into())
+                }
+            })?,
+            lease_us_min: knobs.get(&LEASE_US_MIN)?,
+            lease_us_max: knobs.get_checked(&LEASE_US_MAX, |v: u32| {
+                if v <= 4_000_000 {
+                    Ok(())
+                } else {
+                    Err("must be at most 4000000 (4 s)".into())
+                }
+            })?,
+            clock_check: knobs.get(&CLOCK_CHECK)?,
+            clock_check_period_ms: knobs.get_checked(&CLOCK_CHECK_PERIOD_MS, positive)?,
+            adjust_script: None,
+            report: None,
             variant: OoccVariant::Fixed,
         }))
     }
@@ -526,6 +691,36 @@ impl Protocol for Oocc {
             Isolation::Unchecked
         } else {
             Isolation::StrictSerializable
+        }
+    }
+
+    fn messaging(&self) -> bool {
+        self.cfg.messages()
+    }
+
+    fn thread_state(&self, cn: &Arc<OoccCn>, worker: &Worker) -> Result<()> {
+        if let (true, 0, Some(rpc)) = (self.cfg.messages(), worker.thread(), worker.rpc()) {
+            let (cn, clock) = (Arc::clone(cn), Arc::clone(&worker.cn().clock));
+            rpc.set_handler(move |_: &Rpc, req: Request<'_>, reply: &mut Vec<u8>| {
+                lease_manager::handle(&cn, &*clock, req.payload, reply);
+                Handled::Reply
+            });
+        }
+        Ok(())
+    }
+
+    fn services(&self, cn: &Arc<OoccCn>, _: &Rc<()>, worker: &Worker, stop: &ServiceStop) -> Vec<ServiceTask> {
+        let (Some(rpc), 0) = (worker.rpc(), worker.thread()) else {
+            return Vec::new();
+        };
+        let (rpc, clock, cn) = (Rc::clone(rpc), Arc::clone(&worker.cn().clock), Arc::clone(cn));
+        let cfg = self.cfg.clone();
+        let stop = stop.clone();
+        match worker.cn().id {
+            0 if cfg.lease && cfg.lease_adjust => vec![Box::pin(lease_manager::run(cfg, rpc, clock, stop, cn))],
+            0 => Vec::new(),
+            _ if cfg.lease && cfg.clock_check => vec![Box::pin(lease_manager::monitor(cfg, rpc, clock, stop, cn))],
+            _ => Vec::new(),
         }
     }
 
@@ -540,6 +735,7 @@ impl Protocol for Oocc {
     fn cn_state(&self, _cn: &Cn) -> Result<OoccCn> {
         Ok(OoccCn {
             lease: LeaseWord::new(self.cfg.lease()),
+            control: Default::default(),
         })
     }
 
@@ -591,6 +787,14 @@ impl Protocol for Oocc {
             }
         }
         c.ctx.post_background(&mut st.bg);
+    }
+}
+
+fn positive(v: f64) -> std::result::Result<(), String> {
+    if v > 0.0 && v.is_finite() {
+        Ok(())
+    } else {
+        Err("must be a positive number".into())
     }
 }
 

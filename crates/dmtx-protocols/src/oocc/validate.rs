@@ -78,6 +78,10 @@ pub(super) async fn read_only(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
             checks += 1;
         }
     }
+    if c.proto.config().lease_adjust {
+        let first = c.set.objs.iter().map(|o| o.proto.post_ns).min().unwrap_or(c1);
+        c.cn_state.control.ro.record(c1.saturating_sub(first), checks == 0);
+    }
     if checks == 0 {
         c.ctx.metric(super::METRIC_RO_OMITTED, 1);
         return Ok(());
