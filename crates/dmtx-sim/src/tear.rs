@@ -59,6 +59,11 @@
 //!   be handed out already).
 //! - A word that an earlier op of the WRITE's own batch also modifies is shown new: its
 //!   old value (between the two ops) is not reconstructed.
+//! - A READ applied after the WRITE's batch that reads, below the WRITE's words, a word a
+//!   later op of that batch wrote untracked (one word, or an atomic: shown new) is not
+//!   torn by the WRITE: it read that word after the WRITE had run (batch order), so the
+//!   WRITE's words too. (OOCC's commit `[WRITE image, WRITE lock 0]` with the lock
+//!   first relies on it.) A later multi-word WRITE is not looked at.
 //! - While a fault script is installed, the fault injector applies batches on its own
 //!   path, which calls [`before_apply`] too, except for a batch whose path was cut (it
 //!   never runs): tears go on (`tests/physics.rs::tears_happen_under_a_fault_script_too`).
@@ -525,6 +530,11 @@ fn resolve(st: &mut State, region: &Region, slot: usize, mn: MnId, now: u64) {
                 if !read_first && posts[r.slot as usize].detached {
                     continue; // nobody will look at its result
                 }
+                if !read_first && modified_after_untracked(w_ops, mn, w.ord, r.off, w.off) {
+                    // R read a word of a later op of W's batch, new, before it reached
+                    // W's words: it read them after the whole of W (batch order).
+                    continue;
+                }
                 stats.overlaps += 1;
                 let mut walk = Walk::new((hi.div_ceil(8) - lo / 8) as u32);
                 let (mut saw_old, mut saw_new) = (false, false);
@@ -612,6 +622,22 @@ fn batch_reaches(ops: &[Op], mn: MnId, ord: u32, region_bytes: u64) -> bool {
 }
 
 /// True when an op before op `ord` of the batch to `mn` modifies a byte of `[a, b)`.
+/// Whether an op of the batch after its op `ord` to `mn` writes, untracked (one word,
+/// or an atomic: a READ applied after the batch always sees it new), a word in
+/// `[a, b)`. A READ that starts at `a` reads such a word before the WRITE's words at
+/// `b..`, and so after the whole WRITE, which the batch ran first.
+fn modified_after_untracked(ops: &[Op], mn: MnId, ord: u32, a: u64, b: u64) -> bool {
+    a < b
+        && ops.iter().filter(|o| o.ptr().mn == mn).skip(ord as usize + 1).any(|o| {
+            let (off, len) = match *o {
+                Op::Write { ptr, len, .. } if !Tears::may_tear(ptr.offset, len) => (ptr.offset, u64::from(len)),
+                Op::Cas { ptr, .. } | Op::Faa { ptr, .. } => (ptr.offset, 8),
+                _ => return false,
+            };
+            off < b && a < off + len
+        })
+}
+
 fn modified_before(ops: &[Op], mn: MnId, ord: u32, a: u64, b: u64) -> bool {
     ops.iter().filter(|o| o.ptr().mn == mn).take(ord as usize).any(|o| {
         let (off, len) = match *o {
