@@ -3,6 +3,7 @@
 //!
 //! | module | paper | isolation |
 //! | --- | --- | --- |
+//! | [`drtm`] | DrTM's lease-based shared lock, no HTM (OOCC's baseline, oocc.txt §VIII-A) | serializable |
 //! | [`farm`] | FaRM on one-sided verbs (FORD §2.3, §3.2, §6.1) | serializable |
 //! | [`ford`] | FORD (ACM TOS 2023; FAST'22), §4.2–4.6, §4.8 | serializable |
 //! | [`oocc`] | OOCC (oocc.txt), §III–VI | strict serializable |
@@ -18,6 +19,7 @@
 #![warn(missing_docs)]
 #![allow(async_fn_in_trait)]
 
+pub mod drtm;
 pub mod farm;
 pub mod ford;
 pub mod onever;

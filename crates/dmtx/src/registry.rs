@@ -281,6 +281,7 @@ registry! {
         dmtx_protocols::ford::Ford,
         dmtx_protocols::farm::Farm,
         dmtx_protocols::oocc::Oocc,
+        dmtx_protocols::drtm::Drtm,
     }
     workloads {
         dmtx_workloads::Kvs,
