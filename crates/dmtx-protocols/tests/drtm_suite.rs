@@ -59,7 +59,10 @@ fn drtm_passes_the_suite() {
 /// Method: R reads A (lease); W writes A and B and commits; R reads B and commits
 /// inside its lease on A. Ignoring the lease, W commits and R's read is fractured;
 /// fixed, W aborts.
-fn scenario(variant: DrtmVariant) -> (Result<(), Abort>, Result<(Option<u64>, Option<u64>), Abort>) {
+/// What the writer and the reader of [`scenario`] got: the reader's versions of A, B.
+type Outcomes = (Result<(), Abort>, Result<(Option<u64>, Option<u64>), Abort>);
+
+fn scenario(variant: DrtmVariant) -> Outcomes {
     let env = Env::bank(
         Drtm::with_variant(
             DrtmConfig {
