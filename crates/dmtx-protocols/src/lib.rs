@@ -3,11 +3,13 @@
 //!
 //! | module | paper | isolation |
 //! | --- | --- | --- |
+//! | [`drtm`] | DrTM's lease-based shared lock, no HTM (OOCC's baseline, oocc.txt §VIII-A) | serializable |
 //! | [`drtmh`] | DrTM+H on one-sided verbs (FORD §3.2, §4.2, §6.1) | serializable (`strict=true`; see its window) |
 //! | [`farm`] | FaRM on one-sided verbs (FORD §2.3, §3.2, §6.1) | serializable |
 //! | [`ford`] | FORD (ACM TOS 2023; FAST'22), §4.2–4.6, §4.8 | serializable |
 //! | [`fordlv`] | FORD-LV: FORD with localized validation (ACM TOS 2023, §4.7) | serializable |
 //! | [`motor`] | Motor (OSDI'24): consecutive version tuples, §4–5 | serializable or snapshot isolation (`isolation=si`) |
+//! | [`oocc`] | OOCC (oocc.txt), §III–VI | strict serializable |
 //!
 //! Each module's doc gives its record layout, its round-trip budget per transaction
 //! kind and its deviations from the paper. Protocols never name a transport or a
@@ -21,10 +23,12 @@
 #![warn(missing_docs)]
 #![allow(async_fn_in_trait)]
 
+pub mod drtm;
 pub mod drtmh;
 pub mod farm;
 pub mod ford;
 pub mod fordlv;
 pub mod motor;
 pub mod onever;
+pub mod oocc;
 pub mod vcache;

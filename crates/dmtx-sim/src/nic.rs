@@ -436,7 +436,7 @@ impl NicModel {
                     let (_, sent) = mn.pcie.dma_read.reserve(now, ready, pcie_ns_at(n, pcie_fs), 0);
                     t = t.max(sent);
                     if let Some(at) = tear_at.filter(|_| Tears::may_tear(ptr.offset, len)) {
-                        tears.push(at, false, ord, (ptr.offset, len, dst), (begin, sent));
+                        tears.push(at, false, ord, (ptr.offset, len, dst), (begin, sent), fence > 0);
                     }
                 }
                 Op::Write { ptr, src, len } if len > 0 => {
@@ -448,7 +448,7 @@ impl NicModel {
                     };
                     t = t.max(landed);
                     if let Some(at) = tear_at.filter(|_| Tears::may_tear(ptr.offset, len)) {
-                        tears.push(at, true, ord, (ptr.offset, len, src), (begin, landed));
+                        tears.push(at, true, ord, (ptr.offset, len, src), (begin, landed), false);
                     }
                 }
                 Op::Cas { ptr, .. } | Op::Faa { ptr, .. } => {

@@ -59,6 +59,11 @@
 //!   be handed out already).
 //! - A word that an earlier op of the WRITE's own batch also modifies is shown new: its
 //!   old value (between the two ops) is not reconstructed.
+//! - A READ applied after the WRITE's batch that reads, below the WRITE's words, a word a
+//!   later op of that batch wrote untracked (one word, or an atomic: shown new) is not
+//!   torn by the WRITE: it read that word after the WRITE had run (batch order), so the
+//!   WRITE's words too. (OOCC's commit `[WRITE image, WRITE lock 0]` with the lock
+//!   first relies on it.) A later multi-word WRITE is not looked at.
 //! - While a fault script is installed, the fault injector applies batches on its own
 //!   path, which calls [`before_apply`] too, except for a batch whose path was cut (it
 //!   never runs): tears go on (`tests/physics.rs::tears_happen_under_a_fault_script_too`).
@@ -315,8 +320,9 @@ pub(crate) struct Tears {
     nodes: Vec<NodeReads>,
     /// Per post slot: its WRITEs not yet applied, any memory node.
     slot_writes: Vec<Vec<WriteSpan>>,
-    /// The entries of the batch being recorded's READs (reused).
-    batch_reads: Vec<u32>,
+    /// The entries of the batch being recorded's READs (reused), each with whether an
+    /// atomic of its batch precedes it.
+    batch_reads: Vec<(u32, bool)>,
     /// Batches recorded so far, and the one being recorded.
     seq: u64,
     mark: Mark,
@@ -387,8 +393,14 @@ impl Tears {
 
     /// Record op `ord` of the batch of post `slot` to `mn` being timed: a WRITE if
     /// `write`, else a READ, of `at = (offset, len, buffer offset)` in service during
-    /// `interval = (begin, end)`. Only ops that [`Tears::may_tear`].
+    /// `interval = (begin, end)`. Only ops that [`Tears::may_tear`]. A READ `fenced` by
+    /// an atomic earlier in its batch begins, for tearing, no earlier than its batch is
+    /// applied ([`Tears::close`]): the simulator decides the atomic's outcome at that
+    /// instant, so the READ behind it must see every batch applied before as a whole (a
+    /// READ hitchhiked on a lock's CAS that wins the lock a commit batch just released
+    /// sees that commit's data, which the batch wrote before the unlock).
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn push(
         &mut self,
         (slot, mn): (u32, u16),
@@ -396,6 +408,7 @@ impl Tears {
         ord: usize,
         at: (u64, u32, u32),
         interval: (u64, u64),
+        fenced: bool,
     ) {
         debug_assert!(Self::may_tear(at.0, at.1));
         if !self.mark.open {
@@ -428,7 +441,7 @@ impl Tears {
                 next: NIL,
             };
             let i = self.nodes[mn as usize].add(r, self.now);
-            self.batch_reads.push(i);
+            self.batch_reads.push((i, fenced));
         }
     }
 
@@ -443,8 +456,11 @@ impl Tears {
         self.mark.open = false;
         // Only READs: a WRITE is resolved when its batch is applied, so at `applied`.
         let entries = &mut self.nodes[m.mn as usize].entries;
-        for &i in &self.batch_reads {
+        for &(i, fenced) in &self.batch_reads {
             let r = &mut entries[i as usize];
+            if fenced {
+                r.begin = r.begin.max(applied);
+            }
             r.applied = applied;
             r.done = done;
         }
@@ -513,6 +529,11 @@ fn resolve(st: &mut State, region: &Region, slot: usize, mn: MnId, now: u64) {
                 let read_first = (r.applied, r.seq) < (now, w.seq);
                 if !read_first && posts[r.slot as usize].detached {
                     continue; // nobody will look at its result
+                }
+                if !read_first && modified_after_untracked(w_ops, mn, w.ord, r.off, w.off) {
+                    // R read a word of a later op of W's batch, new, before it reached
+                    // W's words: it read them after the whole of W (batch order).
+                    continue;
                 }
                 stats.overlaps += 1;
                 let mut walk = Walk::new((hi.div_ceil(8) - lo / 8) as u32);
@@ -601,6 +622,22 @@ fn batch_reaches(ops: &[Op], mn: MnId, ord: u32, region_bytes: u64) -> bool {
 }
 
 /// True when an op before op `ord` of the batch to `mn` modifies a byte of `[a, b)`.
+/// Whether an op of the batch after its op `ord` to `mn` writes, untracked (one word,
+/// or an atomic: a READ applied after the batch always sees it new), a word in
+/// `[a, b)`. A READ that starts at `a` reads such a word before the WRITE's words at
+/// `b..`, and so after the whole WRITE, which the batch ran first.
+fn modified_after_untracked(ops: &[Op], mn: MnId, ord: u32, a: u64, b: u64) -> bool {
+    a < b
+        && ops.iter().filter(|o| o.ptr().mn == mn).skip(ord as usize + 1).any(|o| {
+            let (off, len) = match *o {
+                Op::Write { ptr, len, .. } if !Tears::may_tear(ptr.offset, len) => (ptr.offset, u64::from(len)),
+                Op::Cas { ptr, .. } | Op::Faa { ptr, .. } => (ptr.offset, 8),
+                _ => return false,
+            };
+            off < b && a < off + len
+        })
+}
+
 fn modified_before(ops: &[Op], mn: MnId, ord: u32, a: u64, b: u64) -> bool {
     ops.iter().filter(|o| o.ptr().mn == mn).take(ord as usize).any(|o| {
         let (off, len) = match *o {

@@ -12,7 +12,7 @@ use dmtx_memnode::LocalCluster;
 use dmtx_net::msg::{PeerNode, TcpMsgFabric};
 use dmtx_net::{RemoteControl, TcpConfig, TcpFabric};
 use dmtx_runtime::{Cn, Protocol, RealClock, RpcConfig};
-use dmtx_sim::{FaultScript, Sim, SimConfig, SimFabric, SimMsgNet};
+use dmtx_sim::{FaultScript, Node, Sim, SimConfig, SimFabric, SimMsgNet};
 use dmtx_store::{create_table, placement, Catalog, StoreError, TableBuilder, TableSpec, BUCKET_HEADER_BYTES};
 use dmtx_verbs::msg::MemMsgNet;
 use dmtx_verbs::{MnId, Region};
@@ -288,9 +288,10 @@ impl<P: Protocol> Env<P> {
                     fabric.clone(),
                     Arc::new(self.cluster.clone()),
                     // Each node's clock 5 µs further ahead and 50 ppm faster than the
-                    // last: protocols that read clocks must live with skew and drift.
+                    // last: protocols that read clocks must live with skew and drift. It
+                    // follows the script's clock faults (OOCC's drift guard).
                     Arc::new(
-                        sim.clock(5_000 * id as i64, 50 * id as i64)
+                        sim.node_clock(Node::Cn(id as u32), 5_000 * id as i64, 50 * id as i64)
                             .expect("a clock within bounds"),
                     ),
                 )

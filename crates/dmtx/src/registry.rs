@@ -283,6 +283,8 @@ registry! {
         dmtx_protocols::drtmh::Drtmh,
         dmtx_protocols::fordlv::FordLv,
         dmtx_protocols::motor::Motor,
+        dmtx_protocols::oocc::Oocc,
+        dmtx_protocols::drtm::Drtm,
     }
     workloads {
         dmtx_workloads::Kvs,

@@ -7,6 +7,7 @@
 //! | --- | --- | --- |
 //! | [`record`] | the slot layout `vlock \| version \| key \| meta \| checksum \| value` | none |
 //! | [`tear`] | the checksum tear detector | none; 8 B per record |
+//! | [`lease`] | OOCC's implicit-lease word (read-validate and write-wait) and the drift offset | none |
 //! | [`index_walk`] | bucket walk, insert lock, overflow FAA and link, stale-address eviction | per bucket one READ; insert +1 CAS; overflow +1 round (FAA) and one WRITE per replica |
 //! | [`undo_log`] | log areas, log format and status word, the log WRITE | one WRITE per MN in the commit batch; status WRITE in the background |
 //! | [`redo_log`] | redo logs on backups (FaRM, DrTM+H) and their version-guarded truncation into the backups | one WRITE per backup MN in the commit-backup batch; truncation: two round trips off the critical path |
@@ -23,6 +24,7 @@
 //! state through [`OneVersionObj`].
 
 pub mod index_walk;
+pub mod lease;
 pub mod lock_time;
 pub mod record;
 pub mod redo_log;
