@@ -22,3 +22,4 @@ pub mod drtmh;
 pub mod farm;
 pub mod ford;
 pub mod onever;
+pub mod rcbench;
