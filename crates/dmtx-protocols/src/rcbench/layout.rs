@@ -93,6 +93,6 @@ mod tests {
         l.encode(0, 0, &[7; 13], &mut slot);
         assert_eq!(l.key(&slot), Some(0));
         assert_eq!(l.value(&slot, 13), &[7; 13]);
-        assert_eq!(l.key(&vec![0u8; 40]), None);
+        assert_eq!(l.key(&[0u8; 40]), None);
     }
 }
