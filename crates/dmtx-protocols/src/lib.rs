@@ -21,5 +21,6 @@
 pub mod drtmh;
 pub mod farm;
 pub mod ford;
+pub mod nowait;
 pub mod onever;
 pub mod rcbench;

@@ -1,0 +1,323 @@
+//! No-Wait 2PL on RCBench's primitives (rcbench.txt §4.1, §5.1, Alg. 1; issue 30 item
+//! 5). Isolation: **serializable** (strict 2PL: every lock held to commit).
+//!
+//! Each item is found through the table's cuckoo index (getRtItemAddr, §4.2.1) and then
+//! locked and read in one batch: AModIM on its lock word with ReadDI after it. Any
+//! refused lock aborts at once (no waiting). Writes are buffered in the transaction
+//! and applied at commit, one WriteDI per item and replica whose image carries lock 0
+//! as its highest word, so the write is also the release; read locks are released in
+//! the same post. An abort only releases.
+//!
+//! # Lock words (`--set lock=e|es`, default `e`, §5.1 Discussion)
+//!
+//! - **E**: every access takes the exclusive lock, `CAS(0 → EL)` with the item READ
+//!   batched after it. Release: `CAS(EL → 0)` for reads, the WriteDI with lock 0 for
+//!   writes.
+//! - **E/S**: bit 0 is the type (1 = EL), bits 1–63 count shared holders; EL is taken
+//!   only from 0. A read: ReadDI; EL ⇒ abort; else `CAS(old → old + 2)` with a data
+//!   READ batched after it (the data of the first ReadDI is never used: a writer may
+//!   have locked, written and unlocked in between, ABA). A refused CAS retries from the
+//!   returned word, at most [`ES_CAS_TRIES_MAX`] times (the paper aborts; the authors'
+//!   code retries once). Release: READ the lock word, `CAS(old → old − 2)`, retried.
+//!   Written items (`read_for_update`, AddRW) take EL at once, so there is no upgrade.
+//!
+//! EL is `(coordinator id + 1) << 1 | 1`, so a release CAS can only free its own lock.
+//!
+//! # Round trips (`NOWAIT_BUDGET` in `tests/rcbench_nowait.rs`)
+//!
+//! After index lookups (cuckoo READs, ≈1.65 per item at the loader's load), db+or on,
+//! n items of which r read and w written, one replica:
+//!
+//! | lock | read-only | read-write | abort |
+//! | --- | --- | --- | --- |
+//! | E | n + 1 | n + 1 | the refused item's round trip; release in cleanup (1) |
+//! | E/S | 2n + 2 | 2r + w + 2 | as E; shared release 2 in cleanup |
+//!
+//! With db off the CAS and the READ of an item go apart (+1 per item); with or off
+//! the commit post goes one memory node at a time. An insert of a new key: 3 index
+//! READs, the home bucket READ (plus an FAA for a fresh overflow bucket when the home
+//! bucket is full), the slot's CAS + READ, one WRITE marking it claimed, and the run-time
+//! cuckoo insert (READ, CAS, WRITE).
+//!
+//! # What dmtx pays beyond RCBench
+//!
+//! Every item is remote (RCBench reads its own partition locally); replicas (RCBench
+//! has none) get the item image in the commit post, at the same table offset; a
+//! fresh insert claims a slot and indexes it with verbs.
+//!
+//! # Choices where the paper is silent
+//!
+//! - **Version word**: X^m holds the last writer's transaction id (0 as loaded), for
+//!   histories; bit 63 marks a deleted item (a tombstone, still indexed: entries are
+//!   never freed at run time). A read of a tombstone aborts `not_found`.
+//! - **Inserts**: a free slot of the key's home bucket, else of an overflow bucket the
+//!   coordinator took by FAA on the table's overflow cursor (not a primitive: the
+//!   paper's executors allocate locally). The slot is locked and marked claimed (PK
+//!   set, tombstone) before the run-time cuckoo insert, so scans never see it; an insert
+//!   that then finds the key indexed by someone else aborts `lock_conflict`, and one
+//!   whose three candidates are full aborts `index_full`. Backups' cuckoo indexes keep
+//!   what was loaded: only primaries are looked up.
+//! - **Failures**: nowait has no log; a verb that fails mid-commit leaves the commit
+//!   partial, so it claims no fault tolerance (the suite runs it without faults).
+
+mod commit;
+mod execute;
+
+use dmtx_memnode::Control;
+use dmtx_runtime::{
+    Abort, AbortReasonSpec, CoordCtx, Coordinator, Isolation, KnobError, KnobSpec, Knobs, MetricKind, MetricSpec,
+    Protocol, Result, Txn,
+};
+use dmtx_store::SlotLayout;
+use dmtx_verbs::Post;
+
+use crate::rcbench::layout::ItemLayout;
+use crate::rcbench::prims::{Prims, Sigma, Switches};
+
+/// Refused shared-lock CASes retried from the returned word before aborting.
+pub const ES_CAS_TRIES_MAX: u32 = 4;
+/// Release CAS rounds of a shared lock before giving up (a bug: the count only grows
+/// and shrinks by our own ±2 and others').
+pub const ES_RELEASE_TRIES_MAX: u32 = 1000;
+/// Bit of the version word marking a deleted item.
+pub const TOMBSTONE: u64 = 1 << 63;
+
+/// Abort reason: an insert found its key's three cuckoo candidates taken.
+pub const ABORT_INDEX_FULL: u8 = 0;
+
+/// Metric indexes (σ and the E/S retries).
+pub const METRIC_SIGMA_READ_DI: usize = 0;
+/// σ WriteDI.
+pub const METRIC_SIGMA_WRITE_DI: usize = 1;
+/// σ AModIM.
+pub const METRIC_SIGMA_AMOD_IM: usize = 2;
+/// getRtItemAddr READs.
+pub const METRIC_INDEX_READS: usize = 3;
+/// Refused shared-lock CASes retried.
+pub const METRIC_ES_RETRIES: usize = 4;
+
+const METRICS: &[MetricSpec] = &[
+    MetricSpec::new("sigma_read_di", MetricKind::Counter, "ReadDI calls (σ, rcbench Table 2)"),
+    MetricSpec::new("sigma_write_di", MetricKind::Counter, "WriteDI calls (σ)"),
+    MetricSpec::new("sigma_amod_im", MetricKind::Counter, "AModIM calls (σ)"),
+    MetricSpec::new(
+        "index_reads",
+        MetricKind::Counter,
+        "getRtItemAddr READs of the cuckoo index",
+    ),
+    MetricSpec::new(
+        "es_cas_retries",
+        MetricKind::Counter,
+        "refused shared-lock CASes retried from the returned word (lock=es)",
+    ),
+];
+
+const ABORT_REASONS: &[AbortReasonSpec] = &[AbortReasonSpec::new(
+    "index_full",
+    false,
+    "an insert found its key's three cuckoo candidates held by other keys (no run-time kicks); load fewer keys or grow the table's capacity",
+)];
+
+const ADDR_CACHE: KnobSpec = KnobSpec {
+    name: "addr_cache",
+    default: "off",
+    help: "keep item addresses across transactions (on) or look every item up once per transaction (off)",
+};
+
+const LOCK: KnobSpec = KnobSpec {
+    name: "lock",
+    default: "e",
+    help: "lock word: e (exclusive only) or es (exclusive/shared, §5.1)",
+};
+
+/// The lock word's kind.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum LockMode {
+    /// Exclusive only.
+    #[default]
+    E,
+    /// Exclusive/shared.
+    Es,
+}
+
+impl std::str::FromStr for LockMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "e" => Ok(LockMode::E),
+            "es" => Ok(LockMode::Es),
+            _ => Err("expected e or es".into()),
+        }
+    }
+}
+
+/// Protocol variants. Every one but [`NowaitVariant::Fixed`] is deliberately broken and
+/// exists only so tests can show the isolation checker catches it.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum NowaitVariant {
+    /// As documented.
+    #[default]
+    Fixed,
+    /// Read locks released right after the read, before commit (not 2PL).
+    EarlyReadRelease,
+    /// E/S: the data of the ReadDI before the shared CAS is used (the text drops
+    /// Alg. 1 l. 29): ABA.
+    ReusePreCasRead,
+}
+
+/// No-Wait's settings.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct NowaitConfig {
+    /// The lock word's kind.
+    pub lock: LockMode,
+    /// §5.5 switches.
+    pub switches: Switches,
+    /// Cross-transaction address cache (`--set addr_cache=on`; one lookup per item per
+    /// transaction without it).
+    pub addr_cache: bool,
+    /// Test-only variant.
+    pub variant: NowaitVariant,
+}
+
+/// No-Wait 2PL.
+#[derive(Clone, Debug)]
+pub struct Nowait {
+    cfg: NowaitConfig,
+    layout: ItemLayout,
+}
+
+impl Nowait {
+    /// No-Wait with `cfg`.
+    pub fn new(cfg: NowaitConfig) -> Self {
+        Self {
+            cfg,
+            layout: ItemLayout { meta_words: 1 },
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &NowaitConfig {
+        &self.cfg
+    }
+}
+
+/// What an object holds.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// Nothing.
+    #[default]
+    None,
+    /// The exclusive lock.
+    Excl,
+    /// A shared lock.
+    Shared,
+}
+
+/// An insert's slot.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Fresh {
+    /// Not a fresh slot (the item was indexed already).
+    #[default]
+    No,
+    /// Claimed and locked, not yet indexed: an abort frees it.
+    Claimed,
+    /// Claimed and indexed: an abort leaves it a tombstone.
+    Indexed,
+}
+
+/// No-Wait's per-object state.
+#[derive(Debug, Default)]
+pub struct NowaitObj {
+    /// Table-relative offset of the item.
+    pub(crate) rel: u64,
+    pub(crate) hold: Hold,
+    pub(crate) fresh: Fresh,
+}
+
+/// No-Wait's per-coordinator state.
+pub struct NowaitCoord {
+    pub(crate) prims: Prims,
+    pub(crate) post: Post,
+    /// This coordinator's EL word.
+    pub(crate) el: u64,
+    /// Per table: the next free slot of the overflow bucket this coordinator took and
+    /// how many are left.
+    pub(crate) overflow: Vec<(u32, u64, u32)>,
+    /// An item image being built.
+    pub(crate) image: Vec<u8>,
+    /// σ already reported in metrics.
+    pub(crate) reported: Sigma,
+    /// Shared locks being released.
+    pub(crate) pending: Vec<commit::Pending>,
+}
+
+impl Protocol for Nowait {
+    type CoordState = NowaitCoord;
+    type ObjState = NowaitObj;
+    type CnState = ();
+    type ThreadState = ();
+
+    const NAME: &'static str = "nowait";
+    const ABOUT: &'static str = "No-Wait 2PL on RCBench's primitives and cuckoo index (rcbench §5.1)";
+    const KNOBS: &'static [KnobSpec] = &[LOCK, ADDR_CACHE, crate::rcbench::DB, crate::rcbench::OR, crate::rcbench::PA];
+    const METRICS: &'static [MetricSpec] = METRICS;
+    const ABORT_REASONS: &'static [AbortReasonSpec] = ABORT_REASONS;
+
+    fn from_knobs(knobs: &Knobs) -> std::result::Result<Self, KnobError> {
+        Ok(Self::new(NowaitConfig {
+            lock: knobs.get(&LOCK)?,
+            switches: crate::rcbench::switches(knobs)?,
+            addr_cache: knobs.get::<crate::rcbench::OnOff>(&ADDR_CACHE)?.0,
+            variant: NowaitVariant::Fixed,
+        }))
+    }
+
+    fn isolation(&self) -> Isolation {
+        Isolation::Serializable
+    }
+
+    fn layout(&self) -> &dyn SlotLayout {
+        &self.layout
+    }
+
+    fn coord_state(&self, ctx: &CoordCtx, _control: &dyn Control) -> Result<NowaitCoord> {
+        Ok(NowaitCoord {
+            prims: Prims::new(self.cfg.switches),
+            post: Post::new(),
+            el: (ctx.id.global() + 1) << 1 | 1,
+            overflow: Vec::new(),
+            image: Vec::new(),
+            reported: Sigma::default(),
+            pending: Vec::new(),
+        })
+    }
+
+    async fn execute(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+        execute::execute(txn).await
+    }
+
+    async fn commit(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+        commit::commit(txn).await
+    }
+
+    fn abort(_txn: &mut Txn<'_, Self>) {
+        // Releases wait for completions (E/S release loops): `cleanup` does them.
+    }
+
+    async fn cleanup(coord: &mut Coordinator<Self>) {
+        commit::release_all(coord).await;
+        commit::report_sigma(coord);
+    }
+}
+
+impl Nowait {
+    /// No-Wait with a test-only broken `variant` (see [`NowaitVariant`]).
+    pub fn with_variant(mut cfg: NowaitConfig, variant: NowaitVariant) -> Self {
+        cfg.variant = variant;
+        Self::new(cfg)
+    }
+
+    pub(crate) fn item_layout(&self) -> ItemLayout {
+        self.layout
+    }
+}
