@@ -67,6 +67,7 @@ pub(crate) async fn commit(txn: &mut Txn<'_, Nowait>) -> Result<(), Abort> {
     let txn_id = c.set.txn_id;
     assert!(txn_id & TOMBSTONE == 0, "transaction ids stay below bit 63");
     c.state.post.clear();
+    c.state.backups.clear();
     c.state.pending.clear();
     for i in 0..c.set.objs.len() {
         let o = &c.set.objs[i];
@@ -92,11 +93,20 @@ pub(crate) async fn commit(txn: &mut Txn<'_, Nowait>) -> Result<(), Abort> {
             _ => txn_id,
         };
         st.image[v..v + 8].copy_from_slice(&version.to_le_bytes());
-        for r in (1..info.replica_count()).chain([0]) {
-            st.prims.write_di(&mut st.post, info.ptr(r, o.proto.rel), &st.image);
+        for r in 1..info.replica_count() {
+            st.prims.write_di(&mut st.backups, info.ptr(r, o.proto.rel), &st.image);
         }
+        st.prims.write_di(&mut st.post, info.ptr(0, o.proto.rel), &st.image);
     }
     let st = &mut c.state;
+    if !st.backups.is_empty() {
+        // Backups first, in their own round trip: once the primary's WRITE releases the
+        // lock, the next writer's backup WRITE must not race this one.
+        st.prims
+            .post(&mut CtxVerbs(&mut c.ctx), &mut st.backups)
+            .await
+            .map_err(|_| Abort::new(AbortReason::Fault))?;
+    }
     st.prims
         .post(&mut CtxVerbs(&mut c.ctx), &mut st.post)
         .await
@@ -128,7 +138,10 @@ async fn cas_rounds(c: &mut Coordinator<Nowait>) {
         st.post.clear();
         for p in &mut st.pending {
             let w = p.word;
-            assert!(w >= 2 && w & 1 == 0, "shared release of a word holding no shared lock: {w:#x}");
+            assert!(
+                w >= 2 && w & 1 == 0,
+                "shared release of a word holding no shared lock: {w:#x}"
+            );
             p.cas = Some(st.prims.amod_im(&mut st.post, p.lock, w, w - 2));
         }
         if st.prims.post(&mut CtxVerbs(&mut c.ctx), &mut st.post).await.is_err() {
@@ -195,5 +208,6 @@ pub(crate) fn report_sigma(c: &mut Coordinator<Nowait>) {
     c.ctx.metric(super::METRIC_SIGMA_READ_DI, now.read_di - was.read_di);
     c.ctx.metric(super::METRIC_SIGMA_WRITE_DI, now.write_di - was.write_di);
     c.ctx.metric(super::METRIC_SIGMA_AMOD_IM, now.amod_im - was.amod_im);
-    c.ctx.metric(super::METRIC_INDEX_READS, now.index_reads - was.index_reads);
+    c.ctx
+        .metric(super::METRIC_INDEX_READS, now.index_reads - was.index_reads);
 }

@@ -213,8 +213,13 @@ async fn insert_fresh(
     let st = &mut c.state;
     let home = shape.home_bucket(key);
     st.post.clear();
-    let id = st.post.read(info.ptr(0, shape.bucket_off(home)), shape.bucket_bytes as usize);
-    st.prims.post(&mut CtxVerbs(&mut c.ctx), &mut st.post).await.map_err(fault)?;
+    let id = st
+        .post
+        .read(info.ptr(0, shape.bucket_off(home)), shape.bucket_bytes as usize);
+    st.prims
+        .post(&mut CtxVerbs(&mut c.ctx), &mut st.post)
+        .await
+        .map_err(fault)?;
     let bucket = st.post.bytes(id);
     let mut rel = None;
     for s in 0..shape.slots {
@@ -236,7 +241,10 @@ async fn insert_fresh(
                 None => {
                     st.post.clear();
                     let faa = st.post.faa(info.ptr(0, OVERFLOW_CURSOR_OFFSET), 1);
-                    st.prims.post(&mut CtxVerbs(&mut c.ctx), &mut st.post).await.map_err(fault)?;
+                    st.prims
+                        .post(&mut CtxVerbs(&mut c.ctx), &mut st.post)
+                        .await
+                        .map_err(fault)?;
                     let b = st.post.old(faa);
                     if b >= shape.overflow_count {
                         c.ctx.last_table_full = Some(table);
@@ -260,7 +268,10 @@ async fn insert_fresh(
     st.post.clear();
     let cas = st.prims.amod_im(&mut st.post, lock, 0, st.el);
     let read = st.prims.read_di(&mut st.post, item, item_len);
-    st.prims.post(&mut CtxVerbs(&mut c.ctx), &mut st.post).await.map_err(fault)?;
+    st.prims
+        .post(&mut CtxVerbs(&mut c.ctx), &mut st.post)
+        .await
+        .map_err(fault)?;
     if st.post.old(cas) != 0 {
         return Err(abort(AbortReason::LockConflict));
     }
@@ -281,10 +292,20 @@ async fn insert_fresh(
         b[..8].copy_from_slice(&(key + 1).to_le_bytes());
         b[version_off..version_off + 8].copy_from_slice(&TOMBSTONE.to_le_bytes());
     });
-    st.prims.post(&mut CtxVerbs(&mut c.ctx), &mut st.post).await.map_err(fault)?;
-    let r = rt_insert(&mut CtxVerbs(&mut c.ctx), place, key, rel, item_len as u64, &mut st.post)
+    st.prims
+        .post(&mut CtxVerbs(&mut c.ctx), &mut st.post)
         .await
         .map_err(fault)?;
+    let r = rt_insert(
+        &mut CtxVerbs(&mut c.ctx),
+        place,
+        key,
+        rel,
+        item_len as u64,
+        &mut st.post,
+    )
+    .await
+    .map_err(fault)?;
     match r {
         RtInsert::Inserted { .. } => {
             c.set.objs[i].proto.fresh = Fresh::Indexed;

@@ -26,7 +26,8 @@
 //! # Round trips (`NOWAIT_BUDGET` in `tests/rcbench_nowait.rs`)
 //!
 //! After index lookups (cuckoo READs, ≈1.65 per item at the loader's load), db+or on,
-//! n items of which r read and w written, one replica:
+//! n items of which r read and w written, one replica (backups add one round trip to a
+//! commit that writes):
 //!
 //! | lock | read-only | read-write | abort |
 //! | --- | --- | --- | --- |
@@ -42,8 +43,10 @@
 //! # What dmtx pays beyond RCBench
 //!
 //! Every item is remote (RCBench reads its own partition locally); replicas (RCBench
-//! has none) get the item image in the commit post, at the same table offset; a
-//! fresh insert claims a slot and indexes it with verbs.
+//! has none) get the item image at the same table offset in a round trip of their own
+//! before the primary's WRITE releases the lock (+1 round trip for a writer with f ≥ 1:
+//! otherwise the next writer's backup WRITE could race this one and leave the older
+//! image); a fresh insert claims a slot and indexes it with verbs.
 //!
 //! # Choices where the paper is silent
 //!
@@ -79,8 +82,7 @@ pub const ES_CAS_TRIES_MAX: u32 = 4;
 /// Release CAS rounds of a shared lock before giving up (a bug: the count only grows
 /// and shrinks by our own ±2 and others').
 pub const ES_RELEASE_TRIES_MAX: u32 = 1000;
-/// Bit of the version word marking a deleted item.
-pub const TOMBSTONE: u64 = 1 << 63;
+pub use crate::rcbench::layout::TOMBSTONE;
 
 /// Abort reason: an insert found its key's three cuckoo candidates taken.
 pub const ABORT_INDEX_FULL: u8 = 0;
@@ -97,7 +99,11 @@ pub const METRIC_INDEX_READS: usize = 3;
 pub const METRIC_ES_RETRIES: usize = 4;
 
 const METRICS: &[MetricSpec] = &[
-    MetricSpec::new("sigma_read_di", MetricKind::Counter, "ReadDI calls (σ, rcbench Table 2)"),
+    MetricSpec::new(
+        "sigma_read_di",
+        MetricKind::Counter,
+        "ReadDI calls (σ, rcbench Table 2)",
+    ),
     MetricSpec::new("sigma_write_di", MetricKind::Counter, "WriteDI calls (σ)"),
     MetricSpec::new("sigma_amod_im", MetricKind::Counter, "AModIM calls (σ)"),
     MetricSpec::new(
@@ -238,6 +244,8 @@ pub struct NowaitObj {
 pub struct NowaitCoord {
     pub(crate) prims: Prims,
     pub(crate) post: Post,
+    /// The commit's backup WRITEs.
+    pub(crate) backups: Post,
     /// This coordinator's EL word.
     pub(crate) el: u64,
     /// Per table: the next free slot of the overflow bucket this coordinator took and
@@ -259,7 +267,13 @@ impl Protocol for Nowait {
 
     const NAME: &'static str = "nowait";
     const ABOUT: &'static str = "No-Wait 2PL on RCBench's primitives and cuckoo index (rcbench §5.1)";
-    const KNOBS: &'static [KnobSpec] = &[LOCK, ADDR_CACHE, crate::rcbench::DB, crate::rcbench::OR, crate::rcbench::PA];
+    const KNOBS: &'static [KnobSpec] = &[
+        LOCK,
+        ADDR_CACHE,
+        crate::rcbench::DB,
+        crate::rcbench::OR,
+        crate::rcbench::PA,
+    ];
     const METRICS: &'static [MetricSpec] = METRICS;
     const ABORT_REASONS: &'static [AbortReasonSpec] = ABORT_REASONS;
 
@@ -284,6 +298,7 @@ impl Protocol for Nowait {
         Ok(NowaitCoord {
             prims: Prims::new(self.cfg.switches),
             post: Post::new(),
+            backups: Post::new(),
             el: (ctx.id.global() + 1) << 1 | 1,
             overflow: Vec::new(),
             image: Vec::new(),

@@ -13,8 +13,14 @@
 //! 2. The pk word is written once, by the loader or an insert, and never changes.
 //! 3. `meta_words` counts X^m's words other than the lock (a protocol's rts, wts, pL,
 //!    wL, version slots); the slot is `8 + pad8(value) + 8·meta_words + 8` bytes.
+//! 4. With `meta_words ≥ 1`, bit 63 of X^m's first word ([`TOMBSTONE`]) marks a deleted
+//!    (or claimed, not yet inserted) item: it keeps its slot and index entry, and scans
+//!    and the loader's key view ([`SlotLayout::key`]) see no key there.
 
 use dmtx_store::{IndexKind, SlotLayout, TableSpec};
+
+/// Bit of X^m's first word marking a deleted or claimed item (invariant 4).
+pub const TOMBSTONE: u64 = 1 << 63;
 
 /// Bytes of the pk word before X^d.
 pub const ITEM_PK_BYTES: u32 = 8;
@@ -64,8 +70,20 @@ impl SlotLayout for ItemLayout {
     }
 
     fn key(&self, slot: &[u8]) -> Option<u64> {
-        let w = u64::from_le_bytes(slot[..8].try_into().expect("8 bytes"));
-        (w != 0).then(|| w - 1)
+        let word = |o: usize| u64::from_le_bytes(slot[o..o + 8].try_into().expect("8 bytes"));
+        let pk = word(0);
+        if pk == 0 {
+            return None;
+        }
+        if self.meta_words > 0 {
+            // The slot holds the whole item: the first meta word sits `8·meta_words + 8`
+            // bytes from its end.
+            let meta = slot.len() - 8 * (self.meta_words as usize + 1);
+            if word(meta) & TOMBSTONE != 0 {
+                return None;
+            }
+        }
+        Some(pk - 1)
     }
 
     fn value<'a>(&self, slot: &'a [u8], value_bytes: u32) -> &'a [u8] {
@@ -94,5 +112,8 @@ mod tests {
         assert_eq!(l.key(&slot), Some(0));
         assert_eq!(l.value(&slot, 13), &[7; 13]);
         assert_eq!(l.key(&[0u8; 40]), None);
+        let m = l.meta_off(13) as usize;
+        slot[m..m + 8].copy_from_slice(&TOMBSTONE.to_le_bytes());
+        assert_eq!(l.key(&slot), None, "a tombstone has no key");
     }
 }
