@@ -6,6 +6,7 @@
 //! | [`drtmh`] | DrTM+H on one-sided verbs (FORD §3.2, §4.2, §6.1) | serializable (`strict=true`; see its window) |
 //! | [`farm`] | FaRM on one-sided verbs (FORD §2.3, §3.2, §6.1) | serializable |
 //! | [`ford`] | FORD (ACM TOS 2023; FAST'22), §4.2–4.6, §4.8 | serializable |
+//! | [`nowait`] | No-Wait 2PL on RCBench's primitives (rcbench §5.1) | serializable |
 //!
 //! Each module's doc gives its record layout, its round-trip budget per transaction
 //! kind and its deviations from the paper. Protocols never name a transport or a
@@ -13,7 +14,8 @@
 //!
 //! What several protocols share lives beside them, never copied into each:
 //! [`onever`] holds the one-version record machinery (record layout, tear detector,
-//! bucket walk, undo log, replica fan-out, release and rollback).
+//! bucket walk, undo log, replica fan-out, release and rollback); [`rcbench`] holds
+//! RCBench's item layout, primitives, T^g and switches.
 
 #![warn(missing_docs)]
 #![allow(async_fn_in_trait)]

@@ -152,3 +152,31 @@ fn es_reusing_the_pre_cas_read_is_caught() {
         60,
     );
 }
+
+/// Goal: the checker runs: YCSB at zipf_theta 0.99, write_ratio 0.5, 10 ops per
+/// transaction over 10000 records, and SmallBank with its money invariant, on `mem`
+/// with tears and on `sim`, E and E/S, through the isolation checker.
+#[test]
+fn ycsb_and_smallbank_pass_the_checker() {
+    let ycsb: &[&str] = &["zipf_theta=0.99", "write_ratio=0.5", "ops_per_txn=10", "records=10000"];
+    let smallbank: &[&str] = &["accounts=64", "hot_accounts=8", "hot_pct=90"];
+    for lock in ["lock=e", "lock=es"] {
+        for transport in [Transport::Mem, Transport::Sim] {
+            for (name, set) in [("ycsb", ycsb), ("smallbank", smallbank)] {
+                let seed = contended::seed_or_env(11);
+                let run = dmtx_suite::workloads::run_named(
+                    || make(&knobs(&[lock])),
+                    name,
+                    set,
+                    Setup::new(1, 20),
+                    transport,
+                    seed,
+                );
+                let case = format!("nowait {lock} {name} on {transport:?}");
+                dmtx_suite::workloads::assert_clean(&case, &run, seed);
+                assert!(run.check.is_some(), "{case}: not checked");
+                assert!(run.aborts_of(AbortReason::LockConflict) > 0, "{case}: no contention");
+            }
+        }
+    }
+}

@@ -281,6 +281,7 @@ registry! {
         dmtx_protocols::ford::Ford,
         dmtx_protocols::farm::Farm,
         dmtx_protocols::drtmh::Drtmh,
+        dmtx_protocols::nowait::Nowait,
     }
     workloads {
         dmtx_workloads::Kvs,
