@@ -616,10 +616,10 @@ fn atomic_saw(ops: &[Op], mn: MnId, r: &ReadEntry, w: &WriteSpan, a: u64) -> boo
     for o in ops.iter().filter(|o| o.ptr().mn == mn) {
         match *o {
             Op::Read { ptr, dst, .. } if ptr.offset == r.off && dst == r.buf => return false,
-            Op::Cas { ptr, .. } | Op::Faa { ptr, .. } => {
-                if ptr.offset >= a && ptr.offset >= w.off && ptr.offset < w.off + u64::from(w.len) {
-                    return true;
-                }
+            Op::Cas { ptr, .. } | Op::Faa { ptr, .. }
+                if ptr.offset >= a && ptr.offset >= w.off && ptr.offset < w.off + u64::from(w.len) =>
+            {
+                return true;
             }
             _ => {}
         }

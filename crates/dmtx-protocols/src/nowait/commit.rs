@@ -103,12 +103,12 @@ pub(crate) async fn commit(txn: &mut Txn<'_, Nowait>) -> Result<(), Abort> {
         // Backups first, in their own round trip: once the primary's WRITE releases the
         // lock, the next writer's backup WRITE must not race this one.
         st.prims
-            .post(&mut CtxVerbs(&mut c.ctx), &mut st.backups)
+            .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.backups)
             .await
             .map_err(|_| Abort::new(AbortReason::Fault))?;
     }
     st.prims
-        .post(&mut CtxVerbs(&mut c.ctx), &mut st.post)
+        .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
         .await
         .map_err(|_| Abort::new(AbortReason::Fault))?;
     for o in &mut c.set.objs {
@@ -144,7 +144,12 @@ async fn cas_rounds(c: &mut Coordinator<Nowait>) {
             );
             p.cas = Some(st.prims.amod_im(&mut st.post, p.lock, w, w - 2));
         }
-        if st.prims.post(&mut CtxVerbs(&mut c.ctx), &mut st.post).await.is_err() {
+        if st
+            .prims
+            .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
+            .await
+            .is_err()
+        {
             st.pending.clear();
             return;
         }
@@ -170,7 +175,12 @@ pub(crate) async fn release_one(c: &mut Coordinator<Nowait>, i: usize) {
     c.state.pending.clear();
     push_release(c, i);
     let st = &mut c.state;
-    if st.prims.post(&mut CtxVerbs(&mut c.ctx), &mut st.post).await.is_ok() {
+    if st
+        .prims
+        .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
+        .await
+        .is_ok()
+    {
         cas_rounds(c).await;
     }
     c.set.objs[i].proto.hold = Hold::None;
@@ -192,7 +202,11 @@ pub(crate) async fn release_all(c: &mut Coordinator<Nowait>) {
     if st.post.is_empty() {
         return;
     }
-    let ok = st.prims.post(&mut CtxVerbs(&mut c.ctx), &mut st.post).await.is_ok();
+    let ok = st
+        .prims
+        .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
+        .await
+        .is_ok();
     if ok {
         cas_rounds(c).await;
     }

@@ -58,7 +58,7 @@ async fn fetch_one(txn: &mut Txn<'_, Nowait>, i: usize) -> Result<(), Abort> {
         },
         None => st
             .prims
-            .locate(&mut CtxVerbs(&mut c.ctx), &place, key, &mut st.post)
+            .locate(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &place, key, &mut st.post)
             .await
             .map_err(|_| abort(AbortReason::Fault))?,
     };
@@ -87,7 +87,7 @@ async fn fetch_one(txn: &mut Txn<'_, Nowait>, i: usize) -> Result<(), Abort> {
         let cas = st.prims.amod_im(&mut st.post, lock, 0, el);
         let read = st.prims.read_di(&mut st.post, item, item_len);
         st.prims
-            .post(&mut CtxVerbs(&mut c.ctx), &mut st.post)
+            .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
             .await
             .map_err(|_| {
                 // The CAS may have landed: cleanup's CAS(EL → 0) frees only our own word.
@@ -104,7 +104,7 @@ async fn fetch_one(txn: &mut Txn<'_, Nowait>, i: usize) -> Result<(), Abort> {
         st.post.clear();
         let first = st.prims.read_di(&mut st.post, item, item_len);
         st.prims
-            .post(&mut CtxVerbs(&mut c.ctx), &mut st.post)
+            .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
             .await
             .map_err(|_| abort(AbortReason::Fault))?;
         let mut w = word(st.post.bytes(first), lock_off as u32);
@@ -125,7 +125,7 @@ async fn fetch_one(txn: &mut Txn<'_, Nowait>, i: usize) -> Result<(), Abort> {
             let cas = st.prims.amod_im(&mut st.post, lock, w, w + 2);
             let read = st.prims.read_di(&mut st.post, item, item_len);
             st.prims
-                .post(&mut CtxVerbs(&mut c.ctx), &mut st.post)
+                .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
                 .await
                 .map_err(|_| abort(AbortReason::Fault))?;
             let old = st.post.old(cas);
@@ -217,7 +217,7 @@ async fn insert_fresh(
         .post
         .read(info.ptr(0, shape.bucket_off(home)), shape.bucket_bytes as usize);
     st.prims
-        .post(&mut CtxVerbs(&mut c.ctx), &mut st.post)
+        .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
         .await
         .map_err(fault)?;
     let bucket = st.post.bytes(id);
@@ -242,7 +242,7 @@ async fn insert_fresh(
                     st.post.clear();
                     let faa = st.post.faa(info.ptr(0, OVERFLOW_CURSOR_OFFSET), 1);
                     st.prims
-                        .post(&mut CtxVerbs(&mut c.ctx), &mut st.post)
+                        .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
                         .await
                         .map_err(fault)?;
                     let b = st.post.old(faa);
@@ -269,7 +269,7 @@ async fn insert_fresh(
     let cas = st.prims.amod_im(&mut st.post, lock, 0, st.el);
     let read = st.prims.read_di(&mut st.post, item, item_len);
     st.prims
-        .post(&mut CtxVerbs(&mut c.ctx), &mut st.post)
+        .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
         .await
         .map_err(fault)?;
     if st.post.old(cas) != 0 {
@@ -293,11 +293,11 @@ async fn insert_fresh(
         b[version_off..version_off + 8].copy_from_slice(&TOMBSTONE.to_le_bytes());
     });
     st.prims
-        .post(&mut CtxVerbs(&mut c.ctx), &mut st.post)
+        .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
         .await
         .map_err(fault)?;
     let r = rt_insert(
-        &mut CtxVerbs(&mut c.ctx),
+        &mut CtxVerbs(&mut c.ctx, &mut st.meter),
         place,
         key,
         rel,

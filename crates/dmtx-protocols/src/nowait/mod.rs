@@ -97,6 +97,8 @@ pub const METRIC_SIGMA_AMOD_IM: usize = 2;
 pub const METRIC_INDEX_READS: usize = 3;
 /// Refused shared-lock CASes retried.
 pub const METRIC_ES_RETRIES: usize = 4;
+/// CPU time of committed attempts ([`crate::rcbench::CpuMeter`]).
+pub const METRIC_CPU_COMMITTED: usize = 5;
 
 const METRICS: &[MetricSpec] = &[
     MetricSpec::new(
@@ -115,6 +117,11 @@ const METRICS: &[MetricSpec] = &[
         "es_cas_retries",
         MetricKind::Counter,
         "refused shared-lock CASes retried from the returned word (lock=es)",
+    ),
+    MetricSpec::new(
+        "cpu_committed",
+        MetricKind::Duration,
+        "CPU time of committed attempts between verb waits; U_CPU^e (rcbench §1) = its share × coroutines per thread",
     ),
 ];
 
@@ -257,6 +264,8 @@ pub struct NowaitCoord {
     pub(crate) reported: Sigma,
     /// Shared locks being released.
     pub(crate) pending: Vec<commit::Pending>,
+    /// The attempt's CPU time.
+    pub(crate) meter: crate::rcbench::CpuMeter,
 }
 
 impl Protocol for Nowait {
@@ -304,15 +313,24 @@ impl Protocol for Nowait {
             image: Vec::new(),
             reported: Sigma::default(),
             pending: Vec::new(),
+            meter: Default::default(),
         })
     }
 
     async fn execute(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
+        let now = txn.coord.ctx.clock.now_ns();
+        txn.coord.state.meter.start(now);
         execute::execute(txn).await
     }
 
     async fn commit(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
-        commit::commit(txn).await
+        let now = txn.coord.ctx.clock.now_ns();
+        txn.coord.state.meter.start(now);
+        commit::commit(txn).await?;
+        let c = &mut *txn.coord;
+        let ns = c.state.meter.finish(c.ctx.clock.now_ns());
+        c.ctx.metric_ns(METRIC_CPU_COMMITTED, ns);
+        Ok(())
     }
 
     fn abort(_txn: &mut Txn<'_, Self>) {
@@ -320,6 +338,7 @@ impl Protocol for Nowait {
     }
 
     async fn cleanup(coord: &mut Coordinator<Self>) {
+        coord.state.meter.reset();
         commit::release_all(coord).await;
         commit::report_sigma(coord);
     }

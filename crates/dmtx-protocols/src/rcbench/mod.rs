@@ -27,12 +27,67 @@ use dmtx_verbs::{Post, VerbError};
 use prims::Switches;
 
 /// A coordinator's context as the primitives' [`prims::Verbs`]: every post is one of the
-/// transaction's round trips.
-pub struct CtxVerbs<'a>(pub &'a mut CoordCtx);
+/// transaction's round trips, and the time between posts is the attempt's CPU time
+/// ([`CpuMeter`]).
+pub struct CtxVerbs<'a>(pub &'a mut CoordCtx, pub &'a mut CpuMeter);
 
 impl prims::Verbs for CtxVerbs<'_> {
     async fn post(&mut self, post: &mut Post) -> Result<(), VerbError> {
-        self.0.post(post).await
+        self.1.pause(self.0.clock.now_ns());
+        let r = self.0.post(post).await;
+        self.1.resume(self.0.clock.now_ns());
+        r
+    }
+}
+
+/// U_CPU^e's numerator for one coordinator (§1, issue 30 item 9): the time an attempt
+/// runs between its verb waits, from its first execute to the end of its commit. A
+/// coordinator does not yield between posts, so that time is its CPU time (on `sim`,
+/// the CPU model's charges); waits, switches to other coordinators and aborted
+/// attempts are left out. Workload logic before the first execute is not seen. On
+/// `sim` the CPU model charges a coordinator's CPU inside its waits (virtual time does
+/// not pass while it runs), so the meter reads 0 there: the simulator's `cpus`
+/// utilisation is the figure to use.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct CpuMeter {
+    running: bool,
+    resumed_ns: u64,
+    cpu_ns: u64,
+}
+
+impl CpuMeter {
+    /// The attempt starts running (no-op when it runs already).
+    pub fn start(&mut self, now_ns: u64) {
+        if !self.running {
+            *self = CpuMeter {
+                running: true,
+                resumed_ns: now_ns,
+                cpu_ns: 0,
+            };
+        }
+    }
+
+    fn pause(&mut self, now_ns: u64) {
+        if self.running {
+            self.cpu_ns += now_ns.saturating_sub(self.resumed_ns);
+        }
+    }
+
+    fn resume(&mut self, now_ns: u64) {
+        self.resumed_ns = now_ns;
+    }
+
+    /// The attempt committed: its CPU time.
+    pub fn finish(&mut self, now_ns: u64) -> u64 {
+        self.pause(now_ns);
+        let ns = self.cpu_ns;
+        *self = CpuMeter::default();
+        ns
+    }
+
+    /// The attempt ended without committing: nothing counts.
+    pub fn reset(&mut self) {
+        *self = CpuMeter::default();
     }
 }
 
@@ -77,4 +132,28 @@ pub fn switches(knobs: &Knobs) -> Result<Switches, KnobError> {
         or: knobs.get::<OnOff>(&OR)?.0,
         pa: knobs.get::<OnOff>(&PA)?.0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CpuMeter;
+
+    #[test]
+    fn cpu_meter_counts_time_between_waits_only() {
+        let mut m = CpuMeter::default();
+        m.start(100);
+        m.pause(110); // 10 ns running, then a post
+        m.resume(150);
+        m.start(160); // already running: no restart
+        m.pause(170); // 20 more
+        m.resume(400);
+        assert_eq!(m.finish(405), 35);
+        // An aborted attempt counts nothing, and waits before start are not CPU.
+        m.pause(500);
+        m.resume(600);
+        m.start(700);
+        m.reset();
+        m.start(800);
+        assert_eq!(m.finish(801), 1);
+    }
 }
