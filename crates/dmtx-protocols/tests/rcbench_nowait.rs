@@ -80,7 +80,7 @@ fn nowait_meets_its_round_trip_budget() {
     });
     dmtx_suite::assert_budgets(|| make(&knobs(&["addr_cache=on"])), 2, 20, &with_backups);
     dmtx_suite::assert_budgets(
-        || make(&knobs(&["addr_cache=on", "db=off", "or=off", "pa=off"])),
+        || make(&knobs(&["addr_cache=on", "db=off", "or=off"])),
         1,
         20,
         &BUDGET_E_OFF,
@@ -94,7 +94,7 @@ fn nowait_passes_the_suite() {
             knob_sets: vec![
                 knobs(&[lock]),
                 knobs(&[lock, "addr_cache=on"]),
-                knobs(&[lock, "db=off", "or=off", "pa=off"]),
+                knobs(&[lock, "db=off", "or=off"]),
             ],
             // The rows hold after index lookups (addr_cache=on, which the budget runs
             // do not pick): `nowait_meets_its_round_trip_budget` asserts them.

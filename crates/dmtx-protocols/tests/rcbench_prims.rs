@@ -207,7 +207,7 @@ fn switches_set_round_trips() {
         let b = RemotePtr::new(MnId(1), 256);
         f.region(MnId(0)).write(128, &11u64.to_le_bytes()).unwrap();
         f.region(MnId(1)).write(256, &22u64.to_le_bytes()).unwrap();
-        let mut p = Prims::new(Switches { db, or, pa: true });
+        let mut p = Prims::new(Switches { db, or });
         let mut post = Post::new();
         let ca = p.amod_im(&mut post, a, 11, 12);
         let ra = p.read_di(&mut post, a, 8);

@@ -276,13 +276,7 @@ impl Protocol for Nowait {
 
     const NAME: &'static str = "nowait";
     const ABOUT: &'static str = "No-Wait 2PL on RCBench's primitives and cuckoo index (rcbench §5.1)";
-    const KNOBS: &'static [KnobSpec] = &[
-        LOCK,
-        ADDR_CACHE,
-        crate::rcbench::DB,
-        crate::rcbench::OR,
-        crate::rcbench::PA,
-    ];
+    const KNOBS: &'static [KnobSpec] = &[LOCK, ADDR_CACHE, crate::rcbench::DB, crate::rcbench::OR];
     const METRICS: &'static [MetricSpec] = METRICS;
     const ABORT_REASONS: &'static [AbortReasonSpec] = ABORT_REASONS;
 

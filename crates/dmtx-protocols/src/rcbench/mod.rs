@@ -17,6 +17,8 @@
 //! - **db/or off** split one logical batch: db off posts each op alone (ops to one node
 //!   in order, one per node per wave when or is on); or off posts each node's batch
 //!   alone. All off is each verb waited alone (Table 3 "one-sided").
+//! - **pa** (one completion per batch) is not offered: no transport signals
+//!   completions per op, so there is nothing to switch.
 
 pub mod layout;
 pub mod prims;
@@ -103,12 +105,6 @@ pub const OR: KnobSpec = KnobSpec {
     default: "on",
     help: "outstanding requests: batches for several memory nodes posted together (§5.5)",
 };
-/// `--set pa=on|off` (§5.5 passive ack).
-pub const PA: KnobSpec = KnobSpec {
-    name: "pa",
-    default: "on",
-    help: "passive ack: one completion per batch (§5.5; costs only on sim)",
-};
 
 /// A switch value: `on` or `off` (also `true`/`false`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -125,12 +121,12 @@ impl std::str::FromStr for OnOff {
     }
 }
 
-/// The §5.5 switches from `--set db=, or=, pa=`.
+/// The §5.5 switches from `--set db=, or=` (pa is not offered: the transports have
+/// no per-completion signalling to switch).
 pub fn switches(knobs: &Knobs) -> Result<Switches, KnobError> {
     Ok(Switches {
         db: knobs.get::<OnOff>(&DB)?.0,
         or: knobs.get::<OnOff>(&OR)?.0,
-        pa: knobs.get::<OnOff>(&PA)?.0,
     })
 }
 

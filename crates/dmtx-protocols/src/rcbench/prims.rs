@@ -127,17 +127,11 @@ pub struct Switches {
     pub db: bool,
     /// Outstanding requests: batches for several nodes posted together.
     pub or: bool,
-    /// Passive ack: one completion per batch (the simulator's cost; `mem` pays nothing).
-    pub pa: bool,
 }
 
 impl Default for Switches {
     fn default() -> Self {
-        Self {
-            db: true,
-            or: true,
-            pa: true,
-        }
+        Self { db: true, or: true }
     }
 }
 
