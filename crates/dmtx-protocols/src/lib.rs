@@ -7,6 +7,7 @@
 //! | [`farm`] | FaRM on one-sided verbs (FORD §2.3, §3.2, §6.1) | serializable |
 //! | [`ford`] | FORD (ACM TOS 2023; FAST'22), §4.2–4.6, §4.8 | serializable |
 //! | [`nowait`] | No-Wait 2PL on RCBench's primitives (rcbench §5.1) | serializable |
+//! | [`waitdie`] | Wait-Die 2PL on RCBench's primitives (rcbench §5.1, Alg. 2) | serializable |
 //!
 //! Each module's doc gives its record layout, its round-trip budget per transaction
 //! kind and its deviations from the paper. Protocols never name a transport or a
@@ -26,3 +27,4 @@ pub mod ford;
 pub mod nowait;
 pub mod onever;
 pub mod rcbench;
+pub mod waitdie;

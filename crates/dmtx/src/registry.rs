@@ -282,6 +282,7 @@ registry! {
         dmtx_protocols::farm::Farm,
         dmtx_protocols::drtmh::Drtmh,
         dmtx_protocols::nowait::Nowait,
+        dmtx_protocols::waitdie::Waitdie,
     }
     workloads {
         dmtx_workloads::Kvs,

@@ -5,7 +5,7 @@
 use dmtx_runtime::{Abort, AbortReason, Access, Coordinator, Phase, Txn};
 use dmtx_verbs::{AtomicId, ReadId, RemotePtr};
 
-use super::{Fresh, Hold, Nowait, ES_RELEASE_TRIES_MAX, TOMBSTONE};
+use super::{Fresh, Hold, TwoPl, ES_RELEASE_TRIES_MAX, TOMBSTONE};
 use crate::rcbench::CtxVerbs;
 
 /// A shared lock being released.
@@ -19,7 +19,7 @@ pub(crate) struct Pending {
 }
 
 /// The lock word of object `i`.
-fn lock_ptr(c: &Coordinator<Nowait>, i: usize) -> (RemotePtr, u32) {
+fn lock_ptr<P: TwoPl>(c: &Coordinator<P>, i: usize) -> (RemotePtr, u32) {
     let o = &c.set.objs[i];
     let info = c.ctx.catalog.get(o.table).expect("table checked at add");
     let layout = c.proto.item_layout();
@@ -32,7 +32,7 @@ fn lock_ptr(c: &Coordinator<Nowait>, i: usize) -> (RemotePtr, u32) {
 }
 
 /// Add object `i`'s release to the post (shared: its lock-word READ, into `pending`).
-fn push_release(c: &mut Coordinator<Nowait>, i: usize) {
+fn push_release<P: TwoPl>(c: &mut Coordinator<P>, i: usize) {
     let (lock, item_len) = lock_ptr(c, i);
     let o = &c.set.objs[i];
     let st = &mut c.state;
@@ -55,12 +55,12 @@ fn push_release(c: &mut Coordinator<Nowait>, i: usize) {
                 .write_di_with(&mut st.post, item, item_len as usize, |b| b.fill(0));
         }
         Hold::Excl => {
-            st.prims.amod_im(&mut st.post, lock, st.el, 0);
+            st.prims.amod_im(&mut st.post, lock, st.lock_val, 0);
         }
     }
 }
 
-pub(crate) async fn commit(txn: &mut Txn<'_, Nowait>) -> Result<(), Abort> {
+pub(crate) async fn commit<P: TwoPl>(txn: &mut Txn<'_, P>) -> Result<(), Abort> {
     let c = &mut *txn.coord;
     let catalog = std::sync::Arc::clone(&c.ctx.catalog);
     let layout = c.proto.item_layout();
@@ -124,7 +124,7 @@ pub(crate) async fn commit(txn: &mut Txn<'_, Nowait>) -> Result<(), Abort> {
 /// `CAS(old → old − 2)` on every pending shared lock word (one post per round), each
 /// retried from the word it returned until it takes. The words' READs are in the
 /// post just completed.
-async fn cas_rounds(c: &mut Coordinator<Nowait>) {
+async fn cas_rounds<P: TwoPl>(c: &mut Coordinator<P>) {
     let st = &mut c.state;
     for p in &mut st.pending {
         let read = p.read.take().expect("pending shared release has its READ");
@@ -170,7 +170,7 @@ async fn cas_rounds(c: &mut Coordinator<Nowait>) {
 }
 
 /// Release object `i`'s lock now (awaited): the broken early-release variant.
-pub(crate) async fn release_one(c: &mut Coordinator<Nowait>, i: usize) {
+pub(crate) async fn release_one<P: TwoPl>(c: &mut Coordinator<P>, i: usize) {
     c.state.post.clear();
     c.state.pending.clear();
     push_release(c, i);
@@ -188,7 +188,7 @@ pub(crate) async fn release_one(c: &mut Coordinator<Nowait>, i: usize) {
 
 /// After an attempt: release what an aborted one still holds, in one post (plus the
 /// shared locks' CAS rounds).
-pub(crate) async fn release_all(c: &mut Coordinator<Nowait>) {
+pub(crate) async fn release_all<P: TwoPl>(c: &mut Coordinator<P>) {
     if c.set.phase == Phase::Committed {
         debug_assert!(c.set.objs.iter().all(|o| o.proto.hold == Hold::None));
         return;
@@ -216,7 +216,7 @@ pub(crate) async fn release_all(c: &mut Coordinator<Nowait>) {
 }
 
 /// Add σ since the last report to the metrics.
-pub(crate) fn report_sigma(c: &mut Coordinator<Nowait>) {
+pub(crate) fn report_sigma<P: TwoPl>(c: &mut Coordinator<P>) {
     let now = c.state.prims.sigma;
     let was = std::mem::replace(&mut c.state.reported, now);
     c.ctx.metric(super::METRIC_SIGMA_READ_DI, now.read_di - was.read_di);

@@ -6,7 +6,7 @@ use dmtx_store::cuckoo::{rt_insert, RtInsert, RtLookup};
 use dmtx_store::{TableInfo, BUCKET_HEADER_BYTES, OVERFLOW_CURSOR_OFFSET};
 use dmtx_verbs::RemotePtr;
 
-use super::{Fresh, Hold, LockMode, Nowait, NowaitVariant, ABORT_INDEX_FULL, ES_CAS_TRIES_MAX, TOMBSTONE};
+use super::{Fresh, Hold, LockMode, NowaitVariant, TwoPl, ABORT_INDEX_FULL, ES_CAS_TRIES_MAX, TOMBSTONE};
 use crate::rcbench::CtxVerbs;
 
 fn abort(reason: AbortReason) -> Abort {
@@ -17,7 +17,7 @@ fn word(b: &[u8], off: u32) -> u64 {
     u64::from_le_bytes(b[off as usize..off as usize + 8].try_into().expect("8 bytes"))
 }
 
-pub(crate) async fn execute(txn: &mut Txn<'_, Nowait>) -> Result<(), Abort> {
+pub(crate) async fn execute<P: TwoPl>(txn: &mut Txn<'_, P>) -> Result<(), Abort> {
     let start = txn.coord.set.fetched;
     let n = txn.coord.set.objs.len();
     for i in start..n {
@@ -27,7 +27,7 @@ pub(crate) async fn execute(txn: &mut Txn<'_, Nowait>) -> Result<(), Abort> {
     Ok(())
 }
 
-async fn fetch_one(txn: &mut Txn<'_, Nowait>, i: usize) -> Result<(), Abort> {
+async fn fetch_one<P: TwoPl>(txn: &mut Txn<'_, P>, i: usize) -> Result<(), Abort> {
     let c = &mut *txn.coord;
     let catalog = std::sync::Arc::clone(&c.ctx.catalog);
     let (table, key, access) = {
@@ -47,7 +47,7 @@ async fn fetch_one(txn: &mut Txn<'_, Nowait>, i: usize) -> Result<(), Abort> {
     let st = &mut c.state;
     // Items never move (a deleted item keeps its slot and entry), so a cached address
     // is always the key's.
-    let cached = match c.proto.config().addr_cache {
+    let cached = match c.proto.cfg().addr_cache {
         true => c.ctx.cache.get(table, key),
         false => None,
     };
@@ -62,7 +62,7 @@ async fn fetch_one(txn: &mut Txn<'_, Nowait>, i: usize) -> Result<(), Abort> {
             .await
             .map_err(|_| abort(AbortReason::Fault))?,
     };
-    if let (true, None, RtLookup::Found { addr, .. }) = (c.proto.config().addr_cache, cached, found) {
+    if let (true, None, RtLookup::Found { addr, .. }) = (c.proto.cfg().addr_cache, cached, found) {
         c.ctx.cache.put(table, key, addr);
     }
     let rel = match (found, access) {
@@ -77,27 +77,60 @@ async fn fetch_one(txn: &mut Txn<'_, Nowait>, i: usize) -> Result<(), Abort> {
     c.set.objs[i].proto.rel = rel;
     let item = info.ptr(0, rel);
     let lock = RemotePtr::new(item.mn, item.offset + lock_off);
-    let shared = c.proto.config().lock == LockMode::Es && access == Access::ReadOnly;
-    let variant = c.proto.config().variant;
+    let shared = c.proto.cfg().lock == LockMode::Es && access == Access::ReadOnly;
+    let variant = c.proto.cfg().variant;
     let st = &mut c.state;
-    let el = st.el;
+    let el = st.lock_val;
     let bytes_at;
     if !shared {
-        st.post.clear();
-        let cas = st.prims.amod_im(&mut st.post, lock, 0, el);
-        let read = st.prims.read_di(&mut st.post, item, item_len);
-        st.prims
-            .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
-            .await
-            .map_err(|_| {
-                // The CAS may have landed: cleanup's CAS(EL → 0) frees only our own word.
-                abort(AbortReason::Fault)
-            })
-            .inspect_err(|_| c.set.objs[i].proto.hold = Hold::Excl)?;
-        if st.post.old(cas) != 0 {
-            return Err(abort(AbortReason::LockConflict));
-        }
+        let mut waits = 0;
+        let read = loop {
+            st.post.clear();
+            let cas = st.prims.amod_im(&mut st.post, lock, 0, el);
+            let read = st.prims.read_di(&mut st.post, item, item_len);
+            st.prims
+                .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
+                .await
+                .map_err(|_| {
+                    // The CAS may have landed: cleanup's CAS(EL → 0) frees only our own word.
+                    abort(AbortReason::Fault)
+                })
+                .inspect_err(|_| c.set.objs[i].proto.hold = Hold::Excl)?;
+            let holder = st.post.old(cas);
+            if holder == 0 {
+                break read;
+            }
+            // Wait-Die (Alg. 2 with ">" and "abort", l. 5–6): the refusal returns the
+            // holder's bts; an older requester waits (yields and retries, bounded),
+            // a younger one dies.
+            if !P::WAIT_DIE || el > holder || waits >= c.proto.cfg().wait_retries_max {
+                return Err(abort(AbortReason::LockConflict));
+            }
+            waits += 1;
+            c.ctx.metric(super::METRIC_WAIT_RETRIES, 1);
+            let clock = std::sync::Arc::clone(&c.ctx.clock);
+            st.meter.pause(clock.now_ns());
+            dmtx_runtime::sleep(clock.as_ref(), super::WAIT_PAUSE_NS).await;
+            st.meter.resume(clock.now_ns());
+        };
         c.set.objs[i].proto.hold = Hold::Excl;
+        if P::WAIT_DIE {
+            // Granted: pL ← ⟨bts, Tid⟩ (l. 7–9; §4.1), one WriteDI of the pL words.
+            let pl = RemotePtr::new(item.mn, item.offset + c.proto.item_layout().meta_off(vb) as u64 + 8);
+            let mut words = [0u8; 16];
+            words[..8].copy_from_slice(&el.to_le_bytes());
+            words[8..].copy_from_slice(&c.set.txn_id.to_le_bytes());
+            // The item READ of the granted batch is kept: copy it out before reusing
+            // the post.
+            let b = st.post.bytes(read).to_vec();
+            st.post.clear();
+            st.prims.write_di(&mut st.post, pl, &words);
+            st.prims
+                .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
+                .await
+                .map_err(|_| abort(AbortReason::Fault))?;
+            return finish_read(txn, i, &b, version_off, access).await;
+        }
         bytes_at = read;
     } else {
         // AcqIMShLock: ReadDI, then CAS(old → old + 2) with the data READ after it.
@@ -154,8 +187,8 @@ async fn fetch_one(txn: &mut Txn<'_, Nowait>, i: usize) -> Result<(), Abort> {
 }
 
 /// Check a locked item's READ and hand its value over.
-async fn finish_read(
-    txn: &mut Txn<'_, Nowait>,
+async fn finish_read<P: TwoPl>(
+    txn: &mut Txn<'_, P>,
     i: usize,
     item: &[u8],
     version_off: u32,
@@ -180,7 +213,7 @@ async fn finish_read(
     let data = layout.data_off() as usize;
     c.set.value_mut(i).copy_from_slice(&item[data..data + len]);
     c.set.objs[i].version_read = Some(version);
-    if access == Access::ReadOnly && c.proto.config().variant == NowaitVariant::EarlyReadRelease {
+    if access == Access::ReadOnly && c.proto.cfg().variant == NowaitVariant::EarlyReadRelease {
         // Broken on purpose: the read lock goes before commit.
         super::commit::release_one(c, i).await;
     }
@@ -189,8 +222,8 @@ async fn finish_read(
 
 /// Insert of a key the index lacks: claim a free slot (home bucket, else this
 /// coordinator's overflow bucket), mark it claimed, then index it.
-async fn insert_fresh(
-    txn: &mut Txn<'_, Nowait>,
+async fn insert_fresh<P: TwoPl>(
+    txn: &mut Txn<'_, P>,
     i: usize,
     info: &TableInfo,
     place: &dmtx_store::cuckoo::CuckooPlace,
@@ -266,7 +299,7 @@ async fn insert_fresh(
     let item = info.ptr(0, rel);
     let lock = RemotePtr::new(item.mn, item.offset + lock_off);
     st.post.clear();
-    let cas = st.prims.amod_im(&mut st.post, lock, 0, st.el);
+    let cas = st.prims.amod_im(&mut st.post, lock, 0, st.lock_val);
     let read = st.prims.read_di(&mut st.post, item, item_len);
     st.prims
         .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
@@ -309,7 +342,7 @@ async fn insert_fresh(
     match r {
         RtInsert::Inserted { .. } => {
             c.set.objs[i].proto.fresh = Fresh::Indexed;
-            if c.proto.config().addr_cache {
+            if c.proto.cfg().addr_cache {
                 c.ctx.cache.put(table, key, rel);
             }
             Ok(())

@@ -63,8 +63,8 @@
 //! - **Failures**: nowait has no log; a verb that fails mid-commit leaves the commit
 //!   partial, so it claims no fault tolerance (the suite runs it without faults).
 
-mod commit;
-mod execute;
+pub(crate) mod commit;
+pub(crate) mod execute;
 
 use dmtx_memnode::Control;
 use dmtx_runtime::{
@@ -99,8 +99,16 @@ pub const METRIC_INDEX_READS: usize = 3;
 pub const METRIC_ES_RETRIES: usize = 4;
 /// CPU time of committed attempts ([`crate::rcbench::CpuMeter`]).
 pub const METRIC_CPU_COMMITTED: usize = 5;
+/// Wait-Die: refused locks an older requester waited on and retried.
+pub const METRIC_WAIT_RETRIES: usize = 6;
 
-const METRICS: &[MetricSpec] = &[
+/// Wait-Die: default tries of one refused lock before the waiter gives up (aborts;
+/// `--set wait_retries_max`): a bound, not a policy (the holder is younger, so it never waits on the waiter).
+pub const WAIT_RETRIES_MAX: u32 = 100;
+/// Wait-Die: pause between two tries of a refused lock.
+pub const WAIT_PAUSE_NS: u64 = 1_000;
+
+pub(crate) const METRICS: &[MetricSpec] = &[
     MetricSpec::new(
         "sigma_read_di",
         MetricKind::Counter,
@@ -123,15 +131,27 @@ const METRICS: &[MetricSpec] = &[
         MetricKind::Duration,
         "CPU time of committed attempts between verb waits; U_CPU^e (rcbench §1) = its share × coroutines per thread",
     ),
+    MetricSpec::new(
+        "wait_retries",
+        MetricKind::Counter,
+        "refused locks an older transaction waited on and tried again (waitdie)",
+    ),
 ];
 
-const ABORT_REASONS: &[AbortReasonSpec] = &[AbortReasonSpec::new(
+pub(crate) const ABORT_REASONS: &[AbortReasonSpec] = &[AbortReasonSpec::new(
     "index_full",
     false,
     "an insert found its key's three cuckoo candidates held by other keys (no run-time kicks); load fewer keys or grow the table's capacity",
 )];
 
-const ADDR_CACHE: KnobSpec = KnobSpec {
+/// `--set wait_retries_max` (Wait-Die).
+pub(crate) const WAIT_RETRIES: KnobSpec = KnobSpec {
+    name: "wait_retries_max",
+    default: "100",
+    help: "tries of a refused lock an older transaction makes, 1 µs apart, before it aborts",
+};
+
+pub(crate) const ADDR_CACHE: KnobSpec = KnobSpec {
     name: "addr_cache",
     default: "off",
     help: "keep item addresses across transactions (on) or look every item up once per transaction (off)",
@@ -179,7 +199,7 @@ pub enum NowaitVariant {
 }
 
 /// No-Wait's settings.
-#[derive(Copy, Clone, Debug, Default)]
+#[derive(Copy, Clone, Debug)]
 pub struct NowaitConfig {
     /// The lock word's kind.
     pub lock: LockMode,
@@ -188,8 +208,22 @@ pub struct NowaitConfig {
     /// Cross-transaction address cache (`--set addr_cache=on`; one lookup per item per
     /// transaction without it).
     pub addr_cache: bool,
+    /// Wait-Die: tries of one refused lock before the waiter aborts.
+    pub wait_retries_max: u32,
     /// Test-only variant.
     pub variant: NowaitVariant,
+}
+
+impl Default for NowaitConfig {
+    fn default() -> Self {
+        Self {
+            lock: LockMode::E,
+            switches: Switches::default(),
+            addr_cache: false,
+            wait_retries_max: WAIT_RETRIES_MAX,
+            variant: NowaitVariant::Fixed,
+        }
+    }
 }
 
 /// No-Wait 2PL.
@@ -253,8 +287,14 @@ pub struct NowaitCoord {
     pub(crate) post: Post,
     /// The commit's backup WRITEs.
     pub(crate) backups: Post,
-    /// This coordinator's EL word.
+    /// This coordinator's EL word (No-Wait).
     pub(crate) el: u64,
+    /// What this attempt's exclusive locks hold: EL (No-Wait) or its bts (Wait-Die).
+    pub(crate) lock_val: u64,
+    /// Wait-Die's beginning timestamp, kept across aborts (0 = take a new one).
+    pub(crate) bts: u64,
+    /// Coordinator id (24 bits: CN, thread, coroutine), for the bts.
+    pub(crate) coord: u64,
     /// Per table: the next free slot of the overflow bucket this coordinator took and
     /// how many are left.
     pub(crate) overflow: Vec<(u32, u64, u32)>,
@@ -266,6 +306,64 @@ pub struct NowaitCoord {
     pub(crate) pending: Vec<commit::Pending>,
     /// The attempt's CPU time.
     pub(crate) meter: crate::rcbench::CpuMeter,
+}
+
+/// The 2PL protocols that share this module's execution and commit: they differ in
+/// what an exclusive lock word holds and in what a refused lock does.
+pub(crate) trait TwoPl: Protocol<CoordState = NowaitCoord, ObjState = NowaitObj> {
+    /// Wait-Die: the lock word holds the holder's bts; an older requester waits.
+    const WAIT_DIE: bool;
+    /// Settings.
+    fn cfg(&self) -> &NowaitConfig;
+    /// The item layout.
+    fn item_layout(&self) -> ItemLayout;
+}
+
+impl TwoPl for Nowait {
+    const WAIT_DIE: bool = false;
+    fn cfg(&self) -> &NowaitConfig {
+        &self.cfg
+    }
+    fn item_layout(&self) -> ItemLayout {
+        self.layout
+    }
+}
+
+/// Start an attempt: the CPU meter and the lock value.
+pub(crate) fn begin_attempt<P: TwoPl>(txn: &mut Txn<'_, P>) {
+    let c = &mut *txn.coord;
+    let now = c.ctx.clock.now_ns();
+    c.state.meter.start(now);
+    if P::WAIT_DIE {
+        if c.state.bts == 0 {
+            // clock ‖ coordinator: unique, and older is smaller (issue 30 item 3).
+            // 16-ns ticks in 40 bits: 2^44 ns, about 78 hours of run.
+            debug_assert!(c.state.coord < 1 << 24);
+            c.state.bts = ((now >> 4) + 1) << 24 | c.state.coord;
+        }
+        c.state.lock_val = c.state.bts;
+    } else {
+        c.state.lock_val = c.state.el;
+    }
+}
+
+/// The commit of a 2PL protocol, with the CPU meter.
+pub(crate) async fn commit_attempt<P: TwoPl>(txn: &mut Txn<'_, P>) -> std::result::Result<(), Abort> {
+    begin_attempt(txn);
+    commit::commit(txn).await?;
+    let c = &mut *txn.coord;
+    let ns = c.state.meter.finish(c.ctx.clock.now_ns());
+    c.ctx.metric_ns(METRIC_CPU_COMMITTED, ns);
+    // A committed transaction's successor is a new one: a new bts.
+    c.state.bts = 0;
+    Ok(())
+}
+
+/// After every attempt: release what an aborted one holds; report σ.
+pub(crate) async fn cleanup_attempt<P: TwoPl>(coord: &mut Coordinator<P>) {
+    coord.state.meter.reset();
+    commit::release_all(coord).await;
+    commit::report_sigma(coord);
 }
 
 impl Protocol for Nowait {
@@ -285,6 +383,7 @@ impl Protocol for Nowait {
             lock: knobs.get(&LOCK)?,
             switches: crate::rcbench::switches(knobs)?,
             addr_cache: knobs.get::<crate::rcbench::OnOff>(&ADDR_CACHE)?.0,
+            wait_retries_max: 0,
             variant: NowaitVariant::Fixed,
         }))
     }
@@ -303,6 +402,9 @@ impl Protocol for Nowait {
             post: Post::new(),
             backups: Post::new(),
             el: (ctx.id.global() + 1) << 1 | 1,
+            lock_val: 0,
+            bts: 0,
+            coord: ctx.id.compact() as u64,
             overflow: Vec::new(),
             image: Vec::new(),
             reported: Sigma::default(),
@@ -312,19 +414,12 @@ impl Protocol for Nowait {
     }
 
     async fn execute(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
-        let now = txn.coord.ctx.clock.now_ns();
-        txn.coord.state.meter.start(now);
+        begin_attempt(txn);
         execute::execute(txn).await
     }
 
     async fn commit(txn: &mut Txn<'_, Self>) -> std::result::Result<(), Abort> {
-        let now = txn.coord.ctx.clock.now_ns();
-        txn.coord.state.meter.start(now);
-        commit::commit(txn).await?;
-        let c = &mut *txn.coord;
-        let ns = c.state.meter.finish(c.ctx.clock.now_ns());
-        c.ctx.metric_ns(METRIC_CPU_COMMITTED, ns);
-        Ok(())
+        commit_attempt(txn).await
     }
 
     fn abort(_txn: &mut Txn<'_, Self>) {
@@ -332,9 +427,7 @@ impl Protocol for Nowait {
     }
 
     async fn cleanup(coord: &mut Coordinator<Self>) {
-        coord.state.meter.reset();
-        commit::release_all(coord).await;
-        commit::report_sigma(coord);
+        cleanup_attempt(coord).await
     }
 }
 
@@ -343,9 +436,5 @@ impl Nowait {
     pub fn with_variant(mut cfg: NowaitConfig, variant: NowaitVariant) -> Self {
         cfg.variant = variant;
         Self::new(cfg)
-    }
-
-    pub(crate) fn item_layout(&self) -> ItemLayout {
-        self.layout
     }
 }

@@ -69,13 +69,15 @@ impl CpuMeter {
         }
     }
 
-    fn pause(&mut self, now_ns: u64) {
+    /// A wait begins (a post or a sleep).
+    pub fn pause(&mut self, now_ns: u64) {
         if self.running {
             self.cpu_ns += now_ns.saturating_sub(self.resumed_ns);
         }
     }
 
-    fn resume(&mut self, now_ns: u64) {
+    /// The wait ended.
+    pub fn resume(&mut self, now_ns: u64) {
         self.resumed_ns = now_ns;
     }
 
