@@ -8,6 +8,7 @@
 //! | [`ford`] | FORD (ACM TOS 2023; FAST'22), §4.2–4.6, §4.8 | serializable |
 //! | [`nowait`] | No-Wait 2PL on RCBench's primitives (rcbench §5.1) | serializable |
 //! | [`waitdie`] | Wait-Die 2PL on RCBench's primitives (rcbench §5.1, Alg. 2) | serializable |
+//! | [`woundwait`] | Wound-Wait 2PL on RCBench's primitives and T^g (rcbench §5.1, Alg. 2) | serializable |
 //!
 //! Each module's doc gives its record layout, its round-trip budget per transaction
 //! kind and its deviations from the paper. Protocols never name a transport or a
@@ -28,3 +29,4 @@ pub mod nowait;
 pub mod onever;
 pub mod rcbench;
 pub mod waitdie;
+pub mod woundwait;

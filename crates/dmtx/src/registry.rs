@@ -283,6 +283,7 @@ registry! {
         dmtx_protocols::drtmh::Drtmh,
         dmtx_protocols::nowait::Nowait,
         dmtx_protocols::waitdie::Waitdie,
+        dmtx_protocols::woundwait::Woundwait,
     }
     workloads {
         dmtx_workloads::Kvs,

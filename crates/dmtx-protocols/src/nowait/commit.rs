@@ -5,7 +5,8 @@
 use dmtx_runtime::{Abort, AbortReason, Access, Coordinator, Phase, Txn};
 use dmtx_verbs::{AtomicId, ReadId, RemotePtr};
 
-use super::{Fresh, Hold, TwoPl, ES_RELEASE_TRIES_MAX, TOMBSTONE};
+use super::{Fresh, Hold, Policy, TwoPl, ES_RELEASE_TRIES_MAX, TOMBSTONE};
+use crate::rcbench::prims::{state_word, ST_CM, ST_RN};
 use crate::rcbench::CtxVerbs;
 
 /// A shared lock being released.
@@ -66,6 +67,20 @@ pub(crate) async fn commit<P: TwoPl>(txn: &mut Txn<'_, P>) -> Result<(), Abort> 
     let layout = c.proto.item_layout();
     let txn_id = c.set.txn_id;
     assert!(txn_id & TOMBSTONE == 0, "transaction ids stay below bit 63");
+    if P::POLICY == Policy::WoundWait && !c.state.tg_pending {
+        // Alg. 2 l. 12: CAS own st RN → CM; refused: wounded, abort (nothing written).
+        let st = &mut c.state;
+        let tg = st.tg.as_ref().expect("wound-wait coordinators have a T^g area");
+        st.post.clear();
+        let cas = st.prims.amod_own_tm(&mut st.post, tg, st.tid, ST_RN, ST_CM);
+        st.prims
+            .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
+            .await
+            .map_err(|_| Abort::new(AbortReason::Fault))?;
+        if st.post.old(cas) != state_word(st.tid, ST_RN) {
+            return Err(Abort::new(AbortReason::LockConflict));
+        }
+    }
     c.state.post.clear();
     c.state.backups.clear();
     c.state.pending.clear();

@@ -6,7 +6,8 @@ use dmtx_store::cuckoo::{rt_insert, RtInsert, RtLookup};
 use dmtx_store::{TableInfo, BUCKET_HEADER_BYTES, OVERFLOW_CURSOR_OFFSET};
 use dmtx_verbs::RemotePtr;
 
-use super::{Fresh, Hold, LockMode, NowaitVariant, TwoPl, ABORT_INDEX_FULL, ES_CAS_TRIES_MAX, TOMBSTONE};
+use super::{Fresh, Hold, LockMode, NowaitVariant, Policy, TwoPl, ABORT_INDEX_FULL, ES_CAS_TRIES_MAX, TOMBSTONE};
+use crate::rcbench::prims::{state_word, tg_view, ST_AB, ST_RN};
 use crate::rcbench::CtxVerbs;
 
 fn abort(reason: AbortReason) -> Abort {
@@ -86,6 +87,16 @@ async fn fetch_one<P: TwoPl>(txn: &mut Txn<'_, P>, i: usize) -> Result<(), Abort
         let mut waits = 0;
         let read = loop {
             st.post.clear();
+            if st.tg_pending {
+                // Wound-Wait: the own T^g slot (Tid, RN) rides with the first lock.
+                let tg = st.tg.as_ref().expect("wound-wait coordinators have a T^g area");
+                let tid = st.tid;
+                let mut words = [0u8; 16];
+                words[..8].copy_from_slice(&tid.to_le_bytes());
+                words[8..].copy_from_slice(&state_word(tid, ST_RN).to_le_bytes());
+                st.prims.write_own_tm(&mut st.post, tg, tid, &words);
+                st.tg_pending = false;
+            }
             let cas = st.prims.amod_im(&mut st.post, lock, 0, el);
             let read = st.prims.read_di(&mut st.post, item, item_len);
             st.prims
@@ -103,23 +114,69 @@ async fn fetch_one<P: TwoPl>(txn: &mut Txn<'_, P>, i: usize) -> Result<(), Abort
             // Wait-Die (Alg. 2 with ">" and "abort", l. 5–6): the refusal returns the
             // holder's bts; an older requester waits (yields and retries, bounded),
             // a younger one dies.
-            if !P::WAIT_DIE || el > holder || waits >= c.proto.cfg().wait_retries_max {
+            let die = match P::POLICY {
+                Policy::NoWait => true,
+                Policy::WaitDie => el > holder,
+                Policy::WoundWait => false,
+            };
+            if die || waits >= c.proto.cfg().wait_retries_max {
                 return Err(abort(AbortReason::LockConflict));
             }
             waits += 1;
             c.ctx.metric(super::METRIC_WAIT_RETRIES, 1);
+            if P::POLICY == Policy::WoundWait {
+                // Alg. 2 l. 3–6: READ the holder's pL with the own state (re-read on
+                // every retry: a wounded waiter must abort, or two could wait on
+                // each other forever).
+                let tg = st.tg.as_ref().expect("wound-wait coordinators have a T^g area");
+                let pl = RemotePtr::new(item.mn, item.offset + c.proto.item_layout().meta_off(vb) as u64 + 8);
+                st.post.clear();
+                let pl_read = st.prims.read_di(&mut st.post, pl, 16);
+                let own = st.prims.read_tm_batched(&mut st.post, tg, st.tid);
+                st.prims
+                    .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
+                    .await
+                    .map_err(|_| abort(AbortReason::Fault))?;
+                let me = tg_view(st.post.bytes(own), st.tid).expect("own T^g slot holds own Tid");
+                if me.st == ST_AB {
+                    return Err(abort(AbortReason::LockConflict));
+                }
+                let b = st.post.bytes(pl_read);
+                let (pl_bts, pl_tid) = (word(b, 0), word(b, 8));
+                // An empty or stale pL (another holder's, or none yet): just retry.
+                if pl_bts == holder && pl_tid != 0 && el < holder {
+                    let tg = st.tg.clone().expect("wound-wait coordinators have a T^g area");
+                    // Wound: AModTM(holder, st, RN → AB); NULL (slot reused) or a refusal
+                    // (it committed or aborted already) means its locks go soon.
+                    st.prims
+                        .amod_tm(
+                            &mut CtxVerbs(&mut c.ctx, &mut st.meter),
+                            &mut st.post,
+                            &tg,
+                            pl_tid,
+                            ST_RN,
+                            ST_AB,
+                        )
+                        .await
+                        .map_err(|_| abort(AbortReason::Fault))?;
+                }
+            }
             let clock = std::sync::Arc::clone(&c.ctx.clock);
             st.meter.pause(clock.now_ns());
             dmtx_runtime::sleep(clock.as_ref(), super::WAIT_PAUSE_NS).await;
             st.meter.resume(clock.now_ns());
         };
         c.set.objs[i].proto.hold = Hold::Excl;
-        if P::WAIT_DIE {
+        if P::POLICY != Policy::NoWait {
             // Granted: pL ← ⟨bts, Tid⟩ (l. 7–9; §4.1), one WriteDI of the pL words.
             let pl = RemotePtr::new(item.mn, item.offset + c.proto.item_layout().meta_off(vb) as u64 + 8);
             let mut words = [0u8; 16];
             words[..8].copy_from_slice(&el.to_le_bytes());
-            words[8..].copy_from_slice(&c.set.txn_id.to_le_bytes());
+            let tid = match P::POLICY {
+                Policy::WoundWait => st.tid,
+                _ => c.set.txn_id,
+            };
+            words[8..].copy_from_slice(&tid.to_le_bytes());
             // The item READ of the granted batch is kept: copy it out before reusing
             // the post.
             let b = st.post.bytes(read).to_vec();

@@ -102,6 +102,12 @@ pub const METRIC_CPU_COMMITTED: usize = 5;
 /// Wait-Die: refused locks an older requester waited on and retried.
 pub const METRIC_WAIT_RETRIES: usize = 6;
 
+/// Wound-Wait: coordinators the T^g area has ring slots for (8 CNs × 32 threads × 32
+/// coroutines).
+pub const TG_COORDS: u64 = 1 << 13;
+/// Wound-Wait: bytes of a T^g slot (Tid, state).
+pub const TG_THETA: u64 = crate::rcbench::prims::TG_BASE_BYTES;
+
 /// Wait-Die: default tries of one refused lock before the waiter gives up (aborts;
 /// `--set wait_retries_max`): a bound, not a policy (the holder is younger, so it never waits on the waiter).
 pub const WAIT_RETRIES_MAX: u32 = 100;
@@ -295,6 +301,15 @@ pub struct NowaitCoord {
     pub(crate) bts: u64,
     /// Coordinator id (24 bits: CN, thread, coroutine), for the bts.
     pub(crate) coord: u64,
+    /// The `txn_seq` of the attempt the Tid was taken for.
+    pub(crate) attempt_seq: u64,
+    /// Wound-Wait: the attempt's Tid, this coordinator's T^g ring index and its next
+    /// sequence number, the T^g area, and whether the own slot is still to be written.
+    pub(crate) tid: u64,
+    pub(crate) dense: u64,
+    pub(crate) seq: u64,
+    pub(crate) tg: Option<crate::rcbench::prims::TgArea>,
+    pub(crate) tg_pending: bool,
     /// Per table: the next free slot of the overflow bucket this coordinator took and
     /// how many are left.
     pub(crate) overflow: Vec<(u32, u64, u32)>,
@@ -310,9 +325,21 @@ pub struct NowaitCoord {
 
 /// The 2PL protocols that share this module's execution and commit: they differ in
 /// what an exclusive lock word holds and in what a refused lock does.
+/// What a refused exclusive lock does.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Policy {
+    /// Abort.
+    NoWait,
+    /// The lock word holds the holder's bts: an older requester waits, a younger dies.
+    WaitDie,
+    /// The lock word holds the holder's bts and pL its Tid: an older requester wounds
+    /// the holder (AModTM RN → AB) and waits, a younger one waits.
+    WoundWait,
+}
+
 pub(crate) trait TwoPl: Protocol<CoordState = NowaitCoord, ObjState = NowaitObj> {
-    /// Wait-Die: the lock word holds the holder's bts; an older requester waits.
-    const WAIT_DIE: bool;
+    /// What a refused lock does.
+    const POLICY: Policy;
     /// Settings.
     fn cfg(&self) -> &NowaitConfig;
     /// The item layout.
@@ -320,7 +347,7 @@ pub(crate) trait TwoPl: Protocol<CoordState = NowaitCoord, ObjState = NowaitObj>
 }
 
 impl TwoPl for Nowait {
-    const WAIT_DIE: bool = false;
+    const POLICY: Policy = Policy::NoWait;
     fn cfg(&self) -> &NowaitConfig {
         &self.cfg
     }
@@ -334,7 +361,19 @@ pub(crate) fn begin_attempt<P: TwoPl>(txn: &mut Txn<'_, P>) {
     let c = &mut *txn.coord;
     let now = c.ctx.clock.now_ns();
     c.state.meter.start(now);
-    if P::WAIT_DIE {
+    // Every begin is a new attempt (a new txn_seq): cleanup may not have run between
+    // two (a test's warm-up), so the sequence number, not a flag, tells.
+    let fresh = c.state.attempt_seq != c.set.txn_seq;
+    c.state.attempt_seq = c.set.txn_seq;
+    if P::POLICY == Policy::WoundWait && fresh {
+        // A new attempt: the next Tid of this coordinator's T^g ring, its slot
+        // written (RN) with the attempt's first lock batch.
+        let st = &mut c.state;
+        st.tid = crate::rcbench::prims::tid_of(st.dense, st.seq, TG_COORDS);
+        st.seq += 1;
+        st.tg_pending = true;
+    }
+    if P::POLICY != Policy::NoWait {
         if c.state.bts == 0 {
             // clock ‖ coordinator: unique, and older is smaller (issue 30 item 3).
             // 16-ns ticks in 40 bits: 2^44 ns, about 78 hours of run.
@@ -405,6 +444,12 @@ impl Protocol for Nowait {
             lock_val: 0,
             bts: 0,
             coord: ctx.id.compact() as u64,
+            attempt_seq: 0,
+            tid: 0,
+            dense: 0,
+            seq: 0,
+            tg: None,
+            tg_pending: false,
             overflow: Vec::new(),
             image: Vec::new(),
             reported: Sigma::default(),

@@ -225,6 +225,14 @@ impl Prims {
         Ok(view(post.bytes(id), tid))
     }
 
+    /// Prim. 4 ReadTM as part of a batch: the READ of `tid`'s slot; check it with
+    /// [`tg_view`] once posted.
+    #[inline]
+    pub fn read_tm_batched(&mut self, post: &mut Post, tg: &TgArea, tid: u64) -> ReadId {
+        self.sigma.read_tm += 1;
+        post.read(tg.slot(tid), tg.theta as usize)
+    }
+
     /// Prim. 5 WriteTM on another transaction's slot: READ, then WRITE `bytes` at
     /// `offset` (≥ 16) if the Tid matches; false (NULL) otherwise.
     pub async fn write_tm(
@@ -401,7 +409,11 @@ impl From<ReadId> for Sub {
     }
 }
 
-/// The slot bytes as `tid`'s, or `None` when another Tid holds it.
+/// The slot bytes as `tid`'s, or `None` when another Tid holds it (invariant 1).
+pub fn tg_view(slot: &[u8], tid: u64) -> Option<TgView> {
+    view(slot, tid)
+}
+
 fn view(slot: &[u8], tid: u64) -> Option<TgView> {
     let w = |o: usize| u64::from_le_bytes(slot[o..o + 8].try_into().expect("8 bytes"));
     let word = w(TG_STATE_OFFSET as usize);

@@ -48,7 +48,7 @@ use dmtx_store::SlotLayout;
 
 use crate::nowait::{
     begin_attempt, cleanup_attempt, commit_attempt, execute, LockMode, NowaitConfig, NowaitCoord, NowaitObj,
-    NowaitVariant, TwoPl,
+    NowaitVariant, Policy, TwoPl,
 };
 use crate::rcbench::layout::ItemLayout;
 
@@ -79,7 +79,7 @@ impl Waitdie {
 }
 
 impl TwoPl for Waitdie {
-    const WAIT_DIE: bool = true;
+    const POLICY: Policy = Policy::WaitDie;
     fn cfg(&self) -> &NowaitConfig {
         &self.cfg
     }
