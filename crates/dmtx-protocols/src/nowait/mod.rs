@@ -1,6 +1,10 @@
 //! No-Wait 2PL on RCBench's primitives (rcbench.txt §4.1, §5.1, Alg. 1; issue 30 item
 //! 5). Isolation: **serializable** (strict 2PL: every lock held to commit).
 //!
+//! Its execution (`execute.rs`) and commit (`commit.rs`) are generic over what a refused
+//! lock does (`TwoPl`, `Policy`): [`crate::waitdie`] and [`crate::woundwait`] run them
+//! too.
+//!
 //! Each item is found through the table's cuckoo index (getRtItemAddr, §4.2.1) and then
 //! locked and read in one batch: AModIM on its lock word with ReadDI after it. Any
 //! refused lock aborts at once (no waiting). Writes are buffered in the transaction
@@ -60,6 +64,10 @@
 //!   that then finds the key indexed by someone else aborts `lock_conflict`, and one
 //!   whose three candidates are full aborts `index_full`. Backups' cuckoo indexes keep
 //!   what was loaded: only primaries are looked up.
+//! - **Run-time inserts and the index's load**: the loader sizes a table's cuckoo index
+//!   for its capacity at load 0.75, and run-time inserts never kick, so an insert into
+//!   a table near its capacity finds its three candidates taken with probability about
+//!   load³ and aborts `index_full` (not retried). TPC-C on the defaults shows it.
 //! - **Failures**: nowait has no log; a verb that fails mid-commit leaves the commit
 //!   partial, so it claims no fault tolerance (the suite runs it without faults).
 
