@@ -9,7 +9,7 @@ use dmtx_protocols::nowait::{NowaitConfig, NowaitVariant, METRIC_WAIT_RETRIES, T
 use dmtx_protocols::rcbench::layout::ItemLayout;
 use dmtx_protocols::rcbench::prims::{state_word, tid_of, TgArea, ST_AB, ST_RN, TG_RING};
 use dmtx_protocols::woundwait::Woundwait;
-use dmtx_runtime::{block_on, named, Knobs, Protocol};
+use dmtx_runtime::{block_on, named, AbortReason, Knobs, Protocol};
 use dmtx_suite::{bank, contended, Cache, Options, RttBudget, Setup, Transport, TxnKind};
 
 fn make(k: &Knobs) -> Woundwait {
@@ -144,4 +144,62 @@ fn early_read_release_is_caught() {
         Transport::Mem,
         40,
     );
+}
+
+/// Goal: the two-transaction wound cycle ends: T_old holds A and wants B, T_young holds
+/// B and wants A. T_old wounds T_young; T_young, waiting for A, re-reads its own state,
+/// finds AB and aborts (releasing B), and T_old commits. Without the re-read T_young
+/// would wait out its whole bound (`wait_retries_max`, a million tries here) first.
+#[test]
+fn two_transaction_wound_cycle_aborts_not_hangs() {
+    let env = dmtx_suite::Env::bank(make(&knobs(&["wait_retries_max=1000000"])), Setup::new(1, 20));
+    let w = env.mem_cn(0).worker(0).expect("worker");
+    let mut old = w.coordinator(&env.proto, 0).expect("coordinator");
+    let mut young = w.coordinator(&env.proto, 1).expect("coordinator");
+    let (a, b) = (1u64, 2u64);
+    let outcome = std::cell::RefCell::new(Vec::new());
+    let clock = std::sync::Arc::clone(&old.ctx.clock);
+    let outcome_ref = &outcome;
+    let clock_ref = &clock;
+    let mut ex = dmtx_runtime::LocalExecutor::new();
+    ex.spawn(async move {
+        let r = {
+            let mut t = old.begin();
+            t.add_rw(bank::TABLE, a);
+            t.execute().await.expect("T_old locks A");
+            dmtx_runtime::sleep(clock_ref.as_ref(), 2_000_000).await; // T_young locks B meanwhile
+            t.add_rw(bank::TABLE, b);
+            match t.execute().await {
+                Ok(()) => t.commit().await,
+                Err(e) => Err(e),
+            }
+        };
+        outcome_ref.borrow_mut().push(("old", r.map_err(|e| e.reason)));
+        old.cleanup().await;
+    });
+    ex.spawn(async move {
+        dmtx_runtime::sleep(clock_ref.as_ref(), 500_000).await; // a later bts: younger
+        let r = {
+            let mut t = young.begin();
+            t.add_rw(bank::TABLE, b);
+            t.execute().await.expect("T_young locks B");
+            dmtx_runtime::sleep(clock_ref.as_ref(), 4_000_000).await; // T_old now waits for B
+            t.add_rw(bank::TABLE, a);
+            match t.execute().await {
+                Ok(()) => t.commit().await,
+                Err(e) => Err(e),
+            }
+        };
+        outcome_ref.borrow_mut().push(("young", r.map_err(|e| e.reason)));
+        young.cleanup().await;
+        let waited = young.ctx.metrics.get(METRIC_WAIT_RETRIES).map_or(0, |m| m.sum);
+        assert!(
+            waited < 1000,
+            "T_young waited {waited} times: it did not notice its wound"
+        );
+    });
+    ex.run(w.transport().as_ref());
+    let mut got = outcome.into_inner();
+    got.sort();
+    assert_eq!(got, vec![("old", Ok(())), ("young", Err(AbortReason::LockConflict))]);
 }
