@@ -9,7 +9,10 @@
 //! | [`ford`] | FORD (ACM TOS 2023; FAST'22), §4.2–4.6, §4.8 | serializable |
 //! | [`fordlv`] | FORD-LV: FORD with localized validation (ACM TOS 2023, §4.7) | serializable |
 //! | [`motor`] | Motor (OSDI'24): consecutive version tuples, §4–5 | serializable or snapshot isolation (`isolation=si`) |
+//! | [`nowait`] | No-Wait 2PL on RCBench's primitives (rcbench §5.1) | serializable |
 //! | [`oocc`] | OOCC (oocc.txt), §III–VI | strict serializable |
+//! | [`waitdie`] | Wait-Die 2PL on RCBench's primitives (rcbench §5.1, Alg. 2) | serializable |
+//! | [`woundwait`] | Wound-Wait 2PL on RCBench's primitives and T^g (rcbench §5.1, Alg. 2) | serializable |
 //!
 //! Each module's doc gives its record layout, its round-trip budget per transaction
 //! kind and its deviations from the paper. Protocols never name a transport or a
@@ -18,7 +21,8 @@
 //! What several protocols share lives beside them, never copied into each:
 //! [`onever`] holds the one-version record machinery (record layout, tear detector,
 //! bucket walk, undo log, replica fan-out, release and rollback); [`vcache`] is the
-//! compute-node version cache (FORD §4.7) with its concurrency rules.
+//! compute-node version cache (FORD §4.7) with its concurrency rules; [`rcbench`] holds
+//! RCBench's item layout, primitives, T^g and switches.
 
 #![warn(missing_docs)]
 #![allow(async_fn_in_trait)]
@@ -29,6 +33,10 @@ pub mod farm;
 pub mod ford;
 pub mod fordlv;
 pub mod motor;
+pub mod nowait;
 pub mod onever;
 pub mod oocc;
+pub mod rcbench;
 pub mod vcache;
+pub mod waitdie;
+pub mod woundwait;

@@ -64,6 +64,10 @@
 //!   torn by the WRITE: it read that word after the WRITE had run (batch order), so the
 //!   WRITE's words too. (OOCC's commit `[WRITE image, WRITE lock 0]` with the lock
 //!   first relies on it.) A later multi-word WRITE is not looked at.
+//! - A READ applied after the WRITE whose batch has, before it, an atomic on a word the
+//!   WRITE writes sees the WRITE's words up to that word new: the atomic ran after
+//!   them, and the READ after the atomic (batch order). 2PL's "CAS the lock (the
+//!   record's highest word), READ the record" relies on it.
 //! - While a fault script is installed, the fault injector applies batches on its own
 //!   path, which calls [`before_apply`] too, except for a batch whose path was cut (it
 //!   never runs): tears go on (`tests/physics.rs::tears_happen_under_a_fault_script_too`).
@@ -552,6 +556,10 @@ fn resolve(st: &mut State, region: &Region, slot: usize, mn: MnId, now: u64) {
                     } else if !read_first && !new {
                         if modified_before(posts[slot].post.ops(), mn, w.ord, a, b) {
                             new = true; // see the limits in the module doc
+                        } else if atomic_saw(posts[r.slot as usize].post.ops(), mn, &r, w, a) {
+                            // Batch order: an atomic before R in R's batch saw W's word at
+                            // or above `a`, and W writes in increasing order.
+                            new = true;
                         } else {
                             let mut bytes = [0u8; 8];
                             region
@@ -621,7 +629,25 @@ fn batch_reaches(ops: &[Op], mn: MnId, ord: u32, region_bytes: u64) -> bool {
         })
 }
 
-/// True when an op before op `ord` of the batch to `mn` modifies a byte of `[a, b)`.
+/// True when an atomic before READ `r` in its batch to `mn` is on a word that `w`
+/// writes at or above address `a`. Applied after `w` (the caller's case), that atomic
+/// ran after `w` had written its word there, so `w`'s words up to it had landed and the
+/// READ, run after the atomic (batch order, DESIGN §2), sees them new.
+fn atomic_saw(ops: &[Op], mn: MnId, r: &ReadEntry, w: &WriteSpan, a: u64) -> bool {
+    for o in ops.iter().filter(|o| o.ptr().mn == mn) {
+        match *o {
+            Op::Read { ptr, dst, .. } if ptr.offset == r.off && dst == r.buf => return false,
+            Op::Cas { ptr, .. } | Op::Faa { ptr, .. }
+                if ptr.offset >= a && ptr.offset >= w.off && ptr.offset < w.off + u64::from(w.len) =>
+            {
+                return true;
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
 /// Whether an op of the batch after its op `ord` to `mn` writes, untracked (one word,
 /// or an atomic: a READ applied after the batch always sees it new), a word in
 /// `[a, b)`. A READ that starts at `a` reads such a word before the WRITE's words at
@@ -638,6 +664,7 @@ fn modified_after_untracked(ops: &[Op], mn: MnId, ord: u32, a: u64, b: u64) -> b
         })
 }
 
+/// True when an op before op `ord` of the batch to `mn` modifies a byte of `[a, b)`.
 fn modified_before(ops: &[Op], mn: MnId, ord: u32, a: u64, b: u64) -> bool {
     ops.iter().filter(|o| o.ptr().mn == mn).take(ord as usize).any(|o| {
         let (off, len) = match *o {

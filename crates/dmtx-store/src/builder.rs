@@ -350,7 +350,14 @@ pub fn placement(table_id: u32, mn_count: usize, replicas: usize) -> Result<Vec<
 /// hands out space twice), so the rest of the image is there already, and writing its
 /// zeros would make reserved-but-unused room resident.
 pub fn create_table(control: &dyn Control, table: TableBuilder<'_>, replicas: &[MnId]) -> Result<TableMeta> {
+    let layout = table.layout;
     let (spec, shape, image) = table.finish_image();
+    let cuckoo = match layout.index_kind(&spec) {
+        crate::IndexKind::Hash => None,
+        crate::IndexKind::Cuckoo => Some(crate::cuckoo::index_image(&spec, &shape, layout, |o, n| {
+            image.get(o, n)
+        })?),
+    };
     // Bounded chunks keep a control RPC's frame small on the tcp transport.
     const LOAD_CHUNK_BYTES: usize = 4 << 20;
     let runs = image.written_runs(LOAD_CHUNK_BYTES);
@@ -369,8 +376,9 @@ pub fn create_table(control: &dyn Control, table: TableBuilder<'_>, replicas: &[
         placed.push((mn, base));
     }
     let attrs = spec.schema().into_owned();
+    let id = spec.id;
     let meta = TableMeta {
-        id: spec.id,
+        id,
         name: spec.name,
         value_bytes: spec.value_bytes,
         slot_bytes: shape.slot_bytes,
@@ -383,6 +391,9 @@ pub fn create_table(control: &dyn Control, table: TableBuilder<'_>, replicas: &[
         value_region: shape.value_region,
         attrs,
     };
+    if let Some(index) = &cuckoo {
+        crate::cuckoo::ship(control, id, index, replicas)?;
+    }
     for &mn in replicas {
         control.put_table(mn, &meta)?;
     }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use dmtx_memnode::{Control, TableMeta};
 use dmtx_verbs::{MnId, RemotePtr};
 
+use crate::cuckoo::{cuckoo_name, CuckooPlace};
 use crate::{Result, Shape, StoreError};
 
 /// One table as a coordinator needs it: metadata plus derived geometry.
@@ -14,6 +15,9 @@ pub struct TableInfo {
     pub meta: TableMeta,
     /// Address arithmetic.
     pub shape: Shape,
+    /// The table's cuckoo index on each replica, primary first, when its layout chose
+    /// [`crate::IndexKind::Cuckoo`]; empty for FORD's hash index.
+    pub cuckoo: Vec<CuckooPlace>,
 }
 
 impl TableInfo {
@@ -57,7 +61,31 @@ impl Catalog {
                 all.insert(meta.id, meta);
             }
         }
-        Ok(Self::from_metas(all.into_values()))
+        let mut catalog = Self::from_metas(all.into_values());
+        // Cuckoo indexes are published by name beside the tables' metadata.
+        for mn in 0..control.mn_count() {
+            let mn = MnId(mn as u16);
+            let names = control.names(mn)?;
+            for t in catalog.tables.iter_mut().flatten() {
+                let name = cuckoo_name(t.meta.id);
+                if !names.contains(&name) {
+                    continue;
+                }
+                let value = control.named(mn, &name)?;
+                let place =
+                    CuckooPlace::from_named(mn, &value).ok_or(StoreError::InconsistentMeta { id: t.meta.id })?;
+                t.cuckoo.push(place);
+            }
+        }
+        for t in catalog.tables.iter_mut().flatten() {
+            // Primary first, as the replicas are.
+            let order = |p: &CuckooPlace| t.meta.replicas.iter().position(|r| r.0 == p.mn);
+            t.cuckoo.sort_by_key(|p| order(p));
+            if !t.cuckoo.is_empty() && t.cuckoo.len() != t.meta.replicas.len() {
+                return Err(StoreError::InconsistentMeta { id: t.meta.id });
+            }
+        }
+        Ok(catalog)
     }
 
     /// A catalog of the given tables.
@@ -69,7 +97,11 @@ impl Catalog {
                 tables.resize(id + 1, None);
             }
             let shape = Shape::of(&meta);
-            tables[id] = Some(TableInfo { meta, shape });
+            tables[id] = Some(TableInfo {
+                meta,
+                shape,
+                cuckoo: Vec::new(),
+            });
         }
         Self { tables }
     }

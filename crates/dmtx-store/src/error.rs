@@ -124,6 +124,9 @@ pub enum StoreError {
         /// The region's size (0: the table has none).
         region_bytes: u64,
     },
+    /// The cuckoo index of a table could not be built.
+    #[error(transparent)]
+    Cuckoo(#[from] crate::cuckoo::CuckooError),
 }
 
 /// `Result` with a [`StoreError`].

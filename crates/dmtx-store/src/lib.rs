@@ -57,6 +57,15 @@
 //! loaded and full bytes of a spec (its value region included) before anything is
 //! built.
 //!
+//! # Index kinds
+//!
+//! A layout chooses per table how its records are found ([`SlotLayout::index_kind`],
+//! [`IndexKind`]): FORD's hash index (the bucket chain, the default) or RCBench's 3-way
+//! cuckoo index ([`cuckoo`], rcbench §4.2.1), which [`create_table`] builds over the
+//! loaded slots on every replica and publishes by name; [`Catalog::fetch`] puts its place
+//! in [`TableInfo::cuckoo`]. Records stay in the buckets either way, so loading and scans
+//! do not depend on the kind.
+//!
 //! Depends on `dmtx-verbs` and `dmtx-memnode` only.
 //!
 //! ```
@@ -89,6 +98,7 @@
 
 mod builder;
 mod catalog;
+pub mod cuckoo;
 mod error;
 mod footprint;
 mod format;
@@ -105,6 +115,6 @@ pub use format::{
     TableFormat, ValueArea, ValueRegion, ATTRS_MAX, VALUE_REGION_CURSOR_OFFSET, VALUE_REGION_HEADER_BYTES,
 };
 pub use shape::{
-    key_hash, scan_bucket, BucketScan, Shape, SlotLayout, BUCKET_HEADER_BYTES, BUCKET_LOCK_OFFSET, BUCKET_NEXT_OFFSET,
-    OVERFLOW_CURSOR_OFFSET, TABLE_HEADER_BYTES,
+    key_hash, scan_bucket, BucketScan, IndexKind, Shape, SlotLayout, BUCKET_HEADER_BYTES, BUCKET_LOCK_OFFSET,
+    BUCKET_NEXT_OFFSET, OVERFLOW_CURSOR_OFFSET, TABLE_HEADER_BYTES,
 };

@@ -67,6 +67,13 @@ pub trait SlotLayout: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Which index finds this table's records ([`IndexKind`]); FORD's hash index by
+    /// default. A layout may choose per table.
+    fn index_kind(&self, spec: &TableSpec) -> IndexKind {
+        let _ = spec;
+        IndexKind::Hash
+    }
+
     /// Decode the newest value of an occupied slot into `out` (the table's value size),
     /// reading what the slot points to in `region`. The default copies
     /// [`value`](SlotLayout::value).
@@ -75,6 +82,20 @@ pub trait SlotLayout: Send + Sync + 'static {
         out.copy_from_slice(self.value(slot, out.len() as u32));
         Ok(())
     }
+}
+
+/// The index a table's records are found by. Records always live in the table's
+/// buckets (loading and scans are the same for every kind); the kind says how a
+/// coordinator finds a key's slot at run time.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum IndexKind {
+    /// FORD's hash index: walk the key's bucket chain (FORD §5.1).
+    #[default]
+    Hash,
+    /// RCBench's 3-way cuckoo index of ⟨addr, size, PK⟩ entries beside the buckets
+    /// (rcbench §4.2.1; [`crate::cuckoo`]), built by [`crate::create_table`] on every
+    /// replica and found through [`crate::TableInfo::cuckoo`].
+    Cuckoo,
 }
 
 /// The 64-bit finalizer of MurmurHash3: cheap, and every key bit moves every hash bit.

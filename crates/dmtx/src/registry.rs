@@ -285,6 +285,9 @@ registry! {
         dmtx_protocols::motor::Motor,
         dmtx_protocols::oocc::Oocc,
         dmtx_protocols::drtm::Drtm,
+        dmtx_protocols::nowait::Nowait,
+        dmtx_protocols::waitdie::Waitdie,
+        dmtx_protocols::woundwait::Woundwait,
     }
     workloads {
         dmtx_workloads::Kvs,
