@@ -27,6 +27,7 @@ pub(crate) async fn commit<P: FordBase>(txn: &mut Txn<'_, P>) -> Result<(), Abor
     c.ctx.step(super::STEP_COMMIT, writes as u32);
     st.post.clear();
     let header = (c.ctx.id.global(), c.set.txn_seq);
+    let full_flush = !c.proto.ford_config().selective_flush;
     for &mn in &st.mns {
         // On `LogFull` nothing is written yet: the abort path releases the locks. The
         // driver stops the run on this reason, since the transaction can never commit.
@@ -41,6 +42,9 @@ pub(crate) async fn commit<P: FordBase>(txn: &mut Txn<'_, P>) -> Result<(), Abor
                 (needed as u64).next_power_of_two().max(area * 2)
             ));
             return Err(Abort::new(AbortReason::LogFull));
+        }
+        if full_flush {
+            st.post.flush(st.log.area(mn));
         }
     }
 
@@ -79,14 +83,24 @@ pub(crate) async fn commit<P: FordBase>(txn: &mut Txn<'_, P>) -> Result<(), Abor
         let o = &mut c.set.objs[i];
         o.proto.cas = (!unlock_early).then(|| st.post.cas(info.ptr(0, rel + VLOCK as u64), lock, INVISIBLE | lock));
         st.post.write(info.ptr(0, rel + VERSION as u64), &img[VERSION..]);
+        if full_flush {
+            st.post.flush(info.ptr(0, rel));
+        }
         o.proto.holds.backups_marked = replicas::post_backup_writes(&mut st.post, info, rel, &img);
+        if full_flush {
+            for r in 1..info.replica_count() {
+                st.post.flush(info.ptr(r, rel));
+            }
+        }
         o.version_written = Some(version);
     }
     st.undo_scratch = img;
 
     // 3. Selective remote flush: once per backup node, after its last WRITE (§4.5).
     let log = &st.log;
-    replicas::post_selective_flush(&mut st.post, &st.mns, &c.set.objs, &c.ctx.catalog, |mn| log.area(mn));
+    if !full_flush {
+        replicas::post_selective_flush(&mut st.post, &st.mns, &c.set.objs, &c.ctx.catalog, |mn| log.area(mn));
+    }
 
     if c.ctx.post(&mut c.state.post).await.is_err() {
         rollback(txn).await;

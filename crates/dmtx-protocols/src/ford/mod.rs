@@ -103,6 +103,9 @@
 //! to N µs, one round trip per try, instead of aborting at once (the default, 0).
 //! `invisible_reread_ns` times each record a READ found invisible until a re-read sees
 //! it visible (or the abort): its `share` is §6.2.2's figure.
+//! `--set selective_flush=false` FLUSHes after every WRITE of the commit (each undo log,
+//! primary and backup) instead of once per backup node: §6.2.4's full flush, in the same
+//! batch (the same round trips, more FLUSHes).
 //!
 //! # Failures (§4.8)
 //!
@@ -233,6 +236,9 @@ pub struct FordConfig {
     /// Retry a failed lock for up to this many µs instead of aborting (0: abort; the
     /// lock-duration mode of §6.2.1, [`lock_time`]).
     pub lock_wait_us: u64,
+    /// FLUSH once per backup node after its last WRITE (§4.5, the default) or after every
+    /// WRITE of the commit to every replica and log (`false`: §6.2.4's full flush).
+    pub selective_flush: bool,
     /// Test-only variant.
     pub variant: FordVariant,
 }
@@ -244,6 +250,7 @@ impl Default for FordConfig {
             reread_max: 4,
             log_bytes: 64 << 10,
             lock_wait_us: 0,
+            selective_flush: true,
             variant: FordVariant::Fixed,
         }
     }
@@ -263,6 +270,11 @@ pub(crate) const LOG_BYTES: KnobSpec = KnobSpec {
     name: "log_bytes",
     default: "65536",
     help: "undo-log bytes per coordinator per memory node",
+};
+pub(crate) const SELECTIVE_FLUSH: KnobSpec = KnobSpec {
+    name: "selective_flush",
+    default: "true",
+    help: "FLUSH each backup node once after its last WRITE (§4.5); false: after every WRITE to every replica and log (§6.2.4's full flush)",
 };
 
 /// The FORD protocol.
@@ -398,7 +410,13 @@ impl Protocol for Ford {
     const NAME: &'static str = "ford";
     const ABOUT: &'static str =
         "FORD (FAST'22/TOS'23): hitchhiked locking, coalescent commit, backup reads, selective flush";
-    const KNOBS: &'static [KnobSpec] = &[BACKUP_READ, REREAD_MAX, LOG_BYTES, lock_time::LOCK_WAIT_US];
+    const KNOBS: &'static [KnobSpec] = &[
+        BACKUP_READ,
+        REREAD_MAX,
+        LOG_BYTES,
+        lock_time::LOCK_WAIT_US,
+        SELECTIVE_FLUSH,
+    ];
     const METRICS: &'static [MetricSpec] = METRICS;
     const CPU_STEPS: &'static [(&'static str, u64)] = CPU_STEPS;
 
@@ -414,6 +432,7 @@ impl Protocol for Ford {
                 }
             })?,
             lock_wait_us: knobs.get(&lock_time::LOCK_WAIT_US)?,
+            selective_flush: knobs.get(&SELECTIVE_FLUSH)?,
             variant: FordVariant::Fixed,
         }))
     }

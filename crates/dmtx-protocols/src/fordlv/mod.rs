@@ -378,6 +378,7 @@ impl Protocol for FordLv {
         ford::REREAD_MAX,
         ford::LOG_BYTES,
         crate::onever::lock_time::LOCK_WAIT_US,
+        ford::SELECTIVE_FLUSH,
         VCACHE,
         VCACHE_BYTES,
     ];
