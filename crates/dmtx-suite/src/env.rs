@@ -106,6 +106,9 @@ pub struct Env<P: Protocol> {
     pub proto: Arc<P>,
     /// The case.
     pub setup: Setup,
+    /// The host clock every compute node of a threaded run shares (one origin, so the
+    /// histories' real-time order across nodes is the host's).
+    pub clock: Arc<RealClock>,
 }
 
 impl<P: Protocol> Env<P> {
@@ -155,6 +158,7 @@ impl<P: Protocol> Env<P> {
             cluster,
             proto: Arc::new(proto),
             setup,
+            clock: Arc::new(RealClock::new()),
         }
     }
 
@@ -164,7 +168,7 @@ impl<P: Protocol> Env<P> {
             id,
             Arc::new(self.cluster.fabric().clone()),
             Arc::new(self.cluster.clone()),
-            Arc::new(RealClock::new()),
+            self.clock.clone(),
         )
         .expect("connect to an in-process cluster")
     }
@@ -252,7 +256,7 @@ impl<P: Protocol> Env<P> {
                 tcp.client_id = id as u32 + 1;
                 let control = RemoteControl::connect(nodes.clone(), &tcp).expect("control connections on loopback");
                 let fabric = TcpFabric::connect(nodes.clone(), tcp.clone()).expect("connect on loopback");
-                let cn = Cn::connect(id, Arc::new(fabric), Arc::new(control), Arc::new(RealClock::new()))
+                let cn = Cn::connect(id, Arc::new(fabric), Arc::new(control), self.clock.clone())
                     .expect("connect to the served cluster");
                 match listeners.next() {
                     Some(l) => {

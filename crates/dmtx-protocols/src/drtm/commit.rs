@@ -75,24 +75,32 @@ pub(super) async fn commit(txn: &mut Txn<'_, Drtm>) -> Result<(), Abort> {
         invalidate_logs(txn).await;
         return Err(Abort::new(AbortReason::Validation));
     }
-    // RTT3: the records and their unlocks.
+    // RTT3: the records, and the unlocks: with the primary's WRITE where there is no
+    // backup; else once every backup WRITE is ACKed (in the background), since batches
+    // to different memory nodes keep no order: a writer that took the lock after an
+    // unlock in this batch could land its backup WRITE before ours, leaving the backup
+    // older than the primary.
     let c = &mut *txn.coord;
     let st = &mut c.state;
     st.post.clear();
+    st.bg.clear();
     for o in c.set.objs.iter_mut().filter(|o| o.access.writes()) {
         let info = c.ctx.catalog.get(o.table).expect("table checked at add");
         let len = info.shape.slot_bytes as usize - VERSION;
         let img = &st.images[o.proto.image_at as usize..o.proto.image_at as usize + len];
         st.post.write(info.ptr(0, o.proto.rel + VERSION as u64), img);
-        st.post
-            .write(info.ptr(0, o.proto.rel + VLOCK as u64), &0u64.to_le_bytes());
         for r in 1..info.replica_count() {
             st.post.write(info.ptr(r, o.proto.rel + VERSION as u64), img);
         }
+        let unlocks = if info.replica_count() > 1 {
+            &mut st.bg
+        } else {
+            &mut st.post
+        };
+        unlocks.write(info.ptr(0, o.proto.rel + VLOCK as u64), &0u64.to_le_bytes());
         o.proto.holds.locked = false;
         if let Some(b) = o.proto.holds.bucket_lock.take() {
-            st.post
-                .write(info.ptr(0, b + dmtx_store::BUCKET_LOCK_OFFSET), &0u64.to_le_bytes());
+            unlocks.write(info.ptr(0, b + dmtx_store::BUCKET_LOCK_OFFSET), &0u64.to_le_bytes());
         }
         o.version_written = Some(c.set.txn_id);
     }
@@ -104,6 +112,7 @@ pub(super) async fn commit(txn: &mut Txn<'_, Drtm>) -> Result<(), Abort> {
             break;
         }
     }
+    c.ctx.post_background(&mut c.state.bg);
     for o in c.set.objs.iter().filter(|o| o.access.writes()) {
         match o.access {
             Access::Insert => c.ctx.cache.put(o.table, o.key, o.proto.rel),

@@ -23,7 +23,7 @@
 //! | kind | RTTs | verbs |
 //! | --- | --- | --- |
 //! | read-only | 1 (+1 per expired lease met: the CAS again on the word it returned) | per record `[CAS(0 → lease), READ]` |
-//! | read-write | 3 | RTT1 `[CAS(0 or expired → W|me), READ]` per written record, the read set as above; RTT2 the redo log (new images) per memory node + FLUSH; RTT3 per written record `[WRITE(bytes 8..), WRITE(lock, 0)]` on the primary, `WRITE(bytes 8..)` per backup |
+//! | read-write | 3 | RTT1 `[CAS(0 or expired → W|me), READ]` per written record, the read set as above; RTT2 the redo log (new images) per memory node + FLUSH; RTT3 per written record `[WRITE(bytes 8..), WRITE(lock, 0)]` on the primary with no backup; with backups `WRITE(bytes 8..)` per replica, the unlock in the background once they are ACKed (batches to different nodes keep no order: a later writer's backup WRITE could overtake ours) |
 //! | abort | no extra RTT: W locks released in the background; after RTT2 the logs are invalidated first (one awaited RTT) | |
 //!
 //! A reader uses a lease that runs past `now + Δ`, renews (by CAS on the word) one that

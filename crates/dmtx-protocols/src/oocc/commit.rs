@@ -140,10 +140,12 @@ pub(super) async fn commit(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
     let c = &mut *txn.coord;
     let st = &mut c.state;
     st.post.clear();
+    st.bg.clear();
     for o in c.set.objs.iter_mut().filter(|o| o.access.writes()) {
         let info = c.ctx.catalog.get(o.table).expect("table checked at add");
         push_commit(
             &mut st.post,
+            &mut st.bg,
             info,
             c.proto.as_ref(),
             &st.images,
@@ -160,6 +162,8 @@ pub(super) async fn commit(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
     }
     if c.ctx.post(&mut c.state.post).await.is_err() {
         settle(txn).await;
+    } else {
+        c.ctx.post_background(&mut c.state.bg);
     }
     note_addresses(txn);
     Ok(())
@@ -249,8 +253,16 @@ async fn commit_then_unlock(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
 /// `images[at..]`) to `post`: on the primary `[WRITE(bytes 8..), WRITE(lock, 0)]` with the
 /// lock first; in the paper's layout one WRITE of bytes 8.., which carry the lock 0 and
 /// the version copy last; on each backup the same bytes 8.. (lock word unused there).
+///
+/// With backups, the default layout's unlock goes to `unlocks`, posted once `post` is
+/// ACKed: batches to different memory nodes keep no order, so a writer that took the
+/// lock after an unlock in this batch could land its backup WRITE before ours and leave
+/// the backup older than the primary. (The paper's one-WRITE layout cannot defer its
+/// unlock; with backups it keeps that hazard, which its knob's help states.)
+#[allow(clippy::too_many_arguments)]
 fn push_commit(
     post: &mut dmtx_verbs::Post,
+    unlocks: &mut dmtx_verbs::Post,
     info: &dmtx_store::TableInfo,
     proto: &Oocc,
     images: &[u8],
@@ -271,7 +283,11 @@ fn push_commit(
         }
         (None, _) => {
             post.write(info.ptr(0, rel + VERSION as u64), img);
-            post.write(info.ptr(0, rel + words.lock as u64), &0u64.to_le_bytes());
+            if info.replica_count() == 1 {
+                post.write(info.ptr(0, rel + words.lock as u64), &0u64.to_le_bytes());
+            } else {
+                unlocks.write(info.ptr(0, rel + words.lock as u64), &0u64.to_le_bytes());
+            }
         }
     }
     for r in 1..info.replica_count() {
@@ -333,11 +349,13 @@ async fn settle(txn: &mut Txn<'_, Oocc>) {
             return;
         }
         st.bg.clear();
+        st.post.clear();
         for &i in &pending {
             let o = &c.set.objs[i];
             let info = c.ctx.catalog.get(o.table).expect("table checked at add");
             push_commit(
                 &mut st.bg,
+                &mut st.post,
                 info,
                 c.proto.as_ref(),
                 &st.images,
@@ -346,7 +364,10 @@ async fn settle(txn: &mut Txn<'_, Oocc>) {
             );
         }
         if c.ctx.post(&mut c.state.bg).await.is_ok() {
-            return;
+            // The deferred unlocks (tables with backups) once the images are ACKed.
+            if c.state.post.is_empty() || c.ctx.post(&mut c.state.post).await.is_ok() {
+                return;
+            }
         }
     }
 }

@@ -32,7 +32,7 @@
 //! | --- | --- | --- |
 //! | read-only, all in lease and unlocked | 1 | n READ |
 //! | read-only, fallback | 2 | n READ + one READ(16 B) per record seen with `I` or out of lease |
-//! | read-write | 3 + max(0, D − end of RTT2) | RTT1 CAS + READ per written, READ per read; RTT2 WRITE(8 B) per written, per MN one log WRITE + FLUSH, READ(16 B) per read; RTT3 per written record WRITE + WRITE(8 B) on the primary, WRITE per backup |
+//! | read-write | 3 + max(0, D − end of RTT2) | RTT1 CAS + READ per written, READ per read; RTT2 WRITE(8 B) per written, per MN one log WRITE + FLUSH, READ(16 B) per read; RTT3 per written record WRITE + WRITE(8 B) on the primary, WRITE per backup; with backups the WRITE(8 B) unlock goes in the background once RTT3 is ACKed (batches to different nodes keep no order: a later writer's backup WRITE could overtake ours) |
 //! | read-write aborted after RTT2 | + 1 (log invalidation, awaited before any lock is released) | per MN one 8-byte WRITE |
 //! | address-cache miss | + 1 for a written record (its bucket READ first), + 0 for a read one | |
 //! | insert | + 1 (bucket-lock CAS + bucket READ), then as read-write | |
@@ -365,7 +365,7 @@ const LOG_BYTES: KnobSpec = KnobSpec {
 const ONE_OP_UNLOCK: KnobSpec = KnobSpec {
     name: "one_op_unlock",
     default: "false",
-    help: "the paper's layout: lock and version copy after the data, one commit WRITE (safe only if a READ crosses a WRITE at most once)",
+    help: "the paper's layout: lock and version copy after the data, one commit WRITE (safe only if a READ crosses a WRITE at most once; with backups a later writer's backup WRITE may overtake this one's)",
 };
 
 const LEASE: KnobSpec = KnobSpec {
