@@ -14,6 +14,7 @@ use std::collections::BTreeSet;
 
 use dmtx_protocols::ford::layout::{INVISIBLE, VLOCK};
 use dmtx_protocols::ford::{Ford, FordConfig};
+use dmtx_runtime::AbortReason;
 use dmtx_sim::FaultScript;
 use dmtx_store::BUCKET_LOCK_OFFSET;
 use dmtx_suite::{contended, Env, Outcome, Setup};
@@ -41,7 +42,11 @@ fn setup() -> Setup {
 }
 
 fn run(seed: u64, faults: &str) -> (Env<Ford>, Outcome, Locks) {
-    let env = Env::bank(Ford::new(FordConfig::default()), setup());
+    run_on(setup(), seed, faults)
+}
+
+fn run_on(setup: Setup, seed: u64, faults: &str) -> (Env<Ford>, Outcome, Locks) {
+    let env = Env::bank(Ford::new(FordConfig::default()), setup);
     let script: FaultScript = faults.parse().unwrap_or_else(|e| panic!("{faults}: {e}"));
     let out = contended::run_sim(&env, seed, Some(script));
     let catalog = env.catalog();
@@ -160,6 +165,43 @@ fn lost_commit_reply_is_rolled_back() {
         "timeout=30us; lose-response point=ford.commit.after_lock occurrence=5 on=kind:cas,mn:0",
     );
     assert_clean("lost commit CAS reply", 7, &env, &o, &l);
+}
+
+/// Goal: a rollback's `[WRITE old image, WRITE vlock 0]` batch racing a contender's
+/// `[CAS vlock 0 → me, READ record]` on the same primary. The CAS that sees the unlock
+/// ran after the restore (ops of a batch run in order, docs/design.md §2), so the READ
+/// behind it must return the whole old image: never a mix with the rolled-back commit's
+/// words (FORD's "locked record ... is torn" assertion) nor that commit's image whole (a
+/// dirty read, G1a). Lost write replies to one memory node fail commit posts that
+/// applied, so coordinators roll back while others, on 8 accounts, wait for the lock.
+/// Seed 14 of `ford_suite.rs::seeded_fault_sweep_long` was such a race; the simulator's
+/// tear model once showed the READ words older than the unlock its CAS had seen.
+#[test]
+fn rollback_restores_before_a_contender_locks_and_reads() {
+    let setup = Setup {
+        compute_nodes: 2,
+        threads: 2,
+        coroutines: 3,
+        txns: 60,
+        transfers_only: true,
+        ..Setup::new(3, 20)
+    };
+    let mut rollbacks = 0;
+    for mn in [0, 2] {
+        for seed in 0..12 {
+            let script = format!("timeout=40us; lose-response on=kind:write,mn:{mn} nth=20 count=30");
+            let (env, o, l) = run_on(setup.clone(), seed, &script);
+            let name = format!("seed {seed}, `{script}`");
+            assert_consistent(&name, seed, &env, &o, &l);
+            assert!(l.slots.is_empty(), "{name}: locks left behind: {:x?}", l.slots);
+            assert!(o.commits > 0, "{name}: nothing committed");
+            rollbacks += o.aborts.get(&AbortReason::Fault).copied().unwrap_or(0);
+        }
+    }
+    assert!(
+        rollbacks >= 48,
+        "only {rollbacks} failed commits: the race was barely tried"
+    );
 }
 
 /// Goal: a memory node's link goes down for less than the transport timeout in the
