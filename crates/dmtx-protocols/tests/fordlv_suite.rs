@@ -67,11 +67,7 @@ fn fordlv_local_passes_the_suite() {
     eprintln!("fordlv local: {} suite cases + {sim} sim cases", ran.cases);
 }
 
-/// `partition` and `global` on two compute nodes, without the fault sweep: FORD itself
-/// does not survive the sweep on two compute nodes (`dmtx_suite::faults::sweep` of
-/// `Ford` on `Setup { compute_nodes: 2, txns: 60, ..Setup::new(3, 20) }`, seed 14,
-/// panics: "locked record of table 0 key 4 is torn"), and FORD-LV's failure handling
-/// is FORD's code.
+/// `partition` and `global` on two compute nodes, the fault sweep included.
 #[test]
 fn fordlv_partition_and_global_pass_the_suite() {
     // `global` also with a one-bucket Vcache, so remote inserts and evictions race.
@@ -83,7 +79,7 @@ fn fordlv_partition_and_global_pass_the_suite() {
         let opts = Options {
             knob_sets,
             compute_nodes: 2,
-            faults: None,
+            faults: Some(FORDLV_FAULTS),
             ..Options::default()
         };
         let ran = dmtx_suite::run_all(make, &opts);
