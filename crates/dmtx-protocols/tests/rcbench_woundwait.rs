@@ -167,7 +167,7 @@ fn two_transaction_wound_cycle_aborts_not_hangs() {
             let mut t = old.begin();
             t.add_rw(bank::TABLE, a);
             t.execute().await.expect("T_old locks A");
-            dmtx_runtime::sleep(clock_ref.as_ref(), 2_000_000).await; // T_young locks B meanwhile
+            dmtx_runtime::sleep(clock_ref.as_ref(), 10_000_000).await; // T_young locks B meanwhile
             t.add_rw(bank::TABLE, b);
             match t.execute().await {
                 Ok(()) => t.commit().await,
@@ -178,12 +178,12 @@ fn two_transaction_wound_cycle_aborts_not_hangs() {
         old.cleanup().await;
     });
     ex.spawn(async move {
-        dmtx_runtime::sleep(clock_ref.as_ref(), 500_000).await; // a later bts: younger
+        dmtx_runtime::sleep(clock_ref.as_ref(), 2_500_000).await; // a later bts: younger
         let r = {
             let mut t = young.begin();
             t.add_rw(bank::TABLE, b);
             t.execute().await.expect("T_young locks B");
-            dmtx_runtime::sleep(clock_ref.as_ref(), 4_000_000).await; // T_old now waits for B
+            dmtx_runtime::sleep(clock_ref.as_ref(), 20_000_000).await; // T_old now waits for B
             t.add_rw(bank::TABLE, a);
             match t.execute().await {
                 Ok(()) => t.commit().await,
