@@ -22,6 +22,7 @@
 
 pub mod layout;
 pub mod prims;
+pub mod tg;
 
 use dmtx_runtime::{CoordCtx, KnobError, KnobSpec, Knobs};
 use dmtx_verbs::{Post, VerbError};
