@@ -634,95 +634,10 @@ async fn commit(c: &mut Coordinator<To>) -> std::result::Result<(), Abort> {
     let tid = c.state.tid;
     let txn_id = c.set.txn_id;
     assert!(txn_id & TOMBSTONE == 0, "transaction ids stay below bit 63");
-    if !writes.is_empty() {
-        // Alg. 3 Write, every written item together: own ⟨Tid, RN⟩, latch + ReadDI.
-        let st = &mut c.state;
-        st.post.clear();
-        let mut rn = [0u8; 16];
-        rn[..8].copy_from_slice(&tid.to_le_bytes());
-        rn[8..].copy_from_slice(&state_word(tid, ST_RN).to_le_bytes());
-        st.prims.write_own_tm(&mut st.post, &st.tg, tid, &rn);
-        let ptrs: Vec<(RemotePtr, Offs)> = writes.iter().map(|&i| item_of(c, i)).collect();
-        let st = &mut c.state;
-        let ids: Vec<_> = ptrs
-            .iter()
-            .map(|(item, off)| {
-                let cas = st.prims.amod_im(&mut st.post, lock_of(*item, off), 0, st.latch);
-                (cas, st.prims.read_di(&mut st.post, *item, off.len))
-            })
-            .collect();
-        st.prims
-            .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
-            .await
-            .map_err(fault)?;
-        let mut refused = false;
-        for (&i, (cas, _)) in writes.iter().zip(&ids) {
-            if c.state.post.old(*cas) == 0 {
-                c.set.objs[i].proto.hold = ToHold::Latched;
-            } else {
-                refused = true;
-            }
-        }
-        if refused {
-            return Err(abort(AbortReason::LockConflict));
-        }
-        for (&i, ((_, r), (_, off))) in writes.iter().zip(ids.iter().zip(&ptrs)) {
-            let st = &mut c.state;
-            let b = st.post.bytes(*r);
-            if word(b, off.rts).max(word(b, off.wts)) > bts {
-                return Err(abort(AbortReason::LockConflict));
-            }
-            let wl: Vec<u64> = off.wl(b).collect();
-            match variant {
-                ToVariant::PaperRestore => {
-                    if wl.len() == WL_MAX {
-                        return Err(abort(AbortReason::LockConflict));
-                    }
-                    for t in wl {
-                        add_bl(&mut st.bl, t);
-                    }
-                }
-                _ => {
-                    if !wl.is_empty() {
-                        return Err(abort(AbortReason::LockConflict));
-                    }
-                }
-            }
-            c.set.objs[i].proto.old_at = st.olds.len();
-            st.olds.extend_from_slice(b);
-        }
-        // The dirty WriteDIs: X^d = new, wts = bts, wL ∪= {Tid}, latch 0.
-        for (&i, (item, off)) in writes.iter().zip(&ptrs) {
-            let o = &c.set.objs[i];
-            let st = &mut c.state;
-            st.image.clear();
-            st.image.extend_from_slice(&st.olds[o.proto.old_at..o.proto.old_at + off.len]);
-            let img = &mut st.image;
-            if o.access != Access::Delete {
-                img[off.data..off.data + o.value_len as usize].copy_from_slice(c.set.value(i));
-            }
-            let version = match o.access {
-                Access::Delete => txn_id | TOMBSTONE,
-                _ => txn_id,
-            };
-            set_word(img, off.version, version);
-            set_word(img, off.wts, bts);
-            let free = (0..WL_MAX).find(|&k| word(img, off.wl + 8 * k) == 0).expect("wL has room");
-            set_word(img, off.wl + 8 * free, tid);
-            set_word(img, off.lock, 0);
-            if i == writes[0] {
-                st.post.clear();
-            }
-            st.prims.write_di(&mut st.post, *item, &st.image);
-        }
-        let st = &mut c.state;
-        st.prims
-            .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
-            .await
-            .map_err(fault)?;
-        for &i in &writes {
-            c.set.objs[i].proto.hold = ToHold::Dirty;
-        }
+    // Alg. 3 Write, one item at a time (as RCBench's items): latch + ReadDI (the own
+    // ⟨Tid, RN⟩ with the first), the checks, then the dirty WriteDI.
+    for (n, &i) in writes.iter().enumerate() {
+        write_one(c, i, n == 0).await?;
     }
     if variant != ToVariant::NoBlWait {
         wait_bl(c).await?;
@@ -779,6 +694,81 @@ async fn commit(c: &mut Coordinator<To>) -> std::result::Result<(), Abort> {
     for &i in &writes {
         c.set.objs[i].proto.hold = ToHold::None;
     }
+    Ok(())
+}
+
+/// Alg. 3 Write of object `i`: latch + ReadDI (with the own ⟨Tid, RN⟩ when `first`);
+/// refused latch, `max(rts, wts) > bts` or a dirty item ⇒ abort; else keep the old image
+/// and WriteDI `X^d = new`, `wts = bts`, `wL ∪= {Tid}`, latch 0.
+async fn write_one(c: &mut Coordinator<To>, i: usize, first: bool) -> std::result::Result<(), Abort> {
+    let (item, off) = item_of(c, i);
+    let variant = c.proto.cfg.variant;
+    let (bts, tid, txn_id) = (c.state.bts, c.state.tid, c.set.txn_id);
+    let st = &mut c.state;
+    st.post.clear();
+    if first {
+        let mut rn = [0u8; 16];
+        rn[..8].copy_from_slice(&tid.to_le_bytes());
+        rn[8..].copy_from_slice(&state_word(tid, ST_RN).to_le_bytes());
+        st.prims.write_own_tm(&mut st.post, &st.tg, tid, &rn);
+    }
+    let cas = st.prims.amod_im(&mut st.post, lock_of(item, &off), 0, st.latch);
+    let r = st.prims.read_di(&mut st.post, item, off.len);
+    st.prims
+        .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
+        .await
+        .map_err(fault)?;
+    if st.post.old(cas) != 0 {
+        return Err(abort(AbortReason::LockConflict));
+    }
+    c.set.objs[i].proto.hold = ToHold::Latched;
+    let b = st.post.bytes(r);
+    if word(b, off.rts).max(word(b, off.wts)) > bts {
+        return Err(abort(AbortReason::LockConflict));
+    }
+    let wl: Vec<u64> = off.wl(b).collect();
+    match variant {
+        ToVariant::PaperRestore => {
+            if wl.len() == WL_MAX {
+                return Err(abort(AbortReason::LockConflict));
+            }
+            for t in wl {
+                add_bl(&mut st.bl, t);
+            }
+        }
+        _ => {
+            if !wl.is_empty() {
+                return Err(abort(AbortReason::LockConflict));
+            }
+        }
+    }
+    c.set.objs[i].proto.old_at = st.olds.len();
+    st.olds.extend_from_slice(b);
+    let o = &c.set.objs[i];
+    st.image.clear();
+    st.image.extend_from_slice(&st.olds[o.proto.old_at..o.proto.old_at + off.len]);
+    let img = &mut st.image;
+    if o.access != Access::Delete {
+        img[off.data..off.data + o.value_len as usize].copy_from_slice(c.set.value(i));
+    }
+    let version = match o.access {
+        Access::Delete => txn_id | TOMBSTONE,
+        _ => txn_id,
+    };
+    set_word(img, off.version, version);
+    set_word(img, off.wts, bts);
+    let free = (0..WL_MAX)
+        .find(|&k| word(img, off.wl + 8 * k) == 0)
+        .expect("wL has room");
+    set_word(img, off.wl + 8 * free, tid);
+    set_word(img, off.lock, 0);
+    st.post.clear();
+    st.prims.write_di(&mut st.post, item, &st.image);
+    st.prims
+        .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
+        .await
+        .map_err(fault)?;
+    c.set.objs[i].proto.hold = ToHold::Dirty;
     Ok(())
 }
 
