@@ -37,7 +37,7 @@ fn to_meets_its_round_trip_budget() {
 
 #[test]
 fn cascade_off_is_refused() {
-    let e = To::from_knobs(&knobs(&["cascade=off"])).err().expect("cascade=off is not built");
+    let e = To::from_knobs(&knobs(&["cascade=off"])).expect_err("cascade=off is not built");
     assert!(e.to_string().contains("cascade"), "{e}");
 }
 
@@ -90,8 +90,16 @@ fn contended_bank_cascades() {
         let out = contended::run(&env, Transport::Mem, seed, None);
         out.assert_clean(&env, "mem", seed);
         assert!(out.commits > 0);
-        cascades += out.aborts.get(&AbortReason::Protocol(ABORT_CASCADE)).copied().unwrap_or(0);
-        cascades += out.aborts.get(&AbortReason::Protocol(ABORT_TMETA_GONE)).copied().unwrap_or(0);
+        cascades += out
+            .aborts
+            .get(&AbortReason::Protocol(ABORT_CASCADE))
+            .copied()
+            .unwrap_or(0);
+        cascades += out
+            .aborts
+            .get(&AbortReason::Protocol(ABORT_TMETA_GONE))
+            .copied()
+            .unwrap_or(0);
         eprintln!("seed {seed}: {} commits, aborts {:?}", out.commits, out.aborts);
     }
     assert!(cascades > 0, "no transaction ever read a dirty write that aborted");

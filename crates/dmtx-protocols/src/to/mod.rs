@@ -13,12 +13,13 @@
 //!   READs must agree on every word but rts, with the latch 0 in both (a READ races a
 //!   WriteDI word by word: new, old, new; end stamps would miss it), else
 //!   `lock_conflict`. `bL ∪= wL`.
-//! - **Write** (l. 1–10) of every written item, at the start of the commit (the
-//!   workload hands its new values to `commit`): the own T^g ⟨Tid, RN⟩ WRITE and, per
-//!   item, the latch CAS with ReadDI after it, all in one post. Refused latch,
-//!   `max(rts, wts) > bts` or a dirty item (`wL ≠ ∅`) ⇒ abort. Then one WriteDI per
-//!   item: `X^d = new`, `wts = bts`, `wL ∪= {Tid}`, latch 0 (the highest word, last).
-//!   The old image is kept for a restore.
+//! - **Write** (l. 1–10) of every written item, one at a time, at the start of the
+//!   commit (the workload hands its new values to `commit`): the latch CAS with ReadDI
+//!   after it (the own T^g ⟨Tid, RN⟩ WRITE rides with the first). Refused latch,
+//!   `max(rts, wts) > bts` or a dirty item (`wL ≠ ∅`) ⇒ abort. Then a WriteDI:
+//!   `X^d = new`, `wts = bts`, `wL ∪= {Tid}`, latch 0 (the highest word, last). The old
+//!   image is kept for a restore. A later item's refusal aborts with earlier writes out:
+//!   their readers cascade.
 //! - **Commit** (l. 26–41): ReadTM every bL entry, all in one post, until none is RN;
 //!   AB ⇒ abort `cascade`, a reused slot (another Tid) ⇒ abort `tmeta_gone` (the
 //!   outcome is unknown, issue 30 item 3). bL holds only older transactions (a
@@ -48,20 +49,19 @@
 //! | | execute | commit | total |
 //! | --- | --- | --- | --- |
 //! | read-only | 2n | 0 (+k if bL ≠ ∅) | 2n (+k) |
-//! | read-write | 2n | 4 (+k) | 2n + 4 (+k) |
+//! | read-write, w written | 2n | 2w + 2 (+k) | 2n + 2w + 2 (+k) |
 //!
-//! The commit of a writer: latch + ReadDI (with the own RN), the dirty WriteDI, own CM +
-//! latch + ReadDI, the final WriteDI; k bL polls between. Backups ride in the CM post.
-//! The issue's row (`2n + 1 / 2n + 2`) counts a written item's Write (latch, WriteDI) as
-//! one of the n and writes the own CM in a read-only commit. Here every written item is
-//! also read (the workload reads what it updates), its Write is posted with the others
-//! (a commit loop), and a read-only transaction writes no state: no Tid of it is ever in
-//! a wL, so nobody reads its T^g.
+//! A writer's commit: per written item latch + ReadDI (own RN with the first) and the
+//! dirty WriteDI; k bL polls; own CM + every latch + ReadDI in one post; the final
+//! WriteDIs. Backups ride in the CM post. The issue's row counts a read-modify-write as
+//! a Read and a Write among the n (`2n + 2`); that is the read-write row here. A
+//! read-only commit writes no state (the issue's `2n + 1` writes CM): no Tid of a
+//! read-only transaction is ever in a wL, so nobody reads its T^g.
 //!
 //! # What dmtx pays beyond RCBench
 //!
-//! Every item and T^g is remote; a write's value is only known at commit, so the Write
-//! runs there (the paper's runs in execution) and a read-modify-write costs its Read and
+//! Every item and T^g is remote; a write's value is only known at commit, so the Writes
+//! run there (the paper's run in execution) and a read-modify-write costs its Read and
 //! its Write; backups (RCBench has none) get the final image before the latch goes.
 //!
 //! # Choices where the paper is silent
@@ -139,7 +139,11 @@ pub const METRIC_CPU_COMMITTED: usize = 6;
 pub const METRIC_WAIT_RETRIES: usize = 7;
 
 const METRICS: &[MetricSpec] = &[
-    MetricSpec::new("sigma_read_di", MetricKind::Counter, "ReadDI calls (σ, rcbench Table 2)"),
+    MetricSpec::new(
+        "sigma_read_di",
+        MetricKind::Counter,
+        "ReadDI calls (σ, rcbench Table 2)",
+    ),
     MetricSpec::new("sigma_write_di", MetricKind::Counter, "WriteDI calls (σ)"),
     MetricSpec::new("sigma_amod_im", MetricKind::Counter, "AModIM calls (σ)"),
     MetricSpec::new("sigma_read_tm", MetricKind::Counter, "ReadTM calls (σ)"),
@@ -346,7 +350,8 @@ impl Protocol for To {
     type ThreadState = ();
 
     const NAME: &'static str = "to";
-    const ABOUT: &'static str = "T/O with cascading aborts on RCBench's primitives, T^g and cuckoo index (rcbench §5.2, Alg. 3)";
+    const ABOUT: &'static str =
+        "T/O with cascading aborts on RCBench's primitives, T^g and cuckoo index (rcbench §5.2, Alg. 3)";
     const KNOBS: &'static [KnobSpec] = &[CASCADE, ADDR_CACHE, crate::rcbench::DB, crate::rcbench::OR];
     const METRICS: &'static [MetricSpec] = METRICS;
     const ABORT_REASONS: &'static [AbortReasonSpec] = ABORT_REASONS;
@@ -466,7 +471,10 @@ async fn read_one(c: &mut Coordinator<To>, i: usize) -> std::result::Result<(), 
         (o.table, o.key, o.access)
     };
     let info = catalog.get(table).expect("table checked at add");
-    let place = *info.cuckoo.first().expect("to's layout chooses the cuckoo index for every table");
+    let place = *info
+        .cuckoo
+        .first()
+        .expect("to's layout chooses the cuckoo index for every table");
     let layout = c.proto.layout;
     let vb = info.meta.value_bytes;
     let off = Offs::new(layout, vb);
@@ -564,7 +572,10 @@ async fn read_one(c: &mut Coordinator<To>, i: usize) -> std::result::Result<(), 
 fn item_of(c: &Coordinator<To>, i: usize) -> (RemotePtr, Offs) {
     let o = &c.set.objs[i];
     let info = c.ctx.catalog.get(o.table).expect("table checked at add");
-    (info.ptr(0, o.proto.rel), Offs::new(c.proto.layout, info.meta.value_bytes))
+    (
+        info.ptr(0, o.proto.rel),
+        Offs::new(c.proto.layout, info.meta.value_bytes),
+    )
 }
 
 fn lock_of(item: RemotePtr, off: &Offs) -> RemotePtr {
@@ -574,7 +585,11 @@ fn lock_of(item: RemotePtr, off: &Offs) -> RemotePtr {
 /// Latch every object in `objs` (CAS 0 → latch, ReadDI after it, in one post per
 /// round, `extra` added to the first), spinning on refusals; returns the READs' bytes
 /// concatenated in `image` in `objs` order.
-async fn latch_all(c: &mut Coordinator<To>, objs: &[usize], mut extra: impl FnMut(&mut ToCoord)) -> std::result::Result<(), Abort> {
+async fn latch_all(
+    c: &mut Coordinator<To>,
+    objs: &[usize],
+    mut extra: impl FnMut(&mut ToCoord),
+) -> std::result::Result<(), Abort> {
     let mut todo: Vec<usize> = objs.to_vec();
     let mut got: Vec<(usize, Vec<u8>)> = Vec::with_capacity(objs.len());
     let mut first = true;
@@ -628,7 +643,9 @@ async fn latch_all(c: &mut Coordinator<To>, objs: &[usize], mut extra: impl FnMu
 }
 
 async fn commit(c: &mut Coordinator<To>) -> std::result::Result<(), Abort> {
-    let writes: Vec<usize> = (0..c.set.objs.len()).filter(|&i| c.set.objs[i].access.writes()).collect();
+    let writes: Vec<usize> = (0..c.set.objs.len())
+        .filter(|&i| c.set.objs[i].access.writes())
+        .collect();
     let variant = c.proto.cfg.variant;
     let bts = c.state.bts;
     let tid = c.state.tid;
@@ -657,7 +674,8 @@ async fn commit(c: &mut Coordinator<To>) -> std::result::Result<(), Abort> {
         }
         let st = &mut c.state;
         st.image.clear();
-        st.image.extend_from_slice(&st.olds[o.proto.old_at..o.proto.old_at + off.len]);
+        st.image
+            .extend_from_slice(&st.olds[o.proto.old_at..o.proto.old_at + off.len]);
         if o.access != Access::Delete {
             st.image[off.data..off.data + o.value_len as usize].copy_from_slice(c.set.value(i));
         }
@@ -746,7 +764,8 @@ async fn write_one(c: &mut Coordinator<To>, i: usize, first: bool) -> std::resul
     st.olds.extend_from_slice(b);
     let o = &c.set.objs[i];
     st.image.clear();
-    st.image.extend_from_slice(&st.olds[o.proto.old_at..o.proto.old_at + off.len]);
+    st.image
+        .extend_from_slice(&st.olds[o.proto.old_at..o.proto.old_at + off.len]);
     let img = &mut st.image;
     if o.access != Access::Delete {
         img[off.data..off.data + o.value_len as usize].copy_from_slice(c.set.value(i));
@@ -854,7 +873,10 @@ async fn restore_all(c: &mut Coordinator<To>) {
         for (item, off) in &ptrs {
             st.prims.amod_im(&mut st.post, lock_of(*item, off), st.latch, 0);
         }
-        let _ = st.prims.post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post).await;
+        let _ = st
+            .prims
+            .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
+            .await;
     }
     for o in &mut c.set.objs {
         if o.proto.hold == ToHold::Latched {
@@ -887,7 +909,10 @@ async fn restore_all(c: &mut Coordinator<To>) {
         }
         remove_tid(c, &dirty);
         let st = &mut c.state;
-        let _ = st.prims.post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post).await;
+        let _ = st
+            .prims
+            .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
+            .await;
     }
     for &i in &dirty {
         c.set.objs[i].proto.hold = ToHold::None;
@@ -903,7 +928,10 @@ async fn paper_restore(c: &mut Coordinator<To>, dirty: &[usize], ab: &[u8; 16]) 
         let st = &mut c.state;
         st.post.clear();
         st.prims.write_own_tm(&mut st.post, &st.tg, tid, ab);
-        let _ = st.prims.post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post).await;
+        let _ = st
+            .prims
+            .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
+            .await;
     }
     for &i in dirty {
         let (item, off) = item_of(c, i);
@@ -913,7 +941,11 @@ async fn paper_restore(c: &mut Coordinator<To>, dirty: &[usize], ab: &[u8; 16]) 
         for t in preds {
             let st = &mut c.state;
             let tg = st.tg.clone();
-            match st.prims.read_tm(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post, &tg, t).await {
+            match st
+                .prims
+                .read_tm(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post, &tg, t)
+                .await
+            {
                 Ok(Some(v)) if v.st != ST_AB => {}
                 _ => skip = true,
             }
@@ -923,15 +955,24 @@ async fn paper_restore(c: &mut Coordinator<To>, dirty: &[usize], ab: &[u8; 16]) 
             st.post.clear();
             let old = st.olds[old_at..old_at + off.len].to_vec();
             st.prims.write_di(&mut st.post, item, &old[..off.rts]);
-            st.prims
-                .write_di(&mut st.post, RemotePtr::new(item.mn, item.offset + off.wts as u64), &old[off.wts..off.wts + 8]);
-            let _ = st.prims.post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post).await;
+            st.prims.write_di(
+                &mut st.post,
+                RemotePtr::new(item.mn, item.offset + off.wts as u64),
+                &old[off.wts..off.wts + 8],
+            );
+            let _ = st
+                .prims
+                .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
+                .await;
         }
     }
     if latch_all(c, dirty, |_| {}).await.is_ok() {
         remove_tid(c, dirty);
         let st = &mut c.state;
-        let _ = st.prims.post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post).await;
+        let _ = st
+            .prims
+            .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
+            .await;
     }
 }
 

@@ -41,8 +41,8 @@
 
 use dmtx_memnode::Control;
 use dmtx_runtime::{
-    Abort, AbortReasonSpec, CoordCtx, Coordinator, Isolation, KnobError, KnobSpec, Knobs, MetricSpec, Protocol,
-    Result, Txn,
+    Abort, AbortReasonSpec, CoordCtx, Coordinator, Isolation, KnobError, KnobSpec, Knobs, MetricSpec, Protocol, Result,
+    Txn,
 };
 use dmtx_store::SlotLayout;
 
