@@ -73,9 +73,11 @@
 //! - **Waits**: bL polls and commit latch spins pause [`WAIT_PAUSE_NS`]; the bL wait
 //!   gives up after [`BL_POLLS_MAX`] polls (`lock_conflict`), a bound, not a policy.
 //! - **rts CAS** retried at most [`RTS_CAS_TRIES_MAX`] times, then `lock_conflict`.
-//! - **Inserts**: an insert over a deleted item (tombstone) is a write; an insert of a
-//!   key the index lacks aborts `insert_unsupported` (not built: a fresh slot would need
-//!   No-Wait's claim path).
+//! - **Inserts**: an insert over a deleted item (tombstone) is a Read and a Write; an
+//!   insert of a key the index lacks claims a fresh slot in execute, latched
+//!   ([`crate::rcbench::insert`], as No-Wait), and keeps the latch until its Write at
+//!   commit (its old image the claimed tombstone); an abort before indexing frees the
+//!   slot, after it leaves a tombstone.
 //! - **Version word** (X^m's first): the last writer's transaction id, bit 63 a tombstone,
 //!   as No-Wait.
 //! - **Failures**: no log; a verb failing mid-commit leaves it partial (the suite runs
@@ -118,8 +120,8 @@ const M_WL: u32 = 3;
 pub const ABORT_CASCADE: u8 = 0;
 /// Abort reason: a bL transaction's T^g slot holds another Tid.
 pub const ABORT_TMETA_GONE: u8 = 1;
-/// Abort reason: an insert of a key the index lacks.
-pub const ABORT_INSERT_UNSUPPORTED: u8 = 2;
+/// Abort reason: an insert found its key's three cuckoo candidates taken.
+pub const ABORT_INDEX_FULL: u8 = 2;
 
 /// Metric: ReadDI calls (σ).
 pub const METRIC_SIGMA_READ_DI: usize = 0;
@@ -177,9 +179,9 @@ const ABORT_REASONS: &[AbortReasonSpec] = &[
         "a transaction whose dirty write this one read finished and its T^g slot was reused before its outcome was seen; its outcome is unknown, so this one aborts",
     ),
     AbortReasonSpec::new(
-        "insert_unsupported",
+        "index_full",
         false,
-        "to inserts only over deleted items; an insert of a key the index lacks needs a fresh slot, which to does not claim: run the workload with nowait",
+        "an insert found its key's three cuckoo candidates held by other keys (no run-time kicks); load fewer keys or grow the table's capacity",
     ),
 ];
 
@@ -260,6 +262,8 @@ pub enum ToHold {
     Latched,
     /// Written (dirty, the Tid in wL): a restore or the commit's wL removal is due.
     Dirty,
+    /// A fresh slot claimed and latched, not indexed: an abort frees it.
+    Claimed,
 }
 
 /// T/O's per-object state.
@@ -269,6 +273,8 @@ pub struct ToObj {
     hold: ToHold,
     /// Offset of the item's image before the Write in the coordinator's `olds`.
     old_at: usize,
+    /// An insert's fresh slot, latched since execute: its Write skips the latch.
+    fresh: bool,
 }
 
 /// T/O's per-coordinator state.
@@ -290,6 +296,8 @@ pub struct ToCoord {
     olds: Vec<u8>,
     image: Vec<u8>,
     first: Vec<u8>,
+    /// Per table: this coordinator's overflow bucket (next free slot, slots left).
+    overflow: Vec<(u32, u64, u32)>,
     reported: Sigma,
     meter: CpuMeter,
 }
@@ -402,6 +410,7 @@ impl Protocol for To {
             olds: Vec::new(),
             image: Vec::new(),
             first: Vec::new(),
+            overflow: Vec::new(),
             reported: Sigma::default(),
             meter: CpuMeter::default(),
         })
@@ -502,9 +511,7 @@ async fn read_one(c: &mut Coordinator<To>, i: usize) -> std::result::Result<(), 
             addr
         }
         RtLookup::InFlight => return Err(abort(AbortReason::LockConflict)),
-        RtLookup::Absent if access == Access::Insert => {
-            return Err(abort(AbortReason::Protocol(ABORT_INSERT_UNSUPPORTED)))
-        }
+        RtLookup::Absent if access == Access::Insert => return insert_one(c, i, info, &place).await,
         RtLookup::Absent => return Err(abort(AbortReason::NotFound)),
     };
     c.set.objs[i].proto.rel = rel;
@@ -715,13 +722,76 @@ async fn commit(c: &mut Coordinator<To>) -> std::result::Result<(), Abort> {
     Ok(())
 }
 
+/// An insert of a key the index lacks ([`crate::rcbench::insert`]): the fresh slot
+/// stays latched until the commit's Write; its old image is the claimed tombstone.
+async fn insert_one(
+    c: &mut Coordinator<To>,
+    i: usize,
+    info: &dmtx_store::TableInfo,
+    place: &dmtx_store::cuckoo::CuckooPlace,
+) -> std::result::Result<(), Abort> {
+    use crate::rcbench::insert::{insert_fresh, FreshCtx, FreshFail, FreshStage};
+    let (table, key) = (c.set.objs[i].table, c.set.objs[i].key);
+    let mine: Vec<u64> = c.set.objs[..i]
+        .iter()
+        .filter(|o| o.table == table && o.proto.hold != ToHold::None)
+        .map(|o| o.proto.rel)
+        .collect();
+    let layout = c.proto.layout;
+    let st = &mut c.state;
+    let f = insert_fresh(
+        &mut CtxVerbs(&mut c.ctx, &mut st.meter),
+        &mut st.prims,
+        &mut st.post,
+        &mut st.overflow,
+        FreshCtx {
+            info,
+            place,
+            layout,
+            key,
+            lock_val: st.latch,
+            mine: &mine,
+        },
+    )
+    .await;
+    let o = &mut c.set.objs[i].proto;
+    o.rel = f.rel;
+    o.hold = match f.stage {
+        FreshStage::None => ToHold::None,
+        FreshStage::Locked | FreshStage::Indexed => ToHold::Latched,
+        FreshStage::Claimed => ToHold::Claimed,
+    };
+    match f.result {
+        Ok(()) => {
+            let off = Offs::new(layout, info.meta.value_bytes);
+            o.fresh = true;
+            o.old_at = st.olds.len();
+            let at = st.olds.len();
+            st.olds.resize(at + off.len, 0);
+            set_word(&mut st.olds[at..], 0, key + 1);
+            set_word(&mut st.olds[at..], off.version, TOMBSTONE);
+            if c.proto.cfg.addr_cache {
+                c.ctx.cache.put(table, key, f.rel);
+            }
+            Ok(())
+        }
+        Err(FreshFail::Fault) => Err(abort(AbortReason::Fault)),
+        Err(FreshFail::TableFull) => {
+            c.ctx.last_table_full = Some(table);
+            Err(abort(AbortReason::TableFull))
+        }
+        Err(FreshFail::Conflict) => Err(abort(AbortReason::LockConflict)),
+        Err(FreshFail::IndexFull) => Err(abort(AbortReason::Protocol(ABORT_INDEX_FULL))),
+    }
+}
+
 /// Alg. 3 Write of object `i`: latch + ReadDI (with the own ⟨Tid, RN⟩ when `first`);
 /// refused latch, `max(rts, wts) > bts` or a dirty item ⇒ abort; else keep the old image
 /// and WriteDI `X^d = new`, `wts = bts`, `wL ∪= {Tid}`, latch 0.
 async fn write_one(c: &mut Coordinator<To>, i: usize, first: bool) -> std::result::Result<(), Abort> {
     let (item, off) = item_of(c, i);
     let variant = c.proto.cfg.variant;
-    let (bts, tid, txn_id) = (c.state.bts, c.state.tid, c.set.txn_id);
+    let (bts, tid) = (c.state.bts, c.state.tid);
     let st = &mut c.state;
     st.post.clear();
     if first {
@@ -729,6 +799,15 @@ async fn write_one(c: &mut Coordinator<To>, i: usize, first: bool) -> std::resul
         rn[..8].copy_from_slice(&tid.to_le_bytes());
         rn[8..].copy_from_slice(&state_word(tid, ST_RN).to_le_bytes());
         st.prims.write_own_tm(&mut st.post, &st.tg, tid, &rn);
+    }
+    if c.set.objs[i].proto.fresh {
+        // Latched since the insert, old image kept: the own RN (if first) alone, then
+        // the dirty WriteDI.
+        st.prims
+            .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
+            .await
+            .map_err(fault)?;
+        return write_dirty(c, i, item, off).await;
     }
     let cas = st.prims.amod_im(&mut st.post, lock_of(item, &off), 0, st.latch);
     let r = st.prims.read_di(&mut st.post, item, off.len);
@@ -762,6 +841,14 @@ async fn write_one(c: &mut Coordinator<To>, i: usize, first: bool) -> std::resul
     }
     c.set.objs[i].proto.old_at = st.olds.len();
     st.olds.extend_from_slice(b);
+    write_dirty(c, i, item, off).await
+}
+
+/// The dirty WriteDI of latched object `i` (old image in `olds`): `X^d = new`,
+/// `wts = bts`, `wL ∪= {Tid}`, latch 0.
+async fn write_dirty(c: &mut Coordinator<To>, i: usize, item: RemotePtr, off: Offs) -> std::result::Result<(), Abort> {
+    let (bts, tid, txn_id) = (c.state.bts, c.state.tid, c.set.txn_id);
+    let st = &mut c.state;
     let o = &c.set.objs[i];
     st.image.clear();
     st.image
@@ -860,6 +947,25 @@ async fn wait_bl(c: &mut Coordinator<To>) -> std::result::Result<(), Abort> {
 async fn restore_all(c: &mut Coordinator<To>) {
     let tid = c.state.tid;
     let variant = c.proto.cfg.variant;
+    let claimed: Vec<usize> = (0..c.set.objs.len())
+        .filter(|&i| c.set.objs[i].proto.hold == ToHold::Claimed)
+        .collect();
+    if !claimed.is_empty() {
+        // Not indexed: give the slot back whole (zeros, lock last).
+        let ptrs: Vec<(RemotePtr, Offs)> = claimed.iter().map(|&i| item_of(c, i)).collect();
+        let st = &mut c.state;
+        st.post.clear();
+        for (item, off) in &ptrs {
+            st.prims.write_di_with(&mut st.post, *item, off.len, |b| b.fill(0));
+        }
+        let _ = st
+            .prims
+            .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
+            .await;
+        for &i in &claimed {
+            c.set.objs[i].proto.hold = ToHold::None;
+        }
+    }
     let latched: Vec<usize> = (0..c.set.objs.len())
         .filter(|&i| c.set.objs[i].proto.hold == ToHold::Latched)
         .collect();
