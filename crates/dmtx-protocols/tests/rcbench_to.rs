@@ -134,3 +134,85 @@ fn paper_restore_is_caught() {
         60,
     );
 }
+
+/// Goal: a read of a dirty write waits at commit for its writer's outcome (Alg. 3
+/// l. 26–31): committed ⇒ the reader commits after polling; aborted ⇒ the reader
+/// aborts `cascade`; the writer's T^g slot reused (another Tid) ⇒ `tmeta_gone`.
+#[test]
+fn commit_waits_for_the_dirty_writer() {
+    use dmtx_memnode::Control;
+    use dmtx_protocols::rcbench::prims::{state_word, tid_of, TgArea, ST_AB, ST_CM, ST_RN, TG_RING};
+    use dmtx_protocols::rcbench::tg::{TG_COORDS, TG_THETA};
+    use dmtx_protocols::to::{METRIC_WAIT_RETRIES, WL_MAX};
+    use dmtx_runtime::{block_on, named};
+    use dmtx_suite::bank;
+
+    let env = dmtx_suite::Env::bank(make(&Knobs::default()), Setup::new(1, 20));
+    let table = bank::TABLE.id();
+    let info = env.catalog().get(table).unwrap().clone();
+    let layout = env.proto.item_layout();
+    let vb = info.meta.value_bytes;
+    let key = 1u64;
+    let rel = env.slots(table)[&key];
+    let meta = info.ptr(0, rel + layout.meta_off(vb) as u64);
+    let region = env.region(meta.mn);
+    let tg = TgArea {
+        theta: TG_THETA,
+        delta: TG_COORDS * TG_RING,
+        bases: (0..env.cluster.mn_count())
+            .map(|mn| {
+                let a = named::fetch(&env.cluster, &format!("rcbench.tg.{mn}")).unwrap();
+                (a.at.mn, a.at.offset)
+            })
+            .collect(),
+    };
+    // A fake writer on a ring nobody runs: state RN, its Tid in the item's wL, wts 1.
+    let writer = tid_of(TG_COORDS - 1, 0, TG_COORDS);
+    let slot = tg.slot(writer);
+    let slot_region = env.region(slot.mn);
+    let w = env.mem_cn(0).worker(0).expect("worker");
+    let mut c = w.coordinator(&env.proto, 0).expect("coordinator");
+    let mut waited = 0;
+    for (end, expect) in [
+        (ST_CM, None),
+        (ST_AB, Some(AbortReason::Protocol(ABORT_CASCADE))),
+        (0, Some(AbortReason::Protocol(ABORT_TMETA_GONE))),
+    ] {
+        let mut words = [0u8; 16];
+        words[..8].copy_from_slice(&writer.to_le_bytes());
+        words[8..].copy_from_slice(&state_word(writer, ST_RN).to_le_bytes());
+        slot_region.write(slot.offset, &words).unwrap();
+        // meta: [version][rts][wts][wL ...]
+        let mut m = vec![0u8; 8 * (3 + WL_MAX)];
+        m[16..24].copy_from_slice(&1u64.to_le_bytes());
+        m[24..32].copy_from_slice(&writer.to_le_bytes());
+        region.write(meta.offset, &m).unwrap();
+        let finisher = {
+            let slot_region = std::sync::Arc::clone(&slot_region);
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                let mut words = [0u8; 16];
+                if end == 0 {
+                    // The slot reused by the writer's successor on the ring.
+                    let next = writer + TG_COORDS * TG_RING;
+                    words[..8].copy_from_slice(&next.to_le_bytes());
+                    words[8..].copy_from_slice(&state_word(next, ST_RN).to_le_bytes());
+                } else {
+                    words[..8].copy_from_slice(&writer.to_le_bytes());
+                    words[8..].copy_from_slice(&state_word(writer, end).to_le_bytes());
+                }
+                slot_region.write(slot.offset, &words).unwrap();
+            })
+        };
+        let mut seen = bank::Seen::default();
+        let got = block_on(bank::read_one(&mut c, key, &mut seen))
+            .map(|_| ())
+            .map_err(|e| e.reason);
+        block_on(c.cleanup());
+        finisher.join().unwrap();
+        assert_eq!(got.err(), expect, "writer ends in state {end}");
+        let now = c.ctx.metrics.get(METRIC_WAIT_RETRIES).map_or(0, |m| m.sum);
+        assert!(now > waited, "writer ends in state {end}: the reader did not wait");
+        waited = now;
+    }
+}
