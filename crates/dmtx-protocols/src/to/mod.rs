@@ -344,10 +344,10 @@ impl Offs {
         }
     }
 
-    fn wl(&self, item: &[u8]) -> impl Iterator<Item = u64> + '_ {
-        let item = item.to_vec();
+    /// The Tids in an item's wL.
+    fn wl<'b>(&self, item: &'b [u8]) -> impl Iterator<Item = u64> + 'b {
         let wl = self.wl;
-        (0..WL_MAX).map(move |k| word(&item, wl + 8 * k)).filter(|&t| t != 0)
+        (0..WL_MAX).map(move |k| word(item, wl + 8 * k)).filter(|&t| t != 0)
     }
 }
 
@@ -823,18 +823,18 @@ async fn write_one(c: &mut Coordinator<To>, i: usize, first: bool) -> std::resul
     if word(b, off.rts).max(word(b, off.wts)) > bts {
         return Err(abort(AbortReason::LockConflict));
     }
-    let wl: Vec<u64> = off.wl(b).collect();
+    let dirty_writers = off.wl(b).count();
     match variant {
         ToVariant::PaperRestore => {
-            if wl.len() == WL_MAX {
+            if dirty_writers == WL_MAX {
                 return Err(abort(AbortReason::LockConflict));
             }
-            for t in wl {
+            for t in off.wl(b) {
                 add_bl(&mut st.bl, t);
             }
         }
         _ => {
-            if !wl.is_empty() {
+            if dirty_writers > 0 {
                 return Err(abort(AbortReason::LockConflict));
             }
         }
