@@ -32,8 +32,24 @@ const BUDGET: [RttBudget; 6] = [
     RttBudget::new(TxnKind::Insert, Cache::Warm, 9, 4),
 ];
 
+/// All switches off (Table 3 "one-sided"): every verb waits alone. A Read is 3 (ReadDI,
+/// the rts CAS, ReadDI); a writer's commit: per written item its latch CAS, ReadDI
+/// (the own RN WRITE before the first's) and WriteDI; then the CM WRITE, every latch
+/// CAS and ReadDI, and every final WriteDI.
+const BUDGET_OFF: [RttBudget; 3] = [
+    RttBudget::new(TxnKind::ReadOnlyOne, Cache::Warm, 3, 0),
+    RttBudget::new(TxnKind::ReadOnlyMany, Cache::Warm, 9, 0),
+    RttBudget::new(TxnKind::ReadWrite, Cache::Warm, 6, 14),
+];
+
 #[test]
 fn to_meets_its_round_trip_budget() {
+    dmtx_suite::assert_budgets(
+        || make(&knobs(&["addr_cache=on", "db=off", "or=off"])),
+        1,
+        20,
+        &BUDGET_OFF,
+    );
     dmtx_suite::assert_budgets(|| make(&knobs(&["addr_cache=on"])), 1, 20, &BUDGET);
     // Backups ride in the CM post: no extra round trip.
     dmtx_suite::assert_budgets(|| make(&knobs(&["addr_cache=on"])), 2, 20, &BUDGET);

@@ -58,6 +58,10 @@
 //! read-only commit writes no state (the issue's `2n + 1` writes CM): no Tid of a
 //! read-only transaction is ever in a wL, so nobody reads its T^g.
 //!
+//! With db and or off (Table 3 "one-sided") every verb waits alone: a Read is 3 (ReadDI,
+//! rts CAS, ReadDI), a Write 3 (latch CAS, ReadDI, WriteDI; +1 for the first's RN
+//! WRITE), the commit's CM post 1 + 2w and its final WriteDIs w.
+//!
 //! # What dmtx pays beyond RCBench
 //!
 //! Every item and T^g is remote; a write's value is only known at commit, so the Writes
