@@ -232,3 +232,46 @@ fn commit_waits_for_the_dirty_writer() {
         waited = now;
     }
 }
+
+/// Goal: a restarted transaction takes a new, larger bts (T/O orders by it; keeping it
+/// would let a restart keep losing to the same younger writer): the rts its read leaves
+/// on an item grows from the aborted attempt to the retry.
+#[test]
+fn a_restart_takes_a_new_bts() {
+    use dmtx_runtime::block_on;
+    use dmtx_suite::bank;
+
+    let env = dmtx_suite::Env::bank(make(&Knobs::default()), Setup::new(1, 20));
+    let table = bank::TABLE.id();
+    let info = env.catalog().get(table).unwrap().clone();
+    let layout = env.proto.item_layout();
+    let vb = info.meta.value_bytes;
+    let at = |key: u64| info.ptr(0, env.slots(table)[&key]);
+    let rts = at(2).offset + layout.meta_off(vb) as u64 + 8;
+    let latch = at(1).offset + layout.lock_off(vb) as u64;
+    let region = env.region(at(1).mn);
+    assert_eq!(env.region(at(2).mn).load(rts).unwrap(), 0);
+    let w = env.mem_cn(0).worker(0).expect("worker");
+    let mut c = w.coordinator(&env.proto, 0).expect("coordinator");
+    let mut attempt = |c: &mut dmtx_runtime::Coordinator<To>| {
+        let r = block_on(async {
+            let mut t = c.begin();
+            t.add_ro(bank::TABLE, 2);
+            t.execute().await?;
+            t.add_ro(bank::TABLE, 1);
+            t.execute().await?;
+            t.commit().await
+        });
+        block_on(c.cleanup());
+        r.map_err(|e| e.reason)
+    };
+    // Key 1 latched by someone else: the first attempt reads key 2, then aborts.
+    region.write(latch, &7u64.to_le_bytes()).unwrap();
+    assert_eq!(attempt(&mut c), Err(AbortReason::LockConflict));
+    let first = env.region(at(2).mn).load(rts).unwrap();
+    assert!(first > 0, "the first attempt's read set rts");
+    region.write(latch, &0u64.to_le_bytes()).unwrap();
+    assert_eq!(attempt(&mut c), Ok(()));
+    let second = env.region(at(2).mn).load(rts).unwrap();
+    assert!(second > first, "the retry kept bts {first} (rts now {second})");
+}
