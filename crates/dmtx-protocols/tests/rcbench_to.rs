@@ -253,7 +253,7 @@ fn a_restart_takes_a_new_bts() {
     assert_eq!(env.region(at(2).mn).load(rts).unwrap(), 0);
     let w = env.mem_cn(0).worker(0).expect("worker");
     let mut c = w.coordinator(&env.proto, 0).expect("coordinator");
-    let mut attempt = |c: &mut dmtx_runtime::Coordinator<To>| {
+    let attempt = |c: &mut dmtx_runtime::Coordinator<To>| {
         let r = block_on(async {
             let mut t = c.begin();
             t.add_ro(bank::TABLE, 2);
