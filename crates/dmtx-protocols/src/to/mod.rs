@@ -87,7 +87,17 @@
 //! - **Failures**: no log; a verb failing mid-commit leaves it partial (the suite runs
 //!   without faults), and a coordinator that stops while in a wL leaves its readers
 //!   waiting until its slot is reused or their bound.
-//! - **cascade=off** (§5.2 Discussion): not built; `--set cascade=off` is refused.
+//! - **cascade=off** (§5.2 Discussion, [6]): not built; `--set cascade=off` is refused.
+//!   The design it would follow, for the record: X^m gets pwL, a fixed list of pending
+//!   ⟨Tid, bts⟩ in place of wL (full ⇒ abort). A commit pre-writes each written item
+//!   (latch + ReadDI; `max(rts, wts) > bts` ⇒ abort; pwL ∪= ⟨Tid, bts⟩; WriteDI of X^m
+//!   with latch 0, X^d untouched), then polls each item (ReadDI) until no older pending
+//!   entry remains, then installs (latch + ReadDI; X^d = new, wts = bts, pwL −= Tid;
+//!   WriteDI with latch 0). A Read whose item has a pending entry older than its bts
+//!   polls until it is gone, then reads as above; a younger entry does not stop it (the
+//!   read orders before that write). Reads are never buffered, so prL is not needed;
+//!   an abort removes its pwL entries under the latch. Every wait is on an older
+//!   transaction, so none forms a cycle.
 
 use dmtx_memnode::Control;
 use dmtx_runtime::{
