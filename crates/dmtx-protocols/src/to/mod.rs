@@ -76,6 +76,10 @@
 //! - **Latch word**: `(coordinator id + 1) << 1 | 1`, so an unlatch CAS frees only its own.
 //! - **Waits**: bL polls and commit latch spins pause [`WAIT_PAUSE_NS`]; the bL wait
 //!   gives up after [`BL_POLLS_MAX`] polls (`lock_conflict`), a bound, not a policy.
+//!   The latch spins of the commit's wL removal and of a restore are not bounded by an
+//!   abort (the transaction is decided, or must undo): a coordinator paused while it
+//!   holds that latch holds them up until it resumes (after [`LATCH_SPINS_MAX`] tries
+//!   the spinner panics).
 //! - **rts CAS** retried at most [`RTS_CAS_TRIES_MAX`] times, then `lock_conflict`.
 //! - **Inserts**: an insert over a deleted item (tombstone) is a Read and a Write; an
 //!   insert of a key the index lacks claims a fresh slot in execute, latched
@@ -121,8 +125,9 @@ pub const BL_POLLS_MAX: u32 = 100_000;
 pub const WAIT_PAUSE_NS: u64 = 1_000;
 /// Refused rts CASes retried from the returned word.
 pub const RTS_CAS_TRIES_MAX: u32 = 16;
-/// Latch tries at commit or restore before giving up (a bug: holders are short).
-const LATCH_SPINS_MAX: u32 = 1_000_000;
+/// Latch tries at commit or restore before the spinner panics (holders are short
+/// unless paused).
+pub const LATCH_SPINS_MAX: u32 = 1_000_000;
 
 /// Meta word indexes (after X^d).
 const M_VERSION: u32 = 0;
