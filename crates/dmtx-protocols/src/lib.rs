@@ -11,6 +11,7 @@
 //! | [`motor`] | Motor (OSDI'24): consecutive version tuples, §4–5 | serializable or snapshot isolation (`isolation=si`) |
 //! | [`nowait`] | No-Wait 2PL on RCBench's primitives (rcbench §5.1) | serializable |
 //! | [`oocc`] | OOCC (oocc.txt), §III–VI | strict serializable |
+//! | [`to`] | T/O with cascading aborts on RCBench's primitives and T^g (rcbench §5.2, Alg. 3) | serializable |
 //! | [`waitdie`] | Wait-Die 2PL on RCBench's primitives (rcbench §5.1, Alg. 2) | serializable |
 //! | [`woundwait`] | Wound-Wait 2PL on RCBench's primitives and T^g (rcbench §5.1, Alg. 2) | serializable |
 //!
@@ -37,6 +38,7 @@ pub mod nowait;
 pub mod onever;
 pub mod oocc;
 pub mod rcbench;
+pub mod to;
 pub mod vcache;
 pub mod waitdie;
 pub mod woundwait;

@@ -288,6 +288,7 @@ registry! {
         dmtx_protocols::nowait::Nowait,
         dmtx_protocols::waitdie::Waitdie,
         dmtx_protocols::woundwait::Woundwait,
+        dmtx_protocols::to::To,
     }
     workloads {
         dmtx_workloads::Kvs,

@@ -277,7 +277,7 @@ fn the_pair_check_refuses_a_workload_that_cannot_declare_its_keys() {
         "--protocol toy-declared requires every key declared before the first execute, which \
          workload `tpcc` cannot do in new_order, payment, order_status, delivery, stock_level \
          (they pick keys from what they read); run toy-declared on kvs, smallbank, ycsb; or run \
-         tpcc with ford, farm, drtmh, fordlv, motor, oocc, drtm, nowait, waitdie, woundwait"
+         tpcc with ford, farm, drtmh, fordlv, motor, oocc, drtm, nowait, waitdie, woundwait, to"
     );
     assert!(!e.contains('\n'));
     // FORD's variant makes Payment declare its keys; the others still read first.
@@ -330,7 +330,7 @@ fn list_shows_hints_and_which_protocols_run_each_workload() {
     assert!(tpcc.contains("read-only: order_status, stock_level\n"), "{tpcc}");
     assert!(tpcc.contains("keys declared up front: none\n"), "{tpcc}");
     assert!(
-        tpcc.contains("protocols: ford, farm, drtmh, fordlv, motor, oocc, drtm, nowait, waitdie, woundwait\n"),
+        tpcc.contains("protocols: ford, farm, drtmh, fordlv, motor, oocc, drtm, nowait, waitdie, woundwait, to\n"),
         "{tpcc}"
     );
     let tatp = section(&text, "tatp");

@@ -2,11 +2,12 @@
 //! ReadDI in one batch (Alg. 1 l. 1–8, 25–33).
 
 use dmtx_runtime::{Abort, AbortReason, Access, Txn};
-use dmtx_store::cuckoo::{rt_insert, RtInsert, RtLookup};
-use dmtx_store::{TableInfo, BUCKET_HEADER_BYTES, OVERFLOW_CURSOR_OFFSET};
+use dmtx_store::cuckoo::RtLookup;
+use dmtx_store::TableInfo;
 use dmtx_verbs::RemotePtr;
 
 use super::{Fresh, Hold, LockMode, NowaitVariant, Policy, TwoPl, ABORT_INDEX_FULL, ES_CAS_TRIES_MAX, TOMBSTONE};
+use crate::rcbench::insert::{self, FreshFail, FreshStage};
 use crate::rcbench::prims::{state_word, tg_view, ST_AB, ST_RN};
 use crate::rcbench::CtxVerbs;
 
@@ -277,8 +278,7 @@ async fn finish_read<P: TwoPl>(
     Ok(())
 }
 
-/// Insert of a key the index lacks: claim a free slot (home bucket, else this
-/// coordinator's overflow bucket), mark it claimed, then index it.
+/// Insert of a key the index lacks: [`crate::rcbench::insert::insert_fresh`].
 async fn insert_fresh<P: TwoPl>(
     txn: &mut Txn<'_, P>,
     i: usize,
@@ -288,12 +288,6 @@ async fn insert_fresh<P: TwoPl>(
     let c = &mut *txn.coord;
     let key = c.set.objs[i].key;
     let table = c.set.objs[i].table;
-    let layout = c.proto.item_layout();
-    let vb = info.meta.value_bytes;
-    let item_len = layout.item_bytes(vb) as usize;
-    let lock_off = layout.lock_off(vb) as u64;
-    let shape = info.shape;
-    let fault = |_| abort(AbortReason::Fault);
     // Slots this transaction already claimed are not free for it.
     let mine: Vec<u64> = c.set.objs[..i]
         .iter()
@@ -301,110 +295,44 @@ async fn insert_fresh<P: TwoPl>(
         .map(|o| o.proto.rel)
         .collect();
     let st = &mut c.state;
-    let home = shape.home_bucket(key);
-    st.post.clear();
-    let id = st
-        .post
-        .read(info.ptr(0, shape.bucket_off(home)), shape.bucket_bytes as usize);
-    st.prims
-        .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
-        .await
-        .map_err(fault)?;
-    let bucket = st.post.bytes(id);
-    let mut rel = None;
-    for s in 0..shape.slots {
-        let at = BUCKET_HEADER_BYTES as usize + (s * shape.slot_bytes) as usize;
-        let slot = &bucket[at..at + shape.slot_bytes as usize];
-        let off = shape.slot_off(home, s);
-        if word(slot, 0) == 0 && word(slot, lock_off as u32) == 0 && !mine.contains(&off) {
-            rel = Some(off);
-            break;
-        }
-    }
-    let rel = match rel {
-        Some(r) => r,
-        None => {
-            // This coordinator's overflow bucket, taken by FAA on the overflow cursor.
-            let pos = st.overflow.iter().position(|e| e.0 == table && e.2 > 0);
-            let pos = match pos {
-                Some(p) => p,
-                None => {
-                    st.post.clear();
-                    let faa = st.post.faa(info.ptr(0, OVERFLOW_CURSOR_OFFSET), 1);
-                    st.prims
-                        .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
-                        .await
-                        .map_err(fault)?;
-                    let b = st.post.old(faa);
-                    if b >= shape.overflow_count {
-                        c.ctx.last_table_full = Some(table);
-                        return Err(abort(AbortReason::TableFull));
-                    }
-                    st.overflow.retain(|e| e.0 != table);
-                    st.overflow
-                        .push((table, shape.slot_off(shape.overflow_bucket(b), 0), shape.slots));
-                    st.overflow.len() - 1
-                }
-            };
-            let e = &mut st.overflow[pos];
-            let r = e.1;
-            e.1 += shape.slot_bytes as u64;
-            e.2 -= 1;
-            r
-        }
-    };
-    let item = info.ptr(0, rel);
-    let lock = RemotePtr::new(item.mn, item.offset + lock_off);
-    st.post.clear();
-    let cas = st.prims.amod_im(&mut st.post, lock, 0, st.lock_val);
-    let read = st.prims.read_di(&mut st.post, item, item_len);
-    st.prims
-        .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
-        .await
-        .map_err(fault)?;
-    if st.post.old(cas) != 0 {
-        return Err(abort(AbortReason::LockConflict));
-    }
-    let o = &mut c.set.objs[i].proto;
-    o.rel = rel;
-    o.hold = Hold::Excl;
-    if word(st.post.bytes(read), 0) != 0 {
-        // Claimed and indexed by another key between our bucket READ and CAS: ours only
-        // to unlock.
-        return Err(abort(AbortReason::LockConflict));
-    }
-    o.fresh = Fresh::Claimed;
-    // Mark it claimed: PK set, tombstone, lock kept (the WRITE stops below the lock).
-    let version_off = layout.meta_off(vb) as usize;
-    st.post.clear();
-    st.prims.write_di_with(&mut st.post, item, lock_off as usize, |b| {
-        b.fill(0);
-        b[..8].copy_from_slice(&(key + 1).to_le_bytes());
-        b[version_off..version_off + 8].copy_from_slice(&TOMBSTONE.to_le_bytes());
-    });
-    st.prims
-        .post(&mut CtxVerbs(&mut c.ctx, &mut st.meter), &mut st.post)
-        .await
-        .map_err(fault)?;
-    let r = rt_insert(
+    let f = insert::insert_fresh(
         &mut CtxVerbs(&mut c.ctx, &mut st.meter),
-        place,
-        key,
-        rel,
-        item_len as u64,
+        &mut st.prims,
         &mut st.post,
+        &mut st.overflow,
+        insert::FreshCtx {
+            info,
+            place,
+            layout: c.proto.item_layout(),
+            key,
+            lock_val: st.lock_val,
+            mine: &mine,
+        },
     )
-    .await
-    .map_err(fault)?;
-    match r {
-        RtInsert::Inserted { .. } => {
-            c.set.objs[i].proto.fresh = Fresh::Indexed;
+    .await;
+    let o = &mut c.set.objs[i].proto;
+    if f.stage != FreshStage::None {
+        o.rel = f.rel;
+        o.hold = Hold::Excl;
+    }
+    o.fresh = match f.stage {
+        FreshStage::None | FreshStage::Locked => Fresh::No,
+        FreshStage::Claimed => Fresh::Claimed,
+        FreshStage::Indexed => Fresh::Indexed,
+    };
+    match f.result {
+        Ok(()) => {
             if c.proto.cfg().addr_cache {
-                c.ctx.cache.put(table, key, rel);
+                c.ctx.cache.put(table, key, f.rel);
             }
             Ok(())
         }
-        RtInsert::Exists { .. } | RtInsert::Contended => Err(abort(AbortReason::LockConflict)),
-        RtInsert::Full => Err(abort(AbortReason::Protocol(ABORT_INDEX_FULL))),
+        Err(FreshFail::Fault) => Err(abort(AbortReason::Fault)),
+        Err(FreshFail::TableFull) => {
+            c.ctx.last_table_full = Some(table);
+            Err(abort(AbortReason::TableFull))
+        }
+        Err(FreshFail::Conflict) => Err(abort(AbortReason::LockConflict)),
+        Err(FreshFail::IndexFull) => Err(abort(AbortReason::Protocol(ABORT_INDEX_FULL))),
     }
 }

@@ -113,11 +113,7 @@ pub const METRIC_CPU_COMMITTED: usize = 5;
 /// Wait-Die: refused locks an older requester waited on and retried.
 pub const METRIC_WAIT_RETRIES: usize = 6;
 
-/// Wound-Wait: coordinators the T^g area has ring slots for (8 CNs × 32 threads × 32
-/// coroutines).
-pub const TG_COORDS: u64 = 1 << 13;
-/// Wound-Wait: bytes of a T^g slot (Tid, state).
-pub const TG_THETA: u64 = crate::rcbench::prims::TG_BASE_BYTES;
+pub use crate::rcbench::tg::{TG_COORDS, TG_THETA};
 
 /// Wait-Die: default tries of one refused lock before the waiter gives up (aborts;
 /// `--set wait_retries_max`): a bound, not a policy (the holder is younger, so it never waits on the waiter).

@@ -20,8 +20,10 @@
 //! - **pa** (one completion per batch) is not offered: no transport signals
 //!   completions per op, so there is nothing to switch.
 
+pub mod insert;
 pub mod layout;
 pub mod prims;
+pub mod tg;
 
 use dmtx_runtime::{CoordCtx, KnobError, KnobSpec, Knobs};
 use dmtx_verbs::{Post, VerbError};

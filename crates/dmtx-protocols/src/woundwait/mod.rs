@@ -6,7 +6,7 @@
 //! - **T^g** (§4.1, Eq. 2): each attempt takes the next Tid of its coordinator's ring
 //!   of R = 4 slots ([`crate::rcbench::prims`]) and WRITEs ⟨Tid, RN⟩ there with its
 //!   first lock batch. The areas are run-wide, one per memory node, published as
-//!   `rcbench.tg.<mn>` by `setup_run` ([`TG_COORDS`] coordinators' rings each).
+//!   `rcbench.tg.<mn>` by `setup_run` ([`TG_COORDS`](crate::rcbench::tg::TG_COORDS) coordinators' rings each).
 //! - **The lock word holds the holder's bts** and pL ⟨bts, Tid⟩ is written after a
 //!   granted lock (l. 7–9). A refused lock (l. 2–6): one round trip READs the item's pL
 //!   and the requester's own T^g; wounded (AB) ⇒ abort; an older requester whose pL
@@ -35,24 +35,22 @@
 //!
 //! - Only the E lock word (as [`crate::waitdie`]); pL holds one entry (E has one
 //!   holder).
-//! - T^g rings for [`TG_COORDS`] coordinators: CN < 8, thread < 32, coroutine < 32.
+//! - T^g rings for [`TG_COORDS`](crate::rcbench::tg::TG_COORDS) coordinators: CN < 8, thread < 32, coroutine < 32.
 //! - A wounded transaction finds out at its next refused lock or at its commit CAS (the
 //!   paper's periodic check is not done).
 
 use dmtx_memnode::Control;
 use dmtx_runtime::{
-    named, Abort, AbortReasonSpec, CoordCtx, Coordinator, Isolation, KnobError, KnobSpec, Knobs, MetricSpec, Protocol,
-    Result, Txn,
+    Abort, AbortReasonSpec, CoordCtx, Coordinator, Isolation, KnobError, KnobSpec, Knobs, MetricSpec, Protocol, Result,
+    Txn,
 };
 use dmtx_store::SlotLayout;
-use dmtx_verbs::MnId;
 
 use crate::nowait::{
     begin_attempt, cleanup_attempt, commit_attempt, execute, LockMode, NowaitConfig, NowaitCoord, NowaitObj,
-    NowaitVariant, Policy, TwoPl, TG_COORDS, TG_THETA,
+    NowaitVariant, Policy, TwoPl,
 };
 use crate::rcbench::layout::ItemLayout;
-use crate::rcbench::prims::{TgArea, TG_RING};
 
 /// Wound-Wait 2PL.
 #[derive(Clone, Debug)]
@@ -76,10 +74,6 @@ impl Woundwait {
         cfg.variant = variant;
         Self::new(cfg)
     }
-}
-
-fn tg_name(mn: usize) -> String {
-    format!("rcbench.tg.{mn}")
 }
 
 impl TwoPl for Woundwait {
@@ -128,31 +122,14 @@ impl Protocol for Woundwait {
     }
 
     fn setup_run(&self, control: &dyn Control) -> Result<()> {
-        let bytes = TG_THETA * TG_COORDS * TG_RING;
-        for mn in 0..control.mn_count() {
-            named::alloc_and_publish(control, &tg_name(mn), MnId(mn as u16), bytes, 64, &[])?;
-        }
-        Ok(())
+        crate::rcbench::tg::setup_tg(control)
     }
 
     fn coord_state(&self, ctx: &CoordCtx, control: &dyn Control) -> Result<NowaitCoord> {
         let mut st = crate::nowait::Nowait::new(self.cfg).coord_state(ctx, control)?;
-        let mut bases = Vec::with_capacity(control.mn_count());
-        for mn in 0..control.mn_count() {
-            let area = named::fetch(control, &tg_name(mn))?;
-            bases.push((area.at.mn, area.at.offset));
-        }
-        let id = ctx.id;
-        assert!(
-            id.cn < 8 && id.thread < 32 && id.coroutine < 32,
-            "{id}: woundwait's T^g rings cover 8 CNs x 32 threads x 32 coroutines; run fewer"
-        );
-        st.dense = (id.cn as u64) << 10 | (id.thread as u64) << 5 | id.coroutine as u64;
-        st.tg = Some(TgArea {
-            theta: TG_THETA,
-            delta: TG_COORDS * TG_RING,
-            bases,
-        });
+        let (dense, tg) = crate::rcbench::tg::tg_area(ctx, control, Self::NAME)?;
+        st.dense = dense;
+        st.tg = Some(tg);
         Ok(st)
     }
 
