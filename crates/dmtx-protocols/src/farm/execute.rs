@@ -71,18 +71,11 @@ pub(crate) async fn execute<P: RedoFamily>(txn: &mut Txn<'_, P>) -> Result<(), A
             match p.stage {
                 Stage::Done | Stage::New => {}
                 Stage::Lookup(b) => {
-                    // Inserters serialize per home bucket: no two can claim two free
-                    // slots for the same key.
-                    let mut lock_bucket = false;
-                    if o.access == Access::Insert && !p.walk.started() {
-                        match walks.turn(o.table, b, &mut p.walk) {
-                            None => continue,
-                            Some(take_lock) => lock_bucket = take_lock,
-                        }
+                    let what = (o.table, o.access);
+                    if let Some((cas, read)) = walks.post_lookup(post, info, what, b, &mut p.walk, 0, lock) {
+                        p.cas = cas;
+                        p.read = Some(read);
                     }
-                    let (cas, read) = index_walk::post_lookup(post, info, b, 0, lock_bucket, lock);
-                    p.cas = cas;
-                    p.read = Some(read);
                 }
                 Stage::Fetch if p.walk.reserving() => {
                     p.cas = Some(index_walk::post_reserve(post, info));

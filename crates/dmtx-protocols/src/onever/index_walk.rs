@@ -219,6 +219,29 @@ impl InsertWalks {
         walk.start();
         Some(take_lock)
     }
+
+    /// Post this round's bucket READ of an object at `Lookup(b)` (on replica `replica`),
+    /// with, for an insert starting its walk, the chain's insert lock (`lock`) when
+    /// [`InsertWalks::turn`] gives it: inserters serialize per home bucket, so no two can
+    /// claim two free slots for one key. The (CAS, READ) posted, or `None` while the
+    /// insert waits for a sibling's walk of its chain.
+    #[allow(clippy::too_many_arguments)]
+    pub fn post_lookup(
+        &mut self,
+        post: &mut Post,
+        info: &TableInfo,
+        (table, access): (u32, Access),
+        b: u64,
+        walk: &mut Walk,
+        replica: usize,
+        lock: u64,
+    ) -> Option<(Option<AtomicId>, ReadId)> {
+        let mut lock_bucket = false;
+        if access == Access::Insert && !walk.started() {
+            lock_bucket = self.turn(table, b, walk)?;
+        }
+        Some(post_lookup(post, info, b, replica, lock_bucket, lock))
+    }
 }
 
 /// What reading one bucket of the chain found.

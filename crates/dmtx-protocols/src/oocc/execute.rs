@@ -92,16 +92,11 @@ pub(super) async fn execute(txn: &mut Txn<'_, Oocc>) -> Result<(), Abort> {
             match p.stage {
                 Stage::Done | Stage::New => {}
                 Stage::Lookup(b) => {
-                    let mut lock_bucket = false;
-                    if o.access == Access::Insert && !p.walk.started() {
-                        match walks.turn(o.table, b, &mut p.walk) {
-                            None => continue,
-                            Some(take_lock) => lock_bucket = take_lock,
-                        }
+                    let what = (o.table, o.access);
+                    if let Some((cas, read)) = walks.post_lookup(post, info, what, b, &mut p.walk, 0, owner) {
+                        p.cas = cas;
+                        p.read = Some(read);
                     }
-                    let (cas, read) = index_walk::post_lookup(post, info, b, 0, lock_bucket, owner);
-                    p.cas = cas;
-                    p.read = Some(read);
                 }
                 Stage::Fetch if p.walk.reserving() => {
                     p.cas = Some(index_walk::post_reserve(post, info));
