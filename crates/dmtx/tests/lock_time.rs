@@ -41,7 +41,7 @@ fn metric<'a>(r: &'a BenchResult, name: &str) -> &'a ProtocolMetricResult {
 }
 
 /// Goal: both modes on every lock-based protocol. Without wait mode a failed lock
-/// aborts and each lock is taken at its first try; with it (§6.2.1's mode) no
+/// aborts, each lock is taken at its first try and one transaction in 16 is timed; with it (§6.2.1's mode) no
 /// transaction aborts on a lock and the waits lengthen the lock duration. Each lock's
 /// duration is its wait plus its hold; the figures have percentiles and a share of
 /// coordinator time. FaRM holds its locks across one more round trip than DrTM+H (a
@@ -57,7 +57,12 @@ fn locks_are_timed_and_waited_for_in_wait_mode() {
             metric(&r, "lock_hold_ns"),
             metric(&r, "lock_wait_ns"),
         );
-        assert!(hold.count >= r.committed, "{p}: every commit released a lock: {hold:?}");
+        // One transaction in 16 is timed outside the wait mode.
+        let sampled = r.committed.div_ceil(16);
+        assert!(
+            hold.count >= sampled / 2 && hold.count <= 2 * sampled,
+            "{p}: a sample of the locks: {hold:?}"
+        );
         assert_eq!(duration.sum, hold.sum + wait.sum, "{p}: duration = wait + hold");
         let (p50, p99) = (hold.p50.unwrap(), hold.p99.unwrap());
         assert!(0 < p50 && p50 <= p99 && p99 <= hold.max, "{p}: {hold:?}");
@@ -71,6 +76,10 @@ fn locks_are_timed_and_waited_for_in_wait_mode() {
             metric(&r, "lock_duration_ns"),
             metric(&r, "lock_hold_ns"),
             metric(&r, "lock_wait_ns"),
+        );
+        assert!(
+            hold.count >= r.committed,
+            "{p}: in wait mode every lock is timed: {hold:?}"
         );
         assert_eq!(duration.sum, hold.sum + wait.sum, "{p}: duration = wait + hold");
         assert!(

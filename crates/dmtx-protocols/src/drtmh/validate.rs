@@ -31,7 +31,9 @@ pub(super) async fn lock_validate(txn: &mut Txn<'_, Drtmh>) -> Result<(), Abort>
     let check_ro = ro > 0 && !lone;
     let strict = c.proto.config().strict;
     let lock = c.state.lock;
-    let now = c.ctx.clock.now_ns();
+    let wait_us = c.proto.config().lock_wait_us;
+    let timed = crate::onever::lock_time::timed(c.set.txn_seq, wait_us);
+    let now = timed.then(|| c.ctx.clock.now_ns());
 
     // Round 1: the write set's CAS + version READ, and (unless strict) the read-only
     // READs after every CAS.
@@ -45,7 +47,9 @@ pub(super) async fn lock_validate(txn: &mut Txn<'_, Drtmh>) -> Result<(), Abort>
             let info = c.ctx.catalog.get(o.table).expect("table checked at add");
             o.proto.cas = Some(post.cas(info.ptr(0, o.proto.rel + VLOCK as u64), 0, lock));
             o.proto.read = Some(post.read(info.ptr(0, o.proto.rel + VERSION as u64), 8));
-            o.proto.holds.times.asking(now);
+            if let Some(now) = now {
+                o.proto.holds.times.asking(now);
+            }
             locking += 1;
         }
     }
@@ -61,12 +65,8 @@ pub(super) async fn lock_validate(txn: &mut Txn<'_, Drtmh>) -> Result<(), Abort>
         crate::farm::give_back_unknown(txn);
         return Err(Abort::new(AbortReason::Fault));
     }
-    let taken = take_locks(
-        c.ctx.clock.now_ns(),
-        c.proto.config().lock_wait_us,
-        &c.state.post,
-        &mut c.set.objs,
-    );
+    let now = timed.then(|| c.ctx.clock.now_ns());
+    let taken = take_locks(now, wait_us, &c.state.post, &mut c.set.objs);
     match taken {
         Taken::All { changed: true } | Taken::Waiting { changed: true } => {
             return Err(Abort::new(AbortReason::Validation))
@@ -102,7 +102,7 @@ enum Taken {
 
 /// Take the locks a completed round's tries won (each CAS with the version READ behind
 /// it).
-fn take_locks(now: u64, wait_us: u64, post: &Post, objs: &mut [dmtx_runtime::Obj<FarmObj>]) -> Taken {
+fn take_locks(now: Option<u64>, wait_us: u64, post: &Post, objs: &mut [dmtx_runtime::Obj<FarmObj>]) -> Taken {
     let (mut refused, mut wait, mut changed) = (false, false, false);
     for o in objs.iter_mut() {
         match crate::farm::lock_try_result(post, o, now, wait_us) {
@@ -128,7 +128,8 @@ async fn wait_for_locks(txn: &mut Txn<'_, Drtmh>) -> Result<(), Abort> {
     loop {
         let c = &mut *txn.coord;
         let lock = c.state.lock;
-        let now = c.ctx.clock.now_ns();
+        // Wait mode: every transaction is timed (`lock_time::timed`).
+        let now = Some(c.ctx.clock.now_ns());
         let post = &mut c.state.post;
         post.clear();
         for o in c.set.objs.iter_mut().filter(|o| to_lock(o.access, &o.proto)) {
@@ -139,7 +140,7 @@ async fn wait_for_locks(txn: &mut Txn<'_, Drtmh>) -> Result<(), Abort> {
             crate::farm::give_back_unknown(txn);
             return Err(Abort::new(AbortReason::Fault));
         }
-        let now = c.ctx.clock.now_ns();
+        let now = Some(c.ctx.clock.now_ns());
         match take_locks(now, c.proto.config().lock_wait_us, &c.state.post, &mut c.set.objs) {
             Taken::All { changed: false } => return Ok(()),
             Taken::Waiting { changed: false } => {}

@@ -116,8 +116,7 @@ pub(crate) async fn commit<P: RedoFamily>(txn: &mut Txn<'_, P>) -> Result<(), Ab
             st.unlocks.push((o.table, b + BUCKET_LOCK_OFFSET, None));
         }
     }
-    let now = c.ctx.clock.now_ns();
-    crate::onever::lock_time::note_release(&mut c.ctx, &mut c.set.objs, super::LOCK_METRICS, now);
+    crate::onever::lock_time::note_release(&mut c.ctx, &mut c.set.objs, super::LOCK_METRICS);
     rel::push_release(&mut st.post, &mut c.set.objs, &c.ctx.catalog, st.lock);
     if c.ctx.post(&mut c.state.post).await.is_err() {
         settle_primaries(txn).await;

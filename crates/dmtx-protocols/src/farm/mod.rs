@@ -421,13 +421,14 @@ pub(crate) enum LockTry {
 
 /// Post a try at `o`'s lock (`o` not locked yet): its CAS, with an 8-byte READ of its
 /// version behind it when `version` (DrTM+H's lock&validate); or, while the wait mode
-/// polls the record ([`lock_time`]), an 8-byte READ of its lock word.
+/// polls the record ([`lock_time`]), an 8-byte READ of its lock word. `now` is the
+/// clock in a timed transaction ([`lock_time::timed`]).
 pub(crate) fn post_lock_try(
     post: &mut Post,
     o: &mut dmtx_runtime::Obj<FarmObj>,
     info: &dmtx_store::TableInfo,
     lock: u64,
-    now: u64,
+    now: Option<u64>,
     version: bool,
 ) {
     let p = &mut o.proto;
@@ -439,15 +440,18 @@ pub(crate) fn post_lock_try(
     }
     p.cas = Some(post.cas(vlock, 0, lock));
     p.read = version.then(|| post.read(info.ptr(0, p.rel + crate::onever::record::VERSION as u64), 8));
-    p.holds.times.asking(now);
+    if let Some(now) = now {
+        p.holds.times.asking(now);
+    }
 }
 
-/// What the try [`post_lock_try`] posted for `o` did, once `post` completed at `now`;
-/// `None` when it posted none. A taken lock is recorded in `o`'s holds.
+/// What the try [`post_lock_try`] posted for `o` did, once `post` completed at `now` (a
+/// timed transaction's clock); `None` when it posted none. A taken lock is recorded in
+/// `o`'s holds.
 pub(crate) fn lock_try_result(
     post: &Post,
     o: &mut dmtx_runtime::Obj<FarmObj>,
-    now: u64,
+    now: Option<u64>,
     wait_us: u64,
 ) -> Option<LockTry> {
     let p = &mut o.proto;
@@ -458,15 +462,17 @@ pub(crate) fn lock_try_result(
     if p.holds.times.polling() {
         let b = post.bytes(p.read.take()?);
         let word = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
-        return Some(waiting(p.holds.times.polled(word, now, wait_us)));
+        return Some(waiting(now.is_some_and(|now| p.holds.times.polled(word, now, wait_us))));
     }
     let cas = p.cas.take()?;
     if post.old(cas) == 0 {
         p.holds.locked = true;
-        p.holds.times.taken(now);
+        if let Some(now) = now {
+            p.holds.times.taken(now);
+        }
         return Some(LockTry::Taken);
     }
-    Some(waiting(p.holds.times.refused(now, wait_us)))
+    Some(waiting(now.is_some_and(|now| p.holds.times.refused(now, wait_us))))
 }
 
 /// A lock round's post failed: which CASes ran is unknown, so give back, by CAS, every
@@ -490,8 +496,7 @@ pub(crate) fn release_on_abort<P: RedoFamily>(txn: &mut Txn<'_, P>) {
     let c = &mut *txn.coord;
     let st = &mut c.state;
     st.bg.clear();
-    let now = c.ctx.clock.now_ns();
-    lock_time::note_release(&mut c.ctx, &mut c.set.objs, LOCK_METRICS, now);
+    lock_time::note_release(&mut c.ctx, &mut c.set.objs, LOCK_METRICS);
     crate::onever::release::push_release(&mut st.bg, &mut c.set.objs, &c.ctx.catalog, st.lock);
     c.ctx.post_background(&mut st.bg);
 }

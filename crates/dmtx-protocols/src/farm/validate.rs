@@ -25,7 +25,9 @@ pub(super) async fn lock(txn: &mut Txn<'_, Farm>) -> Result<(), Abort> {
 async fn lock_round(txn: &mut Txn<'_, Farm>) -> Result<bool, Abort> {
     let c = &mut *txn.coord;
     let lock = c.state.lock;
-    let now = c.ctx.clock.now_ns();
+    let wait_us = c.proto.config().lock_wait_us;
+    let timed = crate::onever::lock_time::timed(c.set.txn_seq, wait_us);
+    let now = timed.then(|| c.ctx.clock.now_ns());
     let post = &mut c.state.post;
     post.clear();
     for o in c
@@ -44,8 +46,7 @@ async fn lock_round(txn: &mut Txn<'_, Farm>) -> Result<bool, Abort> {
         super::give_back_unknown(txn);
         return Err(Abort::new(AbortReason::Fault));
     }
-    let now = c.ctx.clock.now_ns();
-    let wait_us = c.proto.config().lock_wait_us;
+    let now = timed.then(|| c.ctx.clock.now_ns());
     let (mut all, mut refused) = (true, false);
     for o in c.set.objs.iter_mut().filter(|o| o.access.writes()) {
         match super::lock_try_result(&c.state.post, o, now, wait_us) {

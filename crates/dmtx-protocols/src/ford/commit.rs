@@ -134,8 +134,7 @@ pub(crate) fn release<P: FordBase>(txn: &mut Txn<'_, P>, committed: bool) {
     let c = &mut *txn.coord;
     let st = &mut c.state;
     st.bg.clear();
-    let now = c.ctx.clock.now_ns();
-    lock_time::note_release(&mut c.ctx, &mut c.set.objs, super::LOCK_METRICS, now);
+    lock_time::note_release(&mut c.ctx, &mut c.set.objs, super::LOCK_METRICS);
     rel::push_release(&mut st.bg, &mut c.set.objs, &c.ctx.catalog, st.lock);
     if committed {
         st.log.post_committed(&mut st.bg, &st.mns);

@@ -12,6 +12,7 @@ use dmtx_runtime::{Abort, AbortReason, Access, Txn};
 use super::layout::{SlotView, INVISIBLE, VLOCK};
 use super::{FordBase, FordVariant};
 use crate::onever::index_walk::{self, Found, Stage};
+use crate::onever::lock_time;
 
 /// Rounds one `execute` may take before something is wrong (a chain longer than the
 /// overflow space, or a livelock).
@@ -81,7 +82,8 @@ pub(crate) async fn execute<P: FordBase>(txn: &mut Txn<'_, P>) -> Result<(), Abo
     let mut rounds = 0;
     while rounds < ROUNDS_MAX {
         let c = &mut *txn.coord;
-        let now = c.ctx.clock.now_ns();
+        let timed = lock_time::timed(c.set.txn_seq, wait_us);
+        let now = if timed { c.ctx.clock.now_ns() } else { 0 };
         let post = &mut c.state.post;
         post.clear();
         // Inserts homing to one bucket walk its chain one at a time (`InsertWalks`).
@@ -117,7 +119,9 @@ pub(crate) async fn execute<P: FordBase>(txn: &mut Txn<'_, P>) -> Result<(), Abo
                         // locked; we hold the chain's insert lock.
                         index_walk::post_link(post, info, &p.walk);
                         p.cas = Some(post.cas(info.ptr(0, p.rel + VLOCK as u64), 0, lock));
-                        p.holds.times.asking(now);
+                        if timed {
+                            p.holds.times.asking(now);
+                        }
                     }
                     let r = if o.access.writes() { 0 } else { p.replica as usize };
                     p.read = Some(post.read(info.ptr(r, p.rel), shape.slot_bytes as usize));
@@ -144,7 +148,7 @@ pub(crate) async fn execute<P: FordBase>(txn: &mut Txn<'_, P>) -> Result<(), Abo
         }
 
         let c = &mut *txn.coord;
-        let now = c.ctx.clock.now_ns();
+        let now = if timed { c.ctx.clock.now_ns() } else { 0 };
         let mut waiting = false;
         let post = &c.state.post;
         let bg = &mut c.state.bg;
@@ -239,7 +243,9 @@ pub(crate) async fn execute<P: FordBase>(txn: &mut Txn<'_, P>) -> Result<(), Abo
                             continue;
                         }
                         p.holds.locked = true;
-                        p.holds.times.taken(now);
+                        if timed {
+                            p.holds.times.taken(now);
+                        }
                     }
                     if access == Access::Insert {
                         if v.occupied() {
@@ -270,7 +276,8 @@ pub(crate) async fn execute<P: FordBase>(txn: &mut Txn<'_, P>) -> Result<(), Abo
                     } else {
                         let seen = check_unlocked_read(v, value_len, variant);
                         if p.invisible_at_ns != 0 && !matches!(seen, Seen::Invisible) {
-                            c.ctx.metric_ns(super::METRIC_INVISIBLE_NS, now - p.invisible_at_ns);
+                            let ns = c.ctx.clock.now_ns().saturating_sub(p.invisible_at_ns);
+                            c.ctx.metric_ns(super::METRIC_INVISIBLE_NS, ns);
                             p.invisible_at_ns = 0;
                         }
                         match seen {
@@ -284,11 +291,12 @@ pub(crate) async fn execute<P: FordBase>(txn: &mut Txn<'_, P>) -> Result<(), Abo
                                 p.rereads += 1;
                                 c.ctx.metric(super::METRIC_REREADS, 1);
                                 if matches!(seen, Seen::Invisible) && p.invisible_at_ns == 0 {
-                                    p.invisible_at_ns = now.max(1);
+                                    p.invisible_at_ns = c.ctx.clock.now_ns().max(1);
                                 }
                                 if p.rereads > reread_max {
                                     if p.invisible_at_ns != 0 {
-                                        c.ctx.metric_ns(super::METRIC_INVISIBLE_NS, now - p.invisible_at_ns);
+                                        let ns = c.ctx.clock.now_ns().saturating_sub(p.invisible_at_ns);
+                                        c.ctx.metric_ns(super::METRIC_INVISIBLE_NS, ns);
                                     }
                                     result = Err(abort(match seen {
                                         Seen::Invisible => AbortReason::Invisible,
