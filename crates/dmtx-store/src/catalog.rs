@@ -109,10 +109,12 @@ impl Catalog {
     /// The table with id `id`.
     #[inline]
     pub fn get(&self, id: u32) -> Result<&TableInfo> {
+        // The error is built only on a miss: `StoreError` owns strings, so an eager
+        // `ok_or` built and dropped one per lookup (every object of every round).
         self.tables
             .get(id as usize)
             .and_then(Option::as_ref)
-            .ok_or(StoreError::UnknownTable(id))
+            .ok_or_else(|| StoreError::UnknownTable(id))
     }
 
     /// The table called `name`.
