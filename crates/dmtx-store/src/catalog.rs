@@ -111,10 +111,10 @@ impl Catalog {
     pub fn get(&self, id: u32) -> Result<&TableInfo> {
         // The error is built only on a miss: `StoreError` owns strings, so an eager
         // `ok_or` built and dropped one per lookup (every object of every round).
-        self.tables
-            .get(id as usize)
-            .and_then(Option::as_ref)
-            .ok_or_else(|| StoreError::UnknownTable(id))
+        match self.tables.get(id as usize).and_then(Option::as_ref) {
+            Some(t) => Ok(t),
+            None => Err(StoreError::UnknownTable(id)),
+        }
     }
 
     /// The table called `name`.
